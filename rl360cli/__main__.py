@@ -1,0 +1,3 @@
+from rl360cli.cli import main
+
+main()

@@ -1,0 +1,202 @@
+"""The local backend: every tier on this machine, every component a supervised subprocess.
+
+Tiers are shares of this machine's CPUs and memory. Each component runs under
+`rl360cli.backends.supervise` in its own process group, with its output in a
+log file of the run folder; the state records the component's pid and start
+time (so a reused pid is never mistaken for ours) and the supervisor's status
+file, which holds the exit code once the component ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rl360cli.backends import procinfo
+from rl360cli.backends.base import ComponentSpec, Observation
+from rl360cli.errors import Rl360Error
+
+if TYPE_CHECKING:
+    from rl360cli.config import ClusterProfile
+
+NODE = "local"
+
+
+def machine_resources() -> tuple[int, int]:
+    """(CPUs this process may use, total memory in MB)."""
+    cpus = len(os.sched_getaffinity(0))
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return cpus, int(line.split()[1]) // 1024
+    return cpus, 0
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, profile: ClusterProfile | None):
+        self.profile = profile
+
+    # ------------------------------------------------------------------ tiers
+
+    def provision_plan(self) -> list[tuple[str, str, tuple[str, ...]]]:
+        tiers, _ = self.provision()
+        return [(name, f"{t['resources']['cpus']:g} CPUs, {t['resources']['memory_mb']} MB on this machine", ())
+                for name, t in tiers.items()]
+
+    def tiers_alive(self, tiers: dict[str, dict]) -> dict[str, bool]:
+        # This machine is the allocation: a recorded local tier is there as long as it is recorded.
+        return {name: t.get("backend") == "local" and t.get("status") == "ready" for name, t in tiers.items()}
+
+    def release(self, tiers: dict[str, dict]) -> None:
+        """Nothing to give back: the tiers are shares of this machine."""
+
+    def provision(self) -> tuple[dict, dict]:
+        """The tiers and the one node as the state records them."""
+        cpus, memory_mb = machine_resources()
+        tiers, reserved_cpus, reserved_mb = {}, 0.0, 0
+        for name, spec in self.profile.tiers.items():
+            tier_cpus = round(cpus * spec.share, 2)
+            tier_mb = int(memory_mb * spec.share)
+            reserved_cpus += tier_cpus
+            reserved_mb += tier_mb
+            tiers[name] = {
+                "kind": name,
+                "backend": "local",
+                "status": "ready",
+                "nodes": [NODE],
+                "resources": {"cpus": tier_cpus, "memory_mb": tier_mb, "gpus": 0},
+            }
+        node = {
+            "address": "127.0.0.1",
+            "tier": "all",
+            "cpus": cpus,
+            "memory_mb": memory_mb,
+            "reserved_cpus": round(reserved_cpus, 2),
+            "reserved_memory_mb": reserved_mb,
+            "images": {},
+        }
+        return tiers, {NODE: node}
+
+    # ------------------------------------------------------------------ components
+
+    def command_line(self, spec: ComponentSpec, log_path: str) -> list[str]:
+        status_path = str(Path(log_path).with_suffix(".status.json"))
+        return [sys.executable, "-m", "rl360cli.backends.supervise", status_path, log_path, "--", *spec.argv]
+
+    def launch(self, spec: ComponentSpec, log_path: str) -> dict:
+        log = Path(log_path)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        status_path = log.with_suffix(".status.json")
+        status_path.unlink(missing_ok=True)
+        env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
+        with open(log.with_suffix(".supervisor.log"), "ab") as out:
+            supervisor = subprocess.Popen(
+                self.command_line(spec, log_path),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        status = _wait_for_status(status_path, supervisor)
+        return {
+            "backend": "local",
+            "node": NODE,
+            "pid": status.get("pid"),
+            "start_time": status.get("start_time"),
+            "supervisor_pid": supervisor.pid,
+            "supervisor_start_time": procinfo.start_time(supervisor.pid),
+            "pgid": supervisor.pid,
+            "status_path": str(status_path),
+            "log_path": str(log),
+            "command": list(spec.argv),
+        }
+
+    def observe(self, records: dict[str, dict]) -> dict[str, Observation]:
+        return {cid: self._observe_one(rec) for cid, rec in records.items()}
+
+    def _observe_one(self, rec: dict) -> Observation:
+        if rec.get("status") == "stopped":
+            return Observation("stopped", rec.get("exit_code"))
+        if procinfo.is_alive(rec.get("pid"), rec.get("start_time")):
+            return Observation("running")
+        ended = _read_status(rec.get("status_path"))
+        code = ended.get("exit_code")
+        if code is None:
+            if procinfo.is_alive(rec.get("supervisor_pid"), rec.get("supervisor_start_time")):
+                # The supervisor is still writing the exit code: the component just ended.
+                return Observation("unknown", None, "ending")
+            return Observation("failed", None, "the process vanished without an exit code")
+        if code == 0:
+            return Observation("exited", 0)
+        how = f"killed by {ended['signal']}" if ended.get("signal") else f"exit code {code}"
+        return Observation("failed", code, how)
+
+    def stop(self, records: dict[str, dict], *, grace_s: float = 10.0) -> None:
+        """TERM every process of every component, KILL what is left after `grace_s`."""
+        targets = self._family_of(records)
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            for pid in targets:
+                _signal(pid, sig)
+            deadline = time.monotonic() + wait
+            while targets and time.monotonic() < deadline:
+                time.sleep(0.05)
+                targets = [p for p in targets if procinfo.is_alive(p)]
+            if not targets:
+                return
+        raise Rl360Error(f"processes {targets} did not end after SIGKILL", "check them with `ps` (uninterruptible I/O?)")
+
+    def _family_of(self, records: dict[str, dict]) -> list[int]:
+        pids: set[int] = set()
+        for rec in records.values():
+            supervisor_ours = procinfo.is_alive(rec.get("supervisor_pid"), rec.get("supervisor_start_time"))
+            child_ours = procinfo.is_alive(rec.get("pid"), rec.get("start_time"))
+            if supervisor_ours:
+                pids.update(procinfo.family(rec["supervisor_pid"], rec.get("pgid")))
+            elif child_ours:
+                pids.update(procinfo.family(rec["pid"], rec.get("pgid")))
+            elif rec.get("pgid"):
+                # Both gone: only what is still in the component's own process group is left.
+                pids.update(p.pid for p in procinfo.all_processes() if p.pgid == rec["pgid"] and p.state != "Z")
+        pids.discard(os.getpid())
+        return sorted(pids)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _read_status(path: str | None) -> dict:
+    if not path:
+        return {}
+    try:
+        return json.loads(Path(path).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _wait_for_status(path: Path, supervisor: subprocess.Popen, timeout_s: float = 10.0) -> dict:
+    """The supervisor's first status line (the component's pid), once it is written."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = _read_status(str(path))
+        if status:
+            return status
+        if supervisor.poll() is not None:
+            break
+        time.sleep(0.01)
+    status = _read_status(str(path))
+    if not status:
+        raise Rl360Error(f"the supervisor of {path.name} did not start", f"see {path.with_name(path.name.replace('.status.json', '.supervisor.log'))}")
+    return status

@@ -1,0 +1,93 @@
+"""`rl360 status`: reconcile the state file with reality and show tiers, components, runs and sandboxes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from rl360cli.commands.common import JsonFlag, ProfileOpt, context, out, print_json
+from rl360cli.stages.status import StatusReport, reconcile
+
+STYLE = {"running": "green", "ready": "green", "exited": "dim", "finished": "green", "failed": "bold red",
+         "stopped": "dim", "unknown": "yellow", "starting": "cyan", "pending": "cyan"}
+
+
+def status(profile: ProfileOpt = None, json_out: JsonFlag = False) -> None:
+    """Show what runs where, checked against reality; exit 3 if a component or the run failed.
+
+    Example: rl360 status --json
+    """
+    ctx = context(profile=profile, quiet=True)
+    report = reconcile(ctx)
+    if json_out:
+        print_json(report.to_dict())
+    else:
+        render(report)
+    run = report.runs.get(report.current_run or "", {})
+    if report.failed or run.get("status") == "failed":
+        raise typer.Exit(3)
+
+
+def render(report: StatusReport) -> None:
+    profile = report.profile or {}
+    out.print(f"[bold]cluster[/bold] {profile.get('name', '(not provisioned)')} "
+              f"[dim]({profile.get('backend', '-')}, {profile.get('path', '-')})[/dim]")
+    if report.tiers:
+        table = Table("tier", "status", "nodes", "resources", "allocation", title="tiers", title_justify="left")
+        for name, t in report.tiers.items():
+            res = t.get("resources", {})
+            table.add_row(name, _styled(t.get("status")), _short(", ".join(t.get("nodes") or [])),
+                          f"{res.get('cpus', '-')} CPU, {res.get('memory_mb', '-')} MB, {res.get('gpus', 0)} GPU",
+                          str(t.get("job_id") or "-"))
+        out.print(table)
+    if report.components:
+        table = Table("component", "status", "where", "ports", "since", "detail", title="components",
+                      title_justify="left")
+        for cid, c in sorted(report.components.items()):
+            where = f"job {c['job_id']}" if c.get("job_id") else f"pid {c.get('pid')}"
+            ports = ",".join(str(p) for p in (c.get("ports") or {}).values()) or "-"
+            detail = c.get("reason") or (f"exit {c['exit_code']}" if c.get("exit_code") is not None else "")
+            table.add_row(cid, _styled(c.get("status")), f"{c.get('node', '-')} {where}", ports,
+                          (c.get("started_at") or "")[11:19], detail)
+        out.print(table)
+    if report.runs:
+        table = Table("run", "status", "step", "policy", "reward", "infra failures", title="runs", title_justify="left")
+        for rid, r in sorted(report.runs.items(), key=lambda kv: kv[1].get("started_at", "")):
+            last = _last_metrics(r.get("metrics_path"))
+            reward = f"{last['reward_mean']:.3f}" if "reward_mean" in last else "-"
+            infra = str(last.get("infra_failures", "-"))
+            mark = " *" if rid == report.current_run else ""
+            table.add_row(rid + mark, _styled(r.get("status")), f"{r.get('step', 0)}/{r.get('num_steps', '?')}",
+                          str(r.get("policy_version", "-")), reward, infra)
+        out.print(table)
+    if report.sandboxes:
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(report.sandboxes.items()))
+        out.print(f"[bold]sandboxes[/bold] {sum(report.sandboxes.values())} ({counts})")
+    if not (report.tiers or report.components or report.runs):
+        out.print("nothing is provisioned or running; start with `rl360 up`")
+
+
+def _styled(status: str | None) -> str:
+    status = status or "unknown"
+    return f"[{STYLE.get(status, 'white')}]{status}[/]"
+
+
+def _short(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _last_metrics(path: str | None) -> dict:
+    """The last line of a run's metrics.jsonl, read from the end (the file can be long)."""
+    if not path:
+        return {}
+    try:
+        with open(Path(path), "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 65536))
+            lines = f.read().splitlines()
+        return json.loads(lines[-1]) if lines else {}
+    except (FileNotFoundError, json.JSONDecodeError, IndexError):
+        return {}

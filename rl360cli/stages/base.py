@@ -1,0 +1,177 @@
+"""What stages share: the context they run in, the actions they plan, and component bookkeeping.
+
+A stage is a module with `NAME`, `applies(ctx)`, `plan(ctx) -> list[Action]`
+and `apply(ctx)`. `plan` shows exactly what `apply` will do and starts
+nothing; `apply` is idempotent: run twice, it converges and duplicates nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rl360cli import events
+from rl360cli.backends.base import FINAL, Backend, ComponentSpec
+from rl360cli.config import ClusterProfile, Recipe, load_profile
+from rl360cli.errors import Rl360Error, RunFailed
+from rl360cli.state import StateFile, now_iso
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Action:
+    """One thing a stage will do, as `rl360 plan` shows it."""
+
+    stage: str
+    verb: str
+    subject: str
+    detail: str = ""
+    command: tuple[str, ...] = ()
+    # A whole script the action submits (an sbatch script), shown verbatim by plan and --dry-run.
+    script: str = ""
+
+
+@dataclass(kw_only=True)
+class Context:
+    state: StateFile
+    profile: ClusterProfile
+    profile_path: Path
+    recipe: Recipe | None = None
+    recipe_path: Path | None = None
+    run_id: str | None = None
+    # Progress lines for the user (the CLI prints them; tests collect them).
+    say: Callable[[str], None] = field(default=lambda message: None)
+    _backends: dict[str, Backend] = field(default_factory=dict, repr=False)
+
+    @functools.cached_property
+    def backend(self) -> Backend:
+        return self.backend_named(self.profile.backend)
+
+    def backend_named(self, name: str) -> Backend:
+        """The backend that manages records marked `backend = name`."""
+        if name not in self._backends:
+            if name == "slurm":
+                from rl360cli.backends.slurm import SlurmBackend
+
+                self._backends[name] = SlurmBackend(self.profile, self.state)
+            else:
+                from rl360cli.backends.local import LocalBackend
+
+                self._backends[name] = LocalBackend(self.profile)
+        return self._backends[name]
+
+    @property
+    def run_root(self) -> Path:
+        root = Path(self.profile.run_root) if self.profile.run_root else self.state.home / "runs"
+        return root.absolute()
+
+    @property
+    def run_dir(self) -> Path:
+        if not self.run_id:
+            raise Rl360Error("no run is selected", "start one with `rl360 up --recipe FILE` or pass --run ID")
+        return self.run_root / self.run_id
+
+    def need_recipe(self) -> Recipe:
+        if self.recipe is None:
+            raise Rl360Error("this command needs a recipe", "pass --recipe recipes/local-smoke.toml")
+        return self.recipe
+
+    def event(self, stage: str, action: str, subject: str, outcome: str = "ok", **detail: Any) -> None:
+        events.record(self.state, stage=stage, action=action, subject=subject, outcome=outcome, **detail)
+
+
+def new_run_id(recipe: Recipe) -> str:
+    return f"{recipe.run.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def resolve_profile(state: StateFile, explicit: Path | None, recipe: Recipe | None) -> tuple[ClusterProfile, Path]:
+    """The profile named on the command line, else the one the cluster was provisioned with,
+    else the recipe's, else the local one."""
+    if explicit is None:
+        recorded = (state.read().get("profile") or {}).get("path")
+        if recorded:
+            explicit = Path(recorded)
+        elif recipe is not None:
+            explicit = Path(recipe.run.profile)
+        else:
+            explicit = Path("cluster/local.toml")
+    return load_profile(explicit), explicit.absolute()
+
+
+# ----------------------------------------------------------------------------- components
+
+
+def component_is_live(ctx: Context, cid: str) -> bool:
+    """True if the state knows component `cid` and the backend sees it running now."""
+    rec = ctx.state.read()["components"].get(cid)
+    if rec is None or rec.get("status") in FINAL:
+        return False
+    return ctx.backend.observe({cid: rec})[cid].status == "running"
+
+
+def start_component(ctx: Context, spec: ComponentSpec, *, ready_timeout_s: float = 120.0) -> dict:
+    """Start `spec` unless it already runs; record it; wait until its health URL answers."""
+    if component_is_live(ctx, spec.id):
+        ctx.say(f"{spec.id}: already running")
+        ctx.event(spec.stage, "start", spec.id, "skipped", reason="already running")
+        return ctx.state.read()["components"][spec.id]
+    log_path = ctx.run_root / (spec.run or "cluster") / "logs" / f"{spec.tier}.{spec.name}.log"
+    record = ctx.backend.launch(spec, str(log_path))
+    record.update(
+        stage=spec.stage, tier=spec.tier, name=spec.name, kind=spec.kind, run=spec.run,
+        ports=dict(spec.ports), health_url=spec.health_url, started_at=now_iso(),
+        status="starting" if spec.health_url else "running", exit_code=None, reason=None,
+    )
+    with ctx.state.update() as doc:
+        doc["components"][spec.id] = record
+    ctx.event(spec.stage, "start", spec.id, pid=record.get("pid"), job=record.get("job_id"), log=str(log_path))
+    if spec.health_url:
+        wait_healthy(ctx, spec.id, spec.health_url, timeout_s=ready_timeout_s)
+    ctx.say(f"{spec.id}: running ({_where(record)})")
+    return record
+
+
+def wait_healthy(ctx: Context, cid: str, url: str, *, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                if reply.status == 200:
+                    _set_status(ctx, cid, "running")
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            pass
+        rec = ctx.state.read()["components"][cid]
+        seen = ctx.backend.observe({cid: rec})[cid]
+        if seen.status in FINAL:
+            _set_status(ctx, cid, "failed", exit_code=seen.exit_code, reason=seen.reason)
+            raise RunFailed(f"{cid} ended before it was ready ({seen.reason})", f"see its log {rec.get('log_path')}")
+        time.sleep(0.2)
+    _set_status(ctx, cid, "unknown", reason=f"not healthy after {timeout_s:g}s")
+    raise RunFailed(f"{cid} did not answer {url} within {timeout_s:g}s", "see its log with `rl360 logs`")
+
+
+def _set_status(ctx: Context, cid: str, status: str, **fields: Any) -> None:
+    with ctx.state.update() as doc:
+        rec = doc["components"].get(cid)
+        if rec is not None:
+            rec["status"] = status
+            rec.update(fields)
+
+
+def _where(record: dict) -> str:
+    if record.get("job_id"):
+        return f"job {record['job_id']} on {record.get('node')}"
+    return f"pid {record.get('pid')}"
+
+
+def python_argv(module: str, *args: str) -> tuple[str, ...]:
+    """The argv that runs `python -m module args` with this interpreter."""
+    return (sys.executable, "-m", module, *args)

@@ -1,0 +1,89 @@
+"""Stage `down`: stop everything the state knows, release the tiers, and confirm it.
+
+Components get SIGTERM (or `scancel` of their job step), then SIGKILL after a
+grace period; sandboxes the runs made are removed (also those an orchestrator
+that crashed left behind, found by label); the tiers' allocations are given
+back. Idempotent: a second `down` finds nothing to do. Records of what was
+stopped leave the state file; the events log keeps their history.
+"""
+
+from __future__ import annotations
+
+from rl360cli.stages.base import Action, Context
+
+NAME = "down"
+
+
+def plan(ctx: Context) -> list[Action]:
+    doc = ctx.state.read()
+    actions = [Action(stage=NAME, verb="stop", subject=cid, detail=_where(rec))
+               for cid, rec in doc["components"].items()]
+    if doc["sandboxes"]:
+        actions.append(Action(stage=NAME, verb="remove", subject=f"{len(doc['sandboxes'])} sandboxes"))
+    actions += [Action(stage=NAME, verb="release", subject=f"tier {name}", detail=_where(tier))
+                for name, tier in doc["tiers"].items()]
+    return actions
+
+
+def apply(ctx: Context, *, grace_s: float = 10.0) -> dict:
+    doc = ctx.state.read()
+    by_backend: dict[str, dict[str, dict]] = {}
+    for cid, rec in doc["components"].items():
+        by_backend.setdefault(rec.get("backend", "local"), {})[cid] = rec
+    for name, records in by_backend.items():
+        ctx.backend_named(name).stop(records, grace_s=grace_s)
+        for cid in records:
+            ctx.event(NAME, "stop", cid)
+            ctx.say(f"{cid}: stopped")
+
+    removed_sandboxes = _remove_sandboxes(ctx, doc)
+
+    tiers_by_backend: dict[str, dict[str, dict]] = {}
+    for name, tier in doc["tiers"].items():
+        tiers_by_backend.setdefault(tier.get("backend", "local"), {})[name] = tier
+    for name, tiers in tiers_by_backend.items():
+        ctx.backend_named(name).release(tiers)
+        for tier_name in tiers:
+            ctx.event(NAME, "release", f"tier {tier_name}")
+            ctx.say(f"tier {tier_name}: released")
+
+    with ctx.state.update() as new:
+        for cid in by_backend_ids(by_backend):
+            new["components"].pop(cid, None)
+        for name in doc["tiers"]:
+            new["tiers"].pop(name, None)
+        for sid in removed_sandboxes:
+            new["sandboxes"].pop(sid, None)
+        for run in new["runs"].values():
+            if run.get("status") in ("running", "starting"):
+                run["status"] = "stopped"
+    return {
+        "components": sorted(by_backend_ids(by_backend)),
+        "tiers": sorted(doc["tiers"]),
+        "sandboxes": len(removed_sandboxes),
+    }
+
+
+def by_backend_ids(by_backend: dict[str, dict[str, dict]]) -> list[str]:
+    return [cid for records in by_backend.values() for cid in records]
+
+
+def _remove_sandboxes(ctx: Context, doc: dict) -> list[str]:
+    """Remove every sandbox a run of this cluster made; returns the ids the state knew."""
+    if not doc["sandboxes"] and not ctx.profile.nodes:
+        return []
+    from rl360cli.sandbox.janitor import remove_all
+
+    removed = remove_all(ctx.profile, doc["sandboxes"])
+    if removed:
+        ctx.event(NAME, "remove", "sandboxes", count=len(removed))
+        ctx.say(f"sandboxes: {len(removed)} removed")
+    return list(doc["sandboxes"])
+
+
+def _where(rec: dict) -> str:
+    if rec.get("job_id"):
+        return f"job {rec['job_id']}"
+    if rec.get("pid"):
+        return f"pid {rec['pid']}"
+    return ", ".join(rec.get("nodes") or [])

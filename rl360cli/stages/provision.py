@@ -1,0 +1,57 @@
+"""Stage `provision`: allocate the service, training and rollout tiers and record them.
+
+Local backend: shares of this machine. Slurm backend: one allocation per tier
+(or one heterogeneous job) with its job id and node list. Idempotent: tiers
+already provisioned with this profile are left as they are.
+"""
+
+from __future__ import annotations
+
+from rl360cli.errors import Rl360Error
+from rl360cli.stages.base import Action, Context
+
+NAME = "provision"
+
+
+def applies(ctx: Context) -> bool:
+    return True
+
+
+def plan(ctx: Context) -> list[Action]:
+    if _already_provisioned(ctx):
+        return [Action(stage=NAME, verb="keep", subject=f"tier {t}", detail="already provisioned")
+                for t in ctx.profile.tiers]
+    return [Action(stage=NAME, verb="allocate", subject=f"tier {name}", detail=detail, command=command)
+            for name, detail, command in ctx.backend.provision_plan()]
+
+
+def apply(ctx: Context) -> dict:
+    if _already_provisioned(ctx):
+        ctx.say("tiers: already provisioned")
+        return ctx.state.read()["tiers"]
+    tiers, nodes = ctx.backend.provision()
+    with ctx.state.update() as doc:
+        doc["profile"] = {"name": ctx.profile.name, "path": str(ctx.profile_path), "backend": ctx.profile.backend}
+        doc["tiers"] = tiers
+        for name, node in nodes.items():
+            # A node's warm image cache survives re-provisioning: the images are still on its disk.
+            node["images"] = doc["nodes"].get(name, {}).get("images", {})
+            doc["nodes"][name] = node
+    for name, tier in tiers.items():
+        ctx.event(NAME, "allocate", f"tier {name}", nodes=tier.get("nodes"), job=tier.get("job_id"))
+        ctx.say(f"tier {name}: {tier['status']} on {', '.join(tier.get('nodes') or ['(pending)'])}")
+    return tiers
+
+
+def _already_provisioned(ctx: Context) -> bool:
+    doc = ctx.state.read()
+    recorded = doc.get("profile") or {}
+    if not doc["tiers"]:
+        return False
+    if recorded.get("path") and recorded["path"] != str(ctx.profile_path):
+        raise Rl360Error(
+            f"the cluster is provisioned with profile {recorded['path']}, not {ctx.profile_path}",
+            "run `rl360 down` first, or pass the same --profile",
+        )
+    live = ctx.backend.tiers_alive(doc["tiers"])
+    return all(live.get(name) for name in ctx.profile.tiers)

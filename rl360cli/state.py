@@ -1,0 +1,180 @@
+"""The cluster state file: one JSON document every stage reads and writes.
+
+Default `.rl360/state.json` in the working folder (`--state` / `RL360_STATE`).
+Writers take an exclusive flock on a sibling `.lock` file (with a timeout whose
+message names the holding pid), read, modify, write a temp file, fsync and
+rename it over the old one, so readers never see a torn file and concurrent
+CLI processes never lose each other's updates. The previous good version is
+kept as `state.json.bak` (a hard link, so it costs no copy).
+
+A missing file is an empty cluster. A corrupt file, or one written by a newer
+rl360, is an error that names the file and the fix; it is never rewritten.
+
+The document (schema version 1):
+
+    schema_version, created_at, updated_at
+    profile      the cluster profile in use: {name, path, backend}
+    tiers        name -> {kind, backend, status, job_id, nodes, resources, ...}
+    nodes        name -> {address, tier, cpus, memory_mb, reserved_cpus, reserved_memory_mb,
+                          docker_host, images: {ref: {digest, size, pulled_at, seconds}}}
+    components   id -> {stage, tier, node, name, kind, backend, pid, start_time, job_id, step,
+                        ports, log_path, started_at, status, exit_code, reason, run}
+    runs         id -> {recipe, status, step, policy_version, run_dir, metrics_path, started_at}
+    sandboxes    id -> {run, node, provider, image, container_id, pid, status, started_at, ...}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rl360cli.errors import Rl360Error
+
+SCHEMA_VERSION = 1
+DEFAULT_PATH = Path(".rl360/state.json")
+SECTIONS = ("tiers", "nodes", "components", "runs", "sandboxes")
+
+
+class StateError(Rl360Error):
+    """The state file cannot be used as it is."""
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def empty_state() -> dict[str, Any]:
+    stamp = now_iso()
+    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "created_at": stamp, "updated_at": stamp, "profile": None}
+    for section in SECTIONS:
+        doc[section] = {}
+    return doc
+
+
+class StateFile:
+    """The state file at `path`, with its lock, backup and events log beside it."""
+
+    def __init__(self, path: Path | str = DEFAULT_PATH, *, lock_timeout_s: float = 30.0):
+        self.path = Path(path)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.backup_path = self.path.with_name(self.path.name + ".bak")
+        self.events_path = self.path.with_name("events.jsonl")
+        self.lock_timeout_s = lock_timeout_s
+
+    @property
+    def home(self) -> Path:
+        """The folder that holds the state file; run folders live below it by default."""
+        return self.path.parent
+
+    def read(self) -> dict[str, Any]:
+        """The current document (an empty cluster when there is no file yet). Takes no lock."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return empty_state()
+        except OSError as e:
+            raise StateError(f"state file {self.path} cannot be read ({e.strerror})", "check its permissions") from None
+        return self._parse(raw)
+
+    @contextlib.contextmanager
+    def update(self) -> Iterator[dict[str, Any]]:
+        """Lock, read, let the caller modify the document in place, write it back atomically.
+
+        If the body raises, nothing is written.
+        """
+        with self.locked():
+            doc = self.read()
+            yield doc
+            self._write(doc)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self._acquire(fd)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()} {_own_command()}\n".encode(), 0)
+                yield
+            finally:
+                os.ftruncate(fd, 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def _acquire(self, fd: int) -> None:
+        deadline = time.monotonic() + self.lock_timeout_s
+        delay = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = os.pread(fd, 512, 0).decode(errors="replace").strip() or "an unknown process"
+                    raise StateError(
+                        f"state file {self.path} is locked by pid {holder} for over {self.lock_timeout_s:g}s",
+                        "wait for that command to finish, or stop it",
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+
+    def _write(self, doc: dict[str, Any]) -> None:
+        doc["updated_at"] = now_iso()
+        data = json.dumps(doc, indent=1, sort_keys=False).encode()
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if self.path.exists():
+            bak_tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.bak")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(bak_tmp)
+            os.link(self.path, bak_tmp)
+            os.replace(bak_tmp, self.backup_path)
+        os.replace(tmp, self.path)
+        _fsync_dir(self.path.parent)
+
+    def _parse(self, raw: bytes) -> dict[str, Any]:
+        fix = f"restore the last good copy with `cp {self.backup_path} {self.path}`, or move the file aside to start empty"
+        try:
+            doc = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise StateError(f"state file {self.path} is corrupt ({e})", fix) from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("schema_version"), int):
+            raise StateError(f"state file {self.path} is not an rl360 state file (no schema_version)", fix)
+        version = doc["schema_version"]
+        if version > SCHEMA_VERSION:
+            raise StateError(
+                f"state file {self.path} has schema {version}, newer than this rl360 understands ({SCHEMA_VERSION})",
+                "upgrade rl360 (pip install -U rl360)",
+            )
+        for section in SECTIONS:
+            if not isinstance(doc.setdefault(section, {}), dict):
+                raise StateError(f"state file {self.path}: '{section}' must be an object", fix)
+        return doc
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _own_command() -> str:
+    try:
+        args = Path("/proc/self/cmdline").read_bytes().split(b"\0")
+        return " ".join(a.decode(errors="replace") for a in args if a)[:200]
+    except OSError:
+        return ""

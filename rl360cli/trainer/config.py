@@ -1,0 +1,71 @@
+"""Configuration of the policy model, the trainer and the weight broadcast to the engines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelConfig:
+    # `tiny`: a small Llama-style model built from scratch with a tokenizer trained on the task set;
+    # `huggingface`: a saved Hugging Face model folder (`path`); `gguf-package`: a GGUF file shipped
+    # inside a pip package (`package`, `gguf_file`), dequantised once and cached as a Hugging Face folder.
+    kind: Literal["tiny", "huggingface", "gguf-package"] = "tiny"
+    path: str | None = None
+    package: str | None = None
+    gguf_file: str | None = None
+    # tiny only
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    # Supervised warm-up on synthetic examples before RL (tiny models start from nothing).
+    warmup_steps: int = 0
+    warmup_lr: float = 3e-3
+    dtype: Literal["float32", "bfloat16"] = "float32"
+
+    def __post_init__(self) -> None:
+        if self.kind == "huggingface" and not self.path:
+            raise ValueError("kind 'huggingface' needs `path` (a saved model folder)")
+        if self.kind == "gguf-package" and not (self.package and self.gguf_file):
+            raise ValueError("kind 'gguf-package' needs `package` and `gguf_file`")
+        for name in ("hidden_size", "num_layers", "num_heads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size ({self.hidden_size}) must be a multiple of num_heads ({self.num_heads})")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0 (got {self.warmup_steps})")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainerConfig:
+    # `torch`: any Hugging Face causal LM on CPU or one GPU; `megatron`: megatron-core with TP/PP/DP.
+    kind: Literal["torch", "megatron"] = "torch"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    betas: tuple[float, ...] = (0.9, 0.999)
+    grad_clip: float = 1.0
+    # Micro-batches are cut so that each holds at most this many tokens (padding included).
+    micro_batch_tokens: int = 8192
+    # Optimizer passes over each batch (PPO epochs).
+    num_epochs: int = 1
+    checkpoint_every: int = 10
+    # megatron only
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    # Weight broadcast to the engines after each step.
+    sync_backend: Literal["gloo", "nccl"] = "gloo"
+    sync_bucket_mb: int = 64
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive (got {self.lr})")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"betas must be two numbers in [0, 1) (got {list(self.betas)})")
+        if self.grad_clip < 0:
+            raise ValueError(f"grad_clip must be >= 0, 0 turns clipping off (got {self.grad_clip})")
+        for name in ("micro_batch_tokens", "num_epochs", "checkpoint_every", "tensor_parallel",
+                     "pipeline_parallel", "sync_bucket_mb"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")

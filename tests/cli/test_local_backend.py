@@ -1,0 +1,159 @@
+"""The local backend through the real CLI: components as supervised process groups, reconciled with /proc."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rl360cli.backends import procinfo
+from rl360cli.backends.base import ComponentSpec
+from rl360cli.config import load_profile
+from rl360cli.stages.base import Context, start_component
+from rl360cli.state import StateFile
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def ctx(state_path) -> Context:
+    return Context(state=StateFile(state_path), profile=load_profile(REPO / "cluster/local.toml"),
+                   profile_path=REPO / "cluster/local.toml", run_id="r1")
+
+
+def spawn(ctx: Context, name: str, script: str, tier: str = "service") -> dict:
+    spec = ComponentSpec(name=name, tier=tier, stage="test", kind="worker", argv=("bash", "-c", script), run="r1")
+    return start_component(ctx, spec)
+
+
+def family_of(rec: dict) -> list[int]:
+    return procinfo.family(rec["supervisor_pid"], rec["pgid"])
+
+
+def test_sigkilled_component_shows_failed_and_down_leaves_no_process(ctx, cli):
+    # One component that also leaves a background grandchild behind, one plain one.
+    a = spawn(ctx, "a", "sleep 300 & sleep 300")
+    b = spawn(ctx, "b", "sleep 300", tier="rollout")
+    time.sleep(0.3)
+    pids = set(family_of(a)) | set(family_of(b))
+    assert len(pids) >= 5  # two supervisors, two bash, the sleeps
+
+    os.kill(a["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        status = cli("status", "--json")
+        comps = json.loads(status.stdout)["components"]
+        if comps["service/a"]["status"] == "failed":
+            break
+        time.sleep(0.2)
+    assert status.returncode == 3, status.stderr
+    assert comps["service/a"]["status"] == "failed"
+    assert comps["service/a"]["exit_code"] == 137
+    assert comps["rollout/b"]["status"] == "running"
+
+    down = cli("down", "--grace", "2")
+    assert down.returncode == 0, down.stderr
+    still = [p for p in pids if procinfo.is_alive(p)]
+    assert still == []
+    assert json.loads(cli("status", "--json").stdout)["components"] == {}
+    assert cli("down").stdout.strip() == "nothing was running"
+
+
+def test_a_reused_pid_is_not_mistaken_for_the_component(ctx, cli):
+    rec = spawn(ctx, "c", "sleep 300")
+    with ctx.state.update() as doc:
+        # As if the component and its supervisor had ended and their pids now belonged to someone else.
+        doc["components"]["service/c"]["start_time"] += 1
+        doc["components"]["service/c"]["supervisor_start_time"] += 1
+    comps = json.loads(cli("status", "--json").stdout)["components"]
+    assert comps["service/c"]["status"] == "failed"
+    assert comps["service/c"]["reason"] == "the process vanished without an exit code"
+    ctx.backend.stop({"c": rec}, grace_s=1)
+
+
+def test_clean_exit_is_exited_not_failed(ctx, cli):
+    spawn(ctx, "d", "echo bye")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        comps = json.loads(cli("status", "--json").stdout)["components"]
+        if comps["service/d"]["status"] == "exited":
+            break
+        time.sleep(0.2)
+    assert comps["service/d"]["status"] == "exited" and comps["service/d"]["exit_code"] == 0
+
+
+def test_starting_a_running_component_again_duplicates_nothing(ctx):
+    first = spawn(ctx, "e", "sleep 300")
+    again = spawn(ctx, "e", "sleep 300")
+    assert again["pid"] == first["pid"]
+    ctx.backend.stop({"e": first}, grace_s=1)
+
+
+def test_down_ignores_sigterm_then_kills(ctx, cli):
+    rec = spawn(ctx, "stubborn", "trap '' TERM; while true; do sleep 0.1; done")
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    assert cli("down", "--grace", "1").returncode == 0
+    assert not procinfo.is_alive(rec["pid"])
+    assert time.monotonic() - t0 < 30
+
+
+def test_logs_follow_sees_lines_new_components_and_ends_with_the_run(ctx, state_path):
+    with ctx.state.update() as doc:
+        doc["runs"]["r1"] = {"status": "running", "run_dir": str(ctx.run_dir), "step": 0, "num_steps": 3}
+        doc["current_run"] = "r1"
+    spawn(ctx, "early", "echo early-line; sleep 300")
+    follower = subprocess.Popen([sys.executable, "-m", "rl360cli", "logs", "--follow"], cwd=REPO,
+                                env={**os.environ, "RL360_STATE": str(state_path)}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        assert _wait_for_line(follower, "service/early | early-line", 10)
+        spawn(ctx, "late", "sleep 0.5; echo late-line; sleep 300", tier="rollout")
+        t_written = time.monotonic() + 0.5
+        assert _wait_for_line(follower, "rollout/late | late-line", 10)
+        assert time.monotonic() - t_written < 1.5  # seen within about a second (0.2 s polls)
+        with ctx.state.update() as doc:
+            doc["runs"]["r1"].update(status="finished", step=3)
+        rest, _ = follower.communicate(timeout=20)
+        assert follower.returncode == 0
+        assert rest.strip().splitlines()[-1] == "── run r1 finished at step 3/3 ──"
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+        ctx.backend.stop({cid: r for cid, r in ctx.state.read()["components"].items()}, grace_s=1)
+
+
+def test_logs_follow_exits_3_when_the_trainer_dies(ctx, state_path):
+    with ctx.state.update() as doc:
+        doc["runs"]["r1"] = {"status": "running", "run_dir": str(ctx.run_dir), "step": 1, "num_steps": 3}
+        doc["current_run"] = "r1"
+    spec = ComponentSpec(name="trainer", tier="training", stage="train", kind="trainer",
+                         argv=("bash", "-c", "echo training; sleep 1; exit 7"), run="r1")
+    start_component(ctx, spec)
+    follower = subprocess.run([sys.executable, "-m", "rl360cli", "logs", "--follow"], cwd=REPO, timeout=30,
+                              env={**os.environ, "RL360_STATE": str(state_path)}, capture_output=True, text=True)
+    assert follower.returncode == 3
+    assert "training/trainer | training" in follower.stdout
+    assert "failed" in follower.stdout.splitlines()[-1] and "exit code 7" in follower.stdout.splitlines()[-1]
+
+
+def _wait_for_line(proc: subprocess.Popen, text: str, timeout: float) -> bool:
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sel.select(timeout=0.1):
+            line = proc.stdout.readline()
+            if text in line:
+                return True
+            if not line:
+                return False
+    return False
