@@ -14,13 +14,22 @@ Names are importable from here too; each is loaded on first use, so importing `r
 import importlib
 
 _EXPORTS = {
-    "Outcome": "outcome", "InfraCause": "outcome",
+    "Outcome": "outcome",
+    "InfraCause": "outcome",
     "GRPOConfig": "config",
-    "Trajectory": "trajectory", "CompactionReport": "compaction",
-    "group_advantages": "grpo", "policy_loss": "grpo", "aggregate_loss": "grpo", "kl_penalty": "grpo",
+    "Trajectory": "trajectory",
+    "CompactionReport": "compaction",
+    "group_advantages": "grpo",
+    "policy_loss": "grpo",
+    "aggregate_loss": "grpo",
+    "kl_penalty": "grpo",
     "LossStats": "grpo",
-    "build_batch": "batch", "BatchReport": "batch", "TrainBatch": "train_batch", "MicroBatch": "train_batch",
-}  # fmt: skip
+    "build_batch": "batch",
+    "BatchReport": "batch",
+    "TrainBatch": "train_batch",
+    "MicroBatch": "train_batch",
+    "MicroBatches": "train_batch",
+}
 
 __all__ = sorted(_EXPORTS)
 

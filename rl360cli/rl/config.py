@@ -1,0 +1,130 @@
+"""`GRPOConfig`: the knobs of the learning signal, validated when a recipe is loaded.
+
+Imports nothing heavy, so `rl360 plan` can check a recipe without torch. The trainer hands the
+fields on with `build_batch(trajectories, **config.batch_kwargs())` and
+`policy_loss(..., **config.loss_kwargs())`.
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+KLEstimator = Literal["k1", "k2", "k3", "low_var_kl"]
+
+AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
+KL_ESTIMATORS: tuple[str, ...] = get_args(KLEstimator)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GRPOConfig:
+    """Group-relative advantages, the clipped policy loss and how a step's batch is filtered."""
+
+    std_normalize: bool = True
+    # Divide (r - group mean) by the group's unbiased std (GRPO); False gives Dr. GRPO's r - mean.
+    eps: float = 1e-6
+    # Added to the group std before dividing, so a near-constant group does not explode.
+    clip_low: float = 0.2
+    # PPO-clip lower epsilon: the ratio is clipped below at 1 - clip_low.
+    clip_high: float = 0.2
+    # PPO-clip upper epsilon: the ratio is clipped above at 1 + clip_high (DAPO's clip-higher uses 0.28).
+    clip_c: float | None = None
+    # Dual-clip bound for negative advantages (the loss never exceeds -A * clip_c); None disables it.
+    aggregation: Aggregation = "token-mean"
+    # How token losses become one scalar, with verl's meanings (see rl360cli.rl.grpo.aggregate_loss).
+    norm_tokens: int | None = None
+    # Divisor of "seq-mean-token-sum-norm" (Dr. GRPO's constant, e.g. the maximum response length);
+    # None divides by the padded width, as verl does, which then varies with padding.
+    kl_coef: float = 0.0
+    # Weight of the KL-to-reference term in the loss; 0 disables it (no reference model needed).
+    kl_estimator: KLEstimator = "k3"
+    # KL estimator: k1 = log-ratio, k2 = half squared log-ratio, k3 = low_var_kl (clamped to +-10).
+    tis_cap: float | None = None
+    # Truncated importance sampling: cap on exp(training-time old logprob - rollout logprob);
+    # None disables the correction.
+    min_valid: int = 2
+    # A group left with fewer valid (not infra-failed, not stale) samples than this is dropped.
+    filter_zero_std: bool = True
+    # Dynamic filtering: drop groups whose valid rewards are all equal (they carry no signal).
+    max_staleness: int | None = None
+    # Drop samples generated more than this many policy versions ago; None keeps every sample.
+    pass_threshold: float = 1.0
+    # A valid sample with reward >= this counts as a pass in the pass-rate metric.
+
+    def __post_init__(self) -> None:
+        _check_real(self.eps, "eps", positive=True, fix="use a small positive number such as 1e-6")
+        _check_real(self.clip_low, "clip_low", fix="use a value in [0, 1), e.g. 0.2")
+        if not 0.0 <= self.clip_low < 1.0:
+            raise ValueError(f"clip_low must be in [0, 1) (got {self.clip_low}); use e.g. 0.2")
+        _check_real(self.clip_high, "clip_high", fix="use a value >= 0, e.g. 0.2 or 0.28")
+        if self.clip_high < 0.0:
+            raise ValueError(f"clip_high must be >= 0 (got {self.clip_high}); use e.g. 0.2 or 0.28")
+        if self.clip_c is not None:
+            _check_real(self.clip_c, "clip_c", fix="use a value > 1 such as 3.0, or None to disable dual clip")
+            if self.clip_c <= 1.0:
+                raise ValueError(
+                    f"clip_c must be > 1 (got {self.clip_c}); use e.g. 3.0, or None to disable dual clip"
+                )
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)} (got {self.aggregation!r})")
+        if self.norm_tokens is not None and (not _is_int(self.norm_tokens) or self.norm_tokens < 1):
+            raise ValueError(
+                f"norm_tokens must be a positive integer or None (got {self.norm_tokens!r}); "
+                "use the maximum response length"
+            )
+        _check_real(self.kl_coef, "kl_coef", fix="use 0 to disable the KL term or a small value like 0.001")
+        if self.kl_coef < 0.0:
+            raise ValueError(f"kl_coef must be >= 0 (got {self.kl_coef}); use 0 to disable the KL term")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(
+                f"kl_estimator must be one of {', '.join(KL_ESTIMATORS)} (got {self.kl_estimator!r})"
+            )
+        if self.tis_cap is not None:
+            _check_real(self.tis_cap, "tis_cap", positive=True, fix="use e.g. 2.0, or None to disable")
+        if not _is_int(self.min_valid) or self.min_valid < 2:
+            raise ValueError(
+                f"min_valid must be an integer >= 2 (got {self.min_valid!r}); "
+                "a group needs two samples for a baseline"
+            )
+        if self.max_staleness is not None and (not _is_int(self.max_staleness) or self.max_staleness < 0):
+            raise ValueError(
+                f"max_staleness must be an integer >= 0 or None (got {self.max_staleness!r}); "
+                "use 0 for on-policy, 1 for one step of overlap"
+            )
+        _check_real(self.pass_threshold, "pass_threshold", fix="use the reward of a solved task, e.g. 1.0")
+
+    def batch_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of `build_batch` this config sets (add `current_version`)."""
+        return {
+            "min_valid": self.min_valid,
+            "filter_zero_std": self.filter_zero_std,
+            "max_staleness": self.max_staleness,
+            "std_normalize": self.std_normalize,
+            "eps": self.eps,
+            "pass_threshold": self.pass_threshold,
+        }
+
+    def loss_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of `policy_loss` this config sets."""
+        return {
+            "clip_low": self.clip_low,
+            "clip_high": self.clip_high,
+            "clip_c": self.clip_c,
+            "aggregation": self.aggregation,
+            "norm_tokens": self.norm_tokens,
+            "kl_coef": self.kl_coef,
+            "kl_estimator": self.kl_estimator,
+            "tis_cap": self.tis_cap,
+        }
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_real(value: object, name: str, *, fix: str, positive: bool = False) -> None:
+    # bool is an int subclass; a TOML `true` where a number belongs is a typo, not 1.0.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number (got {value!r}); {fix}")
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be > 0 (got {value!r}); {fix}")

@@ -1,0 +1,51 @@
+"""How a task attempt ended: the failure taxonomy shared by the sandbox layer and the RL core.
+
+Every attempt ends as exactly one `Outcome`. An `infra_failure` also carries an `InfraCause`;
+the RL core masks such attempts out of the group statistics and the loss, because a crashed
+container says nothing about the policy. This module imports nothing beyond the standard
+library so that the sandbox, inference and CLI layers can use it without pulling in torch.
+"""
+
+from enum import StrEnum
+
+
+class Outcome(StrEnum):
+    """How one task attempt ended."""
+
+    OK = "ok"
+    """The verifier ran and produced a reward; trained on."""
+    MODEL_FAILURE = "model_failure"
+    """The policy's fault (its code crashed, it ran out of its agent budget, it gave no answer).
+    The reward stands and the attempt is trained on."""
+    INFRA_FAILURE = "infra_failure"
+    """The infrastructure's fault; the attempt is masked from training and counted by cause."""
+
+
+class InfraCause(StrEnum):
+    """Why an attempt failed for a reason that is not the policy's."""
+
+    IMAGE_PULL = "image_pull"
+    """The sandbox image could not be pulled onto the node."""
+    IMAGE_BUILD = "image_build"
+    """The task's environment image failed to build."""
+    SANDBOX_START = "sandbox_start"
+    """The sandbox (container or process) did not start."""
+    OOM_KILLED = "oom_killed"
+    """The sandbox was OOM-killed at its memory limit for a reason the sandbox layer lays at the
+    infrastructure's door (a reservation too small for the task's own services, say)."""
+    OOM_NODE = "oom_node"
+    """The node ran out of memory and the kernel killed the sandbox."""
+    NODE_LOST = "node_lost"
+    """The node went away (reboot, network partition, Slurm node failure)."""
+    ENGINE_ERROR = "engine_error"
+    """The inference engine failed the request (crash, HTTP error, aborted generation)."""
+    VERIFIER_ERROR = "verifier_error"
+    """The verifier itself failed to run or wrote no reward."""
+    TIMEOUT_INFRA = "timeout_infra"
+    """A timeout outside the agent's budget (start, upload, verifier wall clock)."""
+    PROVIDER_ERROR = "provider_error"
+    """The sandbox provider (Docker daemon, remote API) returned an error."""
+    INJECTED = "injected"
+    """A failure injected on purpose by a fault-injection test."""
+    UNKNOWN = "unknown"
+    """An infrastructure error the layer could not classify; a non-zero rate needs a look."""
