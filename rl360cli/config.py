@@ -12,12 +12,13 @@ Each section's dataclass lives beside the component it configures.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from rl360cli.backends.slurm_options import SlurmOptions
+from rl360cli.backends.slurm_options import SlurmOptions, check_time_limit
 from rl360cli.configload import ConfigError, load_toml
 from rl360cli.inference.config import EngineConfig
 from rl360cli.rl.config import GRPOConfig
@@ -55,6 +56,8 @@ class TierSpec:
             raise ValueError(f"cpus_per_node must be at least 1 (got {self.cpus_per_node})")
         if not 0 < self.share <= 1:
             raise ValueError(f"share must be in (0, 1] (got {self.share})")
+        if self.time_limit is not None:
+            check_time_limit(self.time_limit)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,6 +69,8 @@ class NodeSpec:
     # `unix:///path/docker.sock`, or `ssh://user@host:port` (then key_path is used through paramiko).
     docker_host: str = "unix:///var/run/docker.sock"
     key_path: str | None = None
+    # ssh:// only: the known_hosts file holding the node's host key (None: ~/.ssh/known_hosts); unknown keys are refused.
+    known_hosts: str | None = None
     cpus: float = 2.0
     memory_mb: int = 4096
     # Disk the image cache may use on this node.
@@ -147,8 +152,8 @@ class ClusterProfile:
 class RunSpec:
     name: str
     seed: int = 0
-    # The cluster profile this recipe runs on unless `--profile` says otherwise.
-    profile: str = "cluster/local.toml"
+    # The cluster profile this recipe runs on unless `--profile` says otherwise (relative to the recipe).
+    profile: str = "../cluster/local.toml"
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -188,8 +193,18 @@ class Recipe:
             raise ValueError("rollout.max_new_tokens must be smaller than rollout.max_total_tokens")
 
 
-def load_recipe(path: Path | str) -> Recipe:
-    return load_toml(Recipe, Path(path))
+def load_recipe(path: Path | str, *, base_dir: Path | str | None = None) -> Recipe:
+    """Load a recipe; relative paths in it (tasks, model) are relative to `base_dir`, by default
+    the recipe file's own folder, so a recipe means the same thing from any working folder."""
+    path = Path(path)
+    recipe = load_toml(Recipe, path)
+    base = Path(base_dir) if base_dir else path.parent
+    tasks = dataclasses.replace(recipe.tasks, path=str((base / recipe.tasks.path).absolute()))
+    run = dataclasses.replace(recipe.run, profile=str((base / recipe.run.profile).absolute()))
+    model = recipe.model
+    if model.kind == "huggingface" and model.path and not Path(model.path).is_absolute():
+        model = dataclasses.replace(model, path=str((base / model.path).absolute()))
+    return dataclasses.replace(recipe, run=run, tasks=tasks, model=model)
 
 
 def load_profile(path: Path | str) -> ClusterProfile:

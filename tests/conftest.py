@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+DEV_SCRIPTS = REPO / "cluster" / "dev"
 DEV_ROOT = Path(os.environ.get("RL360_DEV_ROOT", "/tmp/rl360-dev"))
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -26,32 +29,89 @@ def need(condition: bool, why: str) -> None:
     if condition:
         return
     if IN_CI:
-        pytest.fail(f"{why} (CI=true: real-component tests may not be skipped)")
+        pytest.fail(f"{why} (CI=true: real-component tests may not be skipped)", pytrace=False)
     pytest.skip(why)
 
 
-def _service(relative: str, script: str) -> dict:
-    path = DEV_ROOT / relative
-    need(path.exists(), f"{path} missing: start the dev services with `bash cluster/dev/{script} up`")
-    return json.loads(path.read_text())
+def _missing(what: str, start_with: str) -> None:
+    need(False, f"{what}; start it with: {start_with}")
+
+
+def _load(path: Path, what: str, start_with: str) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        _missing(f"{what} not started ({path} missing)", start_with)
+    except json.JSONDecodeError as exc:
+        _missing(f"{what}: unreadable {path} ({exc})", start_with)
+    raise AssertionError("unreachable")
+
+
+def _tcp_open(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _docker_ping(docker_host: str, timeout: float = 2.0) -> bool:
+    """GET /_ping on a unix:// docker socket, without the docker SDK."""
+    path = docker_host.removeprefix("unix://")
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(path)
+            sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: d\r\n\r\n")
+            status_line = sock.recv(64).split(b"\r\n", 1)[0]
+            return b" 200" in status_line
+    except OSError:
+        return False
 
 
 @pytest.fixture(scope="session")
-def docker_nodes() -> dict:
-    """The dev Docker nodes and registry (cluster/dev/docker-nodes.sh)."""
-    return _service("docker/nodes.json", "docker-nodes.sh")
+def docker_nodes() -> dict[str, Any]:
+    """$DEV_ROOT/docker/nodes.json of cluster/dev/docker-nodes.sh, all daemons answering."""
+    start = f"{DEV_SCRIPTS}/docker-nodes.sh up"
+    desc = _load(DEV_ROOT / "docker" / "nodes.json", "docker nodes", start)
+    host, _, port = desc["registry"].partition(":")
+    if not _tcp_open(host, int(port)):
+        _missing(f"loopback registry {desc['registry']} not answering", start)
+    down = [n["name"] for n in desc["nodes"] if not _docker_ping(n["docker_host"])]
+    if down:
+        _missing(f"dockerd of {', '.join(down)} not answering", start)
+    return desc
 
 
 @pytest.fixture(scope="session")
-def ssh_nodes() -> dict:
-    """The dev sshd nodes on 127.0.1.x (cluster/dev/sshd-nodes.sh)."""
-    return _service("ssh/nodes.json", "sshd-nodes.sh")
+def ssh_nodes() -> dict[str, Any]:
+    """$DEV_ROOT/ssh/nodes.json of cluster/dev/sshd-nodes.sh, all sshd listening."""
+    start = f"{DEV_SCRIPTS}/sshd-nodes.sh up"
+    desc = _load(DEV_ROOT / "ssh" / "nodes.json", "sshd nodes", start)
+    down = [n["name"] for n in desc["nodes"] if not _tcp_open(n["host"], n["port"])]
+    if down:
+        _missing(f"sshd of {', '.join(down)} not listening", start)
+    return desc
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster() -> dict:
-    """The dev Slurm cluster (cluster/dev/slurm.sh)."""
-    return _service("slurm/cluster.json", "slurm.sh")
+def slurm_cluster() -> dict[str, Any]:
+    """$DEV_ROOT/slurm/cluster.json of cluster/dev/slurm.sh, slurmctld answering.
+
+    Commands need SLURM_CONF=desc["conf"] (also in desc["env"]).
+    """
+    start = f"{DEV_SCRIPTS}/slurm.sh up"
+    desc = _load(DEV_ROOT / "slurm" / "cluster.json", "Slurm cluster", start)
+    env = {**os.environ, **desc["env"]}
+    try:
+        out = subprocess.run(
+            ["scontrol", "ping"], env=env, capture_output=True, text=True, timeout=20
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        _missing(f"scontrol ping failed ({exc})", start)
+    if "UP" not in out:
+        _missing(f"slurmctld not answering ({out.strip() or 'no output'})", start)
+    return desc
 
 
 @pytest.fixture

@@ -312,7 +312,7 @@ def test_heterogeneous_job(slurm_cluster, tmp_path):
 
 @pytest.mark.slurm
 def test_submitit_runs_a_function(slurm_cluster, tmp_path, monkeypatch):
-    submitit = pytest.importorskip("submitit")
+    import submitit
     for k, v in slurm_cluster["env"].items():
         monkeypatch.setenv(k, v)
     ex = submitit.AutoExecutor(folder=tmp_path / "submitit")

@@ -1,0 +1,143 @@
+"""The image list (`images/images.toml`): which image, which tier's nodes need it, how it is pinned.
+
+    [images.python]
+    ref = "rl360/python:3.11"            # no registry host: the profile's [registry] address is used
+    tiers = ["rollout"]
+    expected_concurrency = 4             # or: pin = ["n1", "n2"], or: pin_count = 2
+
+A reference without a registry host (`rl360/python:3.11`) is qualified with the
+profile's registry, so one image list serves the dev cluster and a real one.
+`ImageRef` parses references the way Docker does (the first path part is a
+host when it holds a '.' or ':' or is `localhost`).
+
+    images = load_images(Path("images/images.toml"))
+    ref = ImageRef.parse("rl360/python:3.11", default_registry="127.0.0.1:5000")
+
+Test: tests/images/test_images_config.py.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rl360cli.configload import ConfigError, load_toml
+
+TIERS = ("service", "training", "rollout")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+_REPO = re.compile(r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ImageRef:
+    """A fully qualified image reference: registry host, repository, and a tag or a digest."""
+
+    registry: str
+    repository: str
+    tag: str | None = None
+    digest: str | None = None
+
+    @classmethod
+    def parse(cls, text: str, *, default_registry: str) -> ImageRef:
+        """`rl360/python:3.11` -> registry `default_registry`; `host:5000/x/y@sha256:...` as written."""
+        rest, digest = text, None
+        if "@" in rest:
+            rest, digest = rest.split("@", 1)
+            if not _DIGEST.match(digest):
+                raise ValueError(f"{text!r}: the digest must be sha256:<64 hex digits>")
+        first, _, after = rest.partition("/")
+        if after and ("." in first or ":" in first or first == "localhost"):
+            registry, path = first, after
+        else:
+            registry, path = default_registry, rest
+        tag = None
+        last = path.rsplit("/", 1)[-1]
+        if ":" in last:
+            path, tag = path.rsplit(":", 1)
+            if not _TAG.match(tag):
+                raise ValueError(f"{text!r}: tag {tag!r} is not a valid Docker tag")
+        if not _REPO.match(path):
+            raise ValueError(f"{text!r}: repository {path!r} must be lowercase path parts (a-z, 0-9, . _ -)")
+        if tag is None and digest is None:
+            tag = "latest"
+        return cls(registry=registry, repository=path, tag=tag, digest=digest)
+
+    @property
+    def name(self) -> str:
+        """`registry/repository`: what Docker's RepoDigests entries start with."""
+        return f"{self.registry}/{self.repository}"
+
+    @property
+    def reference(self) -> str:
+        """The tag, else the digest: the `<reference>` of `/v2/<name>/manifests/<reference>`."""
+        return self.tag or self.digest or "latest"
+
+    def __str__(self) -> str:
+        if self.tag:
+            return f"{self.name}:{self.tag}"
+        return f"{self.name}@{self.digest}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ImageSpec:
+    """One image of the list (its name is its table's key)."""
+
+    # The reference; without a registry host it is qualified with the profile's [registry] address.
+    ref: str
+    # The tiers whose nodes need it.
+    tiers: tuple[str, ...] = ("rollout",)
+    # Exactly these nodes hold it warm ...
+    pin: tuple[str, ...] = ()
+    # ... or this many of the tiers' nodes ...
+    pin_count: int | None = None
+    # ... or as many nodes as it takes to run this many of its sandboxes at once (every node when none is set).
+    expected_concurrency: int | None = None
+    # What one sandbox of this image reserves, to count how many fit on a node.
+    cpus: float = 1.0
+    memory_mb: int = 1024
+    # The image's size on a node's disk, when known; otherwise taken from a node that holds it, else
+    # estimated from the registry's compressed layer sizes (see pinmap.EXPANSION).
+    disk_mb: float | None = None
+    # Where it is built (documentation; rl360 does not build images).
+    dockerfile: str | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [t for t in self.tiers if t not in TIERS]
+        if not self.tiers or unknown:
+            raise ValueError(f"tiers must name some of {', '.join(TIERS)} (got {list(self.tiers)})")
+        set_ = [k for k in ("pin", "pin_count") if getattr(self, k)]
+        if len(set_) > 1:
+            raise ValueError("set pin or pin_count, not both")
+        if len(set(self.pin)) != len(self.pin):
+            raise ValueError(f"pin names a node twice (got {list(self.pin)})")
+        if self.pin_count is not None and self.pin_count < 1:
+            raise ValueError(f"pin_count must be at least 1 (got {self.pin_count}); remove it to use every node")
+        if self.expected_concurrency is not None and self.expected_concurrency < 1:
+            raise ValueError(f"expected_concurrency must be at least 1 (got {self.expected_concurrency})")
+        if self.cpus <= 0 or self.memory_mb <= 0:
+            raise ValueError(f"cpus and memory_mb must be positive (got {self.cpus}, {self.memory_mb})")
+        if self.disk_mb is not None and self.disk_mb <= 0:
+            raise ValueError(f"disk_mb must be positive (got {self.disk_mb}); remove it to measure it")
+        ImageRef.parse(self.ref, default_registry="registry.invalid")  # raises ValueError on a bad ref
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ImageList:
+    images: dict[str, ImageSpec] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in self.images:
+            if not _NAME.match(name):
+                raise ValueError(f"image name {name!r} must be lowercase letters, digits, '.', '_' or '-'")
+
+
+def load_images(path: Path | str) -> ImageList:
+    """The image list at `path`; an empty list is an error (there is nothing to prewarm)."""
+    path = Path(path)
+    images = load_toml(ImageList, path)
+    if not images.images:
+        raise ConfigError(f"{path}: lists no images", "add an [images.NAME] table with at least `ref = ...`")
+    return images

@@ -1,0 +1,127 @@
+"""A Slurm node's Docker cache, worked through job steps of the allocation that holds the node.
+
+On a Slurm cluster the login node usually cannot reach a compute node's
+Docker socket; a profile with `backend = "slurm"` and a `unix://` docker_host
+means that socket *on the node*. Each operation is then one
+`srun --jobid=J --nodelist=NODE --overlap` step inside the tier's allocation
+running the docker CLI there with DOCKER_HOST set, and its JSON output is
+parsed here. `SlurmStep` builds the exact argv (shown by `--dry-run` and
+checked by golden tests); `SlurmStepRuntime` runs them and is a `NodeRuntime`
+like the docker SDK one.
+
+    step = SlurmStep(job_id="1234", node="n7", docker_host="unix:///var/run/docker.sock")
+    step.pull("registry:5000/rl360/python@sha256:...")   # -> ("srun", "--jobid=1234", ...)
+
+Test: tests/images/test_slurm_step.py (golden argv; a real round trip on the dev Slurm).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+
+from rl360cli.backends.slurm_cmd import slurm_env
+from rl360cli.nodes.runtime import LocalImage, NodeError
+
+_LIST_IMAGES = ('ids=$(docker image ls -q --no-trunc | sort -u); '
+                '[ -z "$ids" ] || docker image inspect --format "{{json .}}" $ids')
+_RUNNING = 'ids=$(docker ps -q --no-trunc); [ -z "$ids" ] || docker inspect --format "{{.Image}}" $ids'
+_PULL = 'docker pull -q "$1" >/dev/null && docker image inspect --format "{{json .}}" "$1"'
+# Failures a retry cannot fix.
+_PERMANENT = ("manifest unknown", "not found", "No such image", "conflict", "unauthorized", "Invalid job id")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SlurmStep:
+    """The argv of each Docker operation as a job step on `node` inside job `job_id`."""
+
+    job_id: str
+    node: str
+    # The daemon's socket on the node (None: the node's default DOCKER_HOST).
+    docker_host: str | None = None
+    srun: str = "srun"
+    step_timeout_s: int = 600
+
+    def _argv(self, *command: str) -> tuple[str, ...]:
+        export = f"ALL,DOCKER_HOST={self.docker_host}" if self.docker_host else "ALL"
+        return (self.srun, f"--jobid={self.job_id}", f"--nodelist={self.node}", "--nodes=1", "--ntasks=1",
+                "--overlap", "--quiet", "--kill-on-bad-exit=1", f"--export={export}",
+                f"--time={max(1, self.step_timeout_s // 60)}", *command)
+
+    def list_images(self) -> tuple[str, ...]:
+        return self._argv("sh", "-c", _LIST_IMAGES)
+
+    def pull(self, reference: str) -> tuple[str, ...]:
+        return self._argv("sh", "-c", _PULL, "pull", reference)
+
+    def tag(self, image_id: str, reference: str) -> tuple[str, ...]:
+        return self._argv("docker", "tag", image_id, reference)
+
+    def last_tag_time(self, image_id: str) -> tuple[str, ...]:
+        return self._argv("docker", "image", "inspect", "--format", "{{.Metadata.LastTagTime}}", image_id)
+
+    def running_image_ids(self) -> tuple[str, ...]:
+        return self._argv("sh", "-c", _RUNNING)
+
+    def remove(self, reference: str) -> tuple[str, ...]:
+        return self._argv("docker", "image", "rm", reference)
+
+
+class SlurmStepRuntime:
+    """`NodeRuntime` that runs each operation as a job step (see `SlurmStep`)."""
+
+    def __init__(self, name: str, step: SlurmStep, *, slurm_conf: str = ""):
+        self.name = name
+        self.step = step
+        # The profile's [slurm] slurm_conf (else the environment's SLURM_CONF), as the Slurm backend uses it.
+        self.slurm_conf = slurm_conf
+        self.address = f"slurm job {step.job_id} node {step.node}"
+
+    def images(self) -> list[LocalImage]:
+        return [_image(json.loads(line)) for line in self._run(self.step.list_images()).splitlines() if line.strip()]
+
+    def pull(self, ref, digest: str) -> LocalImage:
+        lines = self._run(self.step.pull(f"{ref.name}@{digest}")).strip().splitlines()
+        return _image(json.loads(lines[-1]))
+
+    def tag(self, image_id: str, ref) -> None:
+        if ref.tag:
+            self._run(self.step.tag(image_id, str(ref)))
+
+    def last_tag_time(self, image_id: str) -> str | None:
+        stamp = self._run(self.step.last_tag_time(image_id)).strip()
+        return None if not stamp or stamp.startswith("0001-") else stamp
+
+    def running_image_ids(self) -> set[str]:
+        return {line.strip() for line in self._run(self.step.running_image_ids()).splitlines() if line.strip()}
+
+    def remove(self, reference: str) -> None:
+        self._run(self.step.remove(reference))
+
+    def close(self) -> None:
+        pass
+
+    def _run(self, argv: tuple[str, ...]) -> str:
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.step.step_timeout_s,
+                                  env=slurm_env(self.slurm_conf))
+        except FileNotFoundError:
+            raise NodeError(f"{self.address}: {argv[0]} not found (is Slurm's client installed here?)",
+                            transient=False) from None
+        except subprocess.TimeoutExpired:
+            raise NodeError(f"{self.address}: job step timed out after {self.step.step_timeout_s}s") from None
+        if proc.returncode != 0:
+            lines = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
+            reason = lines[-1] if lines else f"exit {proc.returncode}"
+            raise NodeError(f"{self.address}: {reason}", transient=not any(p in reason for p in _PERMANENT))
+        return proc.stdout
+
+
+def _image(attrs: dict) -> LocalImage:
+    return LocalImage(
+        id=attrs.get("Id", ""),
+        tags=tuple(attrs.get("RepoTags") or ()),
+        digests=tuple(attrs.get("RepoDigests") or ()),
+        size=int(attrs.get("Size") or 0),
+    )

@@ -1,0 +1,628 @@
+"""Stage `prewarm-images`: fill the nodes' image caches in waves, keyed by digest, and record them in the state.
+
+1. Load the image list (`images/images.toml`, or `--images`) and select nodes (`--nodes`).
+2. Resolve every reference to its manifest digest once (a HEAD to the registry).
+3. Read each selected node's cache from its Docker daemon (unix://, ssh:// or tcp://).
+4. Plan the pin map (rl360cli/images/pinmap.py): enough warm capacity per image, every disk budget kept.
+5. Pull what is missing in waves of at most `--wave-size` (default: the profile's
+   `registry.max_concurrent_pulls`), skipping nodes that hold the digest, with retries and back-off;
+   the state's node caches are updated after every wave, so it records exactly what succeeded.
+6. With `--prune`, remove the images rl360 prewarmed earlier that are no longer listed (and digests a
+   moved tag left behind), never one a running container uses.
+
+Every problem with the input (image list, unknown image, registry that does not answer, node not in
+the profile, disk budget) is raised before anything is pulled or written. A node that cannot be reached
+or whose pulls fail is reported failed with its reason; the others finish.
+
+`rl360 up` runs this between provision and serve when the recipe's sandboxes are docker and the
+profile lists nodes; `rl360 prewarm-images` runs it alone (rl360cli/commands/prewarm_images.py).
+Test: tests/images/test_prewarm_*.py.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rl360cli.config import NodeSpec
+from rl360cli.errors import Rl360Error
+from rl360cli.images import cache
+from rl360cli.images.config import ImageList, ImageRef, load_images
+from rl360cli.images.pinmap import EXPANSION, Demand, PinMap, Placement, Where, plan_pins
+from rl360cli.images.puller import PullResult, PullTask, RetryPolicy, SilentListener, WaveListener, make_waves
+from rl360cli.images.registry import ImageNotInRegistry, RegistryClient, RegistryUnreachable
+from rl360cli.nodes.selector import select_nodes
+from rl360cli.stages.base import Action, Context
+from rl360cli.state import now_iso
+
+NAME = "prewarm-images"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PrewarmOptions:
+    # The image list (None: the profile's `images`).
+    images_path: Path | None = None
+    # Which nodes (None: all the profile lists); see rl360cli/nodes/selector.py.
+    selector: str | None = None
+    # Pulls in flight at once (None: the profile's registry.max_concurrent_pulls).
+    wave_size: int | None = None
+    prune: bool = False
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def __post_init__(self) -> None:
+        if self.wave_size is not None and self.wave_size < 1:
+            raise Rl360Error(f"--wave-size {self.wave_size}: must be at least 1",
+                             "pass a positive number, or leave it out to use the profile's registry capacity")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cell:
+    """One (node, image) pair of the final table."""
+
+    node: str
+    image: str
+    status: str  # warm | pulled | failed
+    seconds: float = 0.0
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PruneItem:
+    node: str
+    reference: str
+    # The repository (`registry/repo`) and the digest the reference stands for on that node.
+    name: str
+    digest: str
+    why: str  # "no longer listed" | "superseded by sha256:..."
+    keep_reason: str | None = None  # set when it must stay (a running container uses it)
+    # Remove only if the node holds this digest by then (the new digest of a moved tag, pulled this run).
+    requires: str | None = None
+
+
+@dataclass(kw_only=True)
+class Prepared:
+    """What apply will do, found without changing anything (registry HEADs and cache reads only)."""
+
+    images_path: Path
+    images: ImageList
+    refs: dict[str, ImageRef]
+    pins: PinMap
+    selected: list[NodeSpec]
+    wave_size: int
+    runtimes: dict[str, Any]
+    scans: dict[str, list]
+    unreachable: dict[str, str]
+    warm: list[Cell]
+    retag: list[tuple[str, str, str]]  # (node, image name, image id)
+    failed_upfront: list[Cell]
+    tasks: list[PullTask]
+    prune: list[PruneItem]
+
+    @property
+    def waves(self) -> list[list[PullTask]]:
+        return make_waves(self.tasks, self.wave_size)
+
+    def close(self) -> None:
+        for runtime in self.runtimes.values():
+            try:
+                runtime.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection must not hide the result
+                pass
+
+
+@dataclass(kw_only=True)
+class PrewarmReport:
+    images_path: str
+    nodes: list[str]
+    placements: dict[str, Placement]
+    cells: list[Cell]
+    waves: list[list[str]]
+    wave_size: int
+    pulled: int
+    results: list[PullResult] = field(default_factory=list)
+    failed_nodes: dict[str, str] = field(default_factory=dict)
+    pruned: list[dict] = field(default_factory=list)
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed_nodes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "images_file": self.images_path, "dry_run": self.dry_run, "nodes": self.nodes,
+            "wave_size": self.wave_size, "waves": self.waves, "pulled": self.pulled,
+            "images": {name: {"ref": p.ref, "digest": p.digest, "size": p.size, "size_known": p.size_known,
+                              "nodes": list(p.nodes), "capacity": p.capacity, "rule": p.rule}
+                       for name, p in self.placements.items()},
+            "cells": [{"node": c.node, "image": c.image, "status": c.status, "seconds": c.seconds,
+                       "reason": c.reason} for c in self.cells],
+            "pulls": [{"node": r.task.node, "image": r.task.image, "outcome": r.outcome, "wave": r.wave,
+                       "started_at": r.started_at, "finished_at": r.finished_at, "seconds": r.seconds,
+                       "attempts": r.attempts, "reason": r.reason} for r in self.results],
+            "failed_nodes": self.failed_nodes, "pruned": self.pruned, "ok": self.ok,
+        }
+
+
+# ----------------------------------------------------------------------------- stage interface
+
+
+def applies(ctx: Context) -> bool:
+    """In `rl360 up`: when the recipe's sandboxes run in Docker and the profile lists nodes."""
+    return ctx.recipe is not None and ctx.recipe.sandbox.provider == "docker" and bool(ctx.profile.nodes)
+
+
+def plan(ctx: Context, options: PrewarmOptions | None = None) -> list[Action]:
+    prepared = prepare(ctx, options or PrewarmOptions())
+    try:
+        return actions_of(prepared)
+    finally:
+        prepared.close()
+
+
+def apply(ctx: Context, options: PrewarmOptions | None = None,
+          listener: WaveListener | None = None) -> PrewarmReport:
+    options = options or PrewarmOptions()
+    prepared = prepare(ctx, options)
+    try:
+        report = _apply(ctx, prepared, options, listener or _SayListener(ctx))
+    finally:
+        prepared.close()
+    if listener is None and not report.ok:
+        # In `rl360 up` a node that could not be warmed is not fatal: its sandboxes pull on demand.
+        ctx.say("prewarm failed on " + "; ".join(f"{n} ({r})" for n, r in report.failed_nodes.items())
+                + "; sandboxes placed there will pull their image; rerun `rl360 prewarm-images` once it is back")
+    return report
+
+
+def dry_run(ctx: Context, options: PrewarmOptions | None = None) -> PrewarmReport:
+    """The report apply would start from: every pull it would make, nothing pulled or written."""
+    prepared = prepare(ctx, options or PrewarmOptions())
+    try:
+        cells = prepared.warm + prepared.failed_upfront + [
+            Cell(node=t.node, image=t.image, status="to pull") for t in prepared.tasks]
+        return _report(prepared, cells, [], [
+            {"node": p.node, "reference": p.reference, "digest": p.digest, "why": p.why,
+             "outcome": "kept" if p.keep_reason else "to remove", "reason": p.keep_reason} for p in prepared.prune],
+            dry_run=True)
+    finally:
+        prepared.close()
+
+
+# ----------------------------------------------------------------------------- prepare (read-only)
+
+
+def prepare(ctx: Context, options: PrewarmOptions) -> Prepared:
+    profile = ctx.profile
+    images_path = options.images_path or images_file(ctx)
+    image_list = load_images(images_path)
+    selected = select_nodes(profile, options.selector, where=str(ctx.profile_path))
+    wave_size = options.wave_size or profile.registry.max_concurrent_pulls
+    where = Where(profile=str(ctx.profile_path), images=str(images_path))
+    refs = _parse_refs(image_list, profile.registry.address, images_path)
+    digests, registries = _resolve(ctx, image_list, refs, images_path)
+
+    doc = ctx.state.read()
+    slurm_conf = profile.slurm.slurm_conf if profile.slurm else ""
+    runtimes, scans, unreachable = _scan(selected, options.retry, _slurm_jobs(ctx, doc, selected), slurm_conf)
+    selected_names = [n.name for n in selected]
+
+    demands = []
+    for name, spec in image_list.images.items():
+        ref, digest = refs[name], digests[name]
+        warm_on = {n for n, imgs in scans.items() if any(i.has_digest(ref.name, digest) for i in imgs)}
+        warm_on |= {n.name for n in profile.nodes if n.name not in scans
+                    and (cache.cache_of(doc, n.name).get(str(ref)) or {}).get("digest") == digest}
+        size, known = _size(ctx, spec, ref, digest, scans, doc, registries)
+        demands.append(Demand(name=name, spec=spec, ref=str(ref), digest=digest, size=size, size_known=known,
+                              warm_on=frozenset(warm_on)))
+
+    listed = {str(r) for r in refs.values()}
+    other_usage, other_images = _kept_unlisted(profile.nodes, doc, scans, listed, options.prune)
+    pins = plan_pins(demands, profile.nodes, where=where, other_usage=other_usage, other_images=other_images)
+
+    warm, retag, failed_upfront, tasks = [], [], [], []
+    for name, placement in pins.placements.items():
+        ref, digest = refs[name], digests[name]
+        for node in placement.nodes:
+            if node not in selected_names:
+                continue
+            if node in unreachable:
+                failed_upfront.append(Cell(node=node, image=name, status="failed", reason=unreachable[node]))
+                continue
+            held = next((i for i in scans[node] if i.has_digest(ref.name, digest)), None)
+            if held is None:
+                tasks.append(PullTask(node=node, image=name, ref=ref, digest=digest))
+                continue
+            warm.append(Cell(node=node, image=name, status="warm"))
+            if ref.tag and str(ref) not in held.tags:
+                retag.append((node, name, held.id))
+    prune = _prune_candidates(selected_names, runtimes, scans, doc, refs, digests, pins) if options.prune else []
+    return Prepared(images_path=images_path, images=image_list, refs=refs, pins=pins, selected=selected,
+                    wave_size=wave_size, runtimes=runtimes, scans=scans, unreachable=unreachable, warm=warm,
+                    retag=retag, failed_upfront=failed_upfront, tasks=tasks, prune=prune)
+
+
+def images_file(ctx: Context) -> Path:
+    """The profile's image list: relative to the profile's folder (so it means the same from any working
+    folder), else to the working folder (the default `images/images.toml` from the repository root)."""
+    path = Path(ctx.profile.images)
+    if path.is_absolute():
+        return path
+    beside = ctx.profile_path.parent / path
+    if beside.exists():
+        return beside
+    if not path.exists():
+        raise Rl360Error(f"the image list {path} is neither beside profile {ctx.profile_path} nor in the working "
+                         f"folder {Path.cwd()}", "pass --images FILE, or set `images = ...` in the profile")
+    return path
+
+
+def _parse_refs(image_list: ImageList, registry: str, images_path: Path) -> dict[str, ImageRef]:
+    refs = {}
+    for name, spec in image_list.images.items():
+        try:
+            refs[name] = ImageRef.parse(spec.ref, default_registry=registry)
+        except ValueError as e:
+            raise Rl360Error(f"{images_path}: [images.{name}] ref: {e}",
+                             "write it as [host/]repository[:tag]") from None
+    return refs
+
+
+def _resolve(ctx: Context, image_list: ImageList, refs: dict[str, ImageRef],
+             images_path: Path) -> tuple[dict[str, str], dict[str, RegistryClient]]:
+    """Each reference's digest, asked once per reference; errors name the file to fix."""
+    registry = ctx.profile.registry
+    clients: dict[str, RegistryClient] = {}
+    digests: dict[str, str] = {}
+    for name in image_list.images:
+        ref = refs[name]
+        if ref.registry not in clients:
+            insecure = registry.insecure if ref.registry == registry.address else False
+            clients[ref.registry] = RegistryClient(ref.registry, insecure=insecure)
+        try:
+            resolved = clients[ref.registry].resolve(ref)
+        except RegistryUnreachable as e:
+            fix = (f"start it (dev machine: `bash cluster/dev/docker-nodes.sh up`) or fix [registry] address in "
+                   f"{ctx.profile_path}" if ref.registry == registry.address
+                   else f"start it, or fix `ref` of [images.{name}] in {images_path}")
+            raise Rl360Error(e.problem, fix) from None
+        except ImageNotInRegistry as e:
+            raise Rl360Error(f"image {name}: {e.problem}",
+                             f"push it first, or fix `ref` of [images.{name}] in {images_path}") from None
+        digests[name] = resolved.digest
+    return digests, clients
+
+
+def _slurm_jobs(ctx: Context, doc: dict, nodes: list[NodeSpec]) -> dict[str, str | None]:
+    """On a Slurm profile, a node's unix:// socket is on the node: reach it by a step of the job holding it."""
+    if ctx.profile.backend != "slurm":
+        return {}
+    jobs: dict[str, str | None] = {}
+    for node in nodes:
+        if node.docker_host.startswith("unix://"):
+            jobs[node.name] = next((str(t["job_id"]) for t in doc["tiers"].values()
+                                    if t.get("job_id") and node.name in (t.get("nodes") or [])), None)
+    return jobs
+
+
+def _scan(nodes: list[NodeSpec], retry: RetryPolicy, slurm_jobs: dict[str, str | None],
+          slurm_conf: str = "") -> tuple[dict, dict, dict[str, str]]:
+    """Connect to every node at once and read its cache; unreachable nodes get their reason."""
+    from rl360cli.nodes.runtime import NodeError, connect
+
+    def one(node: NodeSpec):
+        if node.name in slurm_jobs and slurm_jobs[node.name] is None:
+            return None, None, (f"no Slurm allocation holds {node.name}, so its Docker socket cannot be reached; "
+                                f"run `rl360 provision` first")
+        reason = ""
+        for attempt in range(1, min(retry.max_attempts, 2) + 1):
+            try:
+                runtime = connect(node, slurm_job=slurm_jobs.get(node.name), slurm_conf=slurm_conf)
+            except NodeError as e:
+                reason = e.reason
+                if attempt < 2:
+                    import time
+
+                    time.sleep(retry.delay_s(attempt))
+                continue
+            try:
+                return runtime, runtime.images(), None
+            except NodeError as e:
+                runtime.close()
+                return None, None, e.reason
+        return None, None, reason
+
+    runtimes, scans, unreachable = {}, {}, {}
+    with ThreadPoolExecutor(max_workers=min(16, len(nodes)) or 1, thread_name_prefix="scan") as pool:
+        for node, (runtime, images, reason) in zip(nodes, pool.map(one, nodes), strict=True):
+            if reason is not None:
+                unreachable[node.name] = reason
+            else:
+                runtimes[node.name], scans[node.name] = runtime, images
+    return runtimes, scans, unreachable
+
+
+def _size(ctx: Context, spec, ref: ImageRef, digest: str, scans: dict, doc: dict,
+          registries: dict[str, RegistryClient]) -> tuple[int, bool]:
+    """Bytes on disk: measured on a node that holds it, else given as disk_mb, else estimated."""
+    for images in scans.values():
+        for image in images:
+            if image.has_digest(ref.name, digest) and image.size:
+                return image.size, True
+    for node in doc["nodes"].values():
+        rec = (node.get("images") or {}).get(str(ref)) or {}
+        if rec.get("digest") == digest and rec.get("size"):
+            return int(rec["size"]), True
+    if spec.disk_mb is not None:
+        return int(spec.disk_mb * 10**6), True
+    try:
+        return int(registries[ref.registry].compressed_size(ref, digest) * EXPANSION), False
+    except RegistryUnreachable as e:
+        raise Rl360Error(e.problem, f"start the registry or fix [registry] address in {ctx.profile_path}") from None
+
+
+def _kept_unlisted(nodes, doc: dict, scans: dict, listed: set[str], prune: bool):
+    """Disk taken on each node by images rl360 prewarmed earlier that are no longer listed (0 when pruning)."""
+    usage: dict[str, int] = {}
+    names: dict[str, list[str]] = {}
+    for node in nodes:
+        for ref, rec in cache.cache_of(doc, node.name).items():
+            if ref in listed or prune:
+                continue
+            if node.name in scans and not any(i.has_digest(cache.repo_name(ref), rec.get("digest") or "")
+                                              for i in scans[node.name]):
+                continue  # gone from the node already
+            usage[node.name] = usage.get(node.name, 0) + int(rec.get("size") or 0)
+            names.setdefault(node.name, []).append(ref.rsplit("/", 1)[-1])
+    return usage, names
+
+
+def _prune_candidates(nodes: list[str], runtimes: dict, scans: dict, doc: dict, refs: dict[str, ImageRef],
+                      digests: dict[str, str], pins: PinMap) -> list[PruneItem]:
+    from rl360cli.nodes.runtime import NodeError
+
+    listed = {str(r): name for name, r in refs.items()}
+    items = []
+    for node in nodes:
+        if node not in scans:
+            continue
+        try:
+            in_use = runtimes[node].running_image_ids()
+        except NodeError as e:
+            in_use, broken = set(), e.reason
+        else:
+            broken = None
+        for ref, rec in cache.cache_of(doc, node).items():
+            name = cache.repo_name(ref)
+            candidates = []
+            new = digests.get(listed.get(ref, ""))
+            if ref not in listed:
+                candidates.append((ref, rec.get("digest"), "no longer listed", None))
+            elif rec.get("digest") and rec["digest"] != new and node in pins.placements[listed[ref]].nodes:
+                # The tag moved: the old digest goes once this run has put the new one there.
+                candidates.append((f"{name}@{rec['digest']}", rec["digest"], f"superseded by {new[:19]}", new))
+            for old in rec.get("superseded") or []:
+                if old != new:
+                    candidates.append((f"{name}@{old}", old, f"superseded by {(new or rec.get('digest', ''))[:19]}",
+                                       None))
+            for reference, digest, why, requires in candidates:
+                image = next((i for i in scans[node] if digest and f"{name}@{digest}" in i.digests), None)
+                if image is None:
+                    continue  # not on the node any more: nothing to remove
+                keep = broken or (f"a running container uses it ({image.id[:19]})" if image.id in in_use else None)
+                items.append(PruneItem(node=node, reference=reference, name=name, digest=digest, why=why,
+                                       keep_reason=keep, requires=requires))
+    return items
+
+
+# ----------------------------------------------------------------------------- apply
+
+
+def _apply(ctx: Context, prepared: Prepared, options: PrewarmOptions, listener: WaveListener) -> PrewarmReport:
+    from rl360cli.nodes.runtime import NodeError
+
+    by_name = {n.name: n for n in ctx.profile.nodes}
+    for name, p in prepared.pins.placements.items():
+        ctx.event(NAME, "resolve", name, ref=p.ref, digest=p.digest, nodes=list(p.nodes), rule=p.rule)
+    _record_scans(ctx, prepared, by_name)
+    warm = list(prepared.warm)
+    for node, name, image_id in prepared.retag:
+        try:
+            prepared.runtimes[node].tag(image_id, prepared.refs[name])
+        except NodeError as e:
+            warm = [c for c in warm if (c.node, c.image) != (node, name)]
+            prepared.failed_upfront.append(Cell(node=node, image=name, status="failed", reason=e.reason))
+    for cell in prepared.failed_upfront:
+        ctx.event(NAME, "pull", f"{cell.node}/{cell.image}", "failed", reason=cell.reason)
+    for cell in warm:
+        ctx.event(NAME, "pull", f"{cell.node}/{cell.image}", "skipped", reason="warm",
+                  digest=prepared.pins.placements[cell.image].digest)
+
+    waves = prepared.waves
+    if not waves and isinstance(listener, _SayListener):
+        ctx.say(f"nothing to pull: {len(warm)} node/image pair(s) already hold their digests")
+    from rl360cli.images.puller import run_waves
+
+    results = run_waves(waves, prepared.runtimes, retry=options.retry,
+                        listener=_StateListener(ctx, by_name, listener, len(waves)))
+    pruned = _prune(ctx, prepared) if options.prune else []
+
+    cells = warm + prepared.failed_upfront + [
+        Cell(node=r.task.node, image=r.task.image, status=r.outcome, seconds=r.seconds, reason=r.reason)
+        for r in results]
+    report = _report(prepared, cells, results, pruned, dry_run=False)
+    with ctx.state.update() as doc:
+        for node in prepared.selected:
+            rec = cache.node_record(doc, node)
+            reason = report.failed_nodes.get(node.name)
+            rec["prewarm"] = {"status": "failed" if reason else "ok", "reason": reason, "at": now_iso()}
+        doc["prewarm"] = {
+            "at": now_iso(), "images_file": str(prepared.images_path), "wave_size": prepared.wave_size,
+            "images": {name: {"ref": p.ref, "digest": p.digest, "nodes": list(p.nodes), "rule": p.rule,
+                              "size": p.size, "capacity": p.capacity}
+                       for name, p in prepared.pins.placements.items()},
+            "failed_nodes": report.failed_nodes,
+        }
+    ctx.event(NAME, "finish", "cluster", "ok" if report.ok else "failed", pulled=report.pulled,
+              warm=len(warm), failed_nodes=report.failed_nodes, waves=len(waves), wave_size=prepared.wave_size)
+    return report
+
+
+def _report(prepared: Prepared, cells: list[Cell], results: list[PullResult], pruned: list[dict], *,
+            dry_run: bool) -> PrewarmReport:
+    failed: dict[str, str] = {}
+    for cell in cells:
+        if cell.status == "failed":
+            failed.setdefault(cell.node, cell.reason or "failed")
+    for node, reason in prepared.unreachable.items():
+        failed.setdefault(node, reason)
+    order = {n.name: i for i, n in enumerate(prepared.selected)}
+    images = list(prepared.pins.placements)
+    cells.sort(key=lambda c: (order.get(c.node, 0), images.index(c.image)))
+    return PrewarmReport(images_path=str(prepared.images_path), nodes=[n.name for n in prepared.selected],
+                         placements=prepared.pins.placements, cells=cells,
+                         waves=[[t.label for t in w] for w in prepared.waves], wave_size=prepared.wave_size,
+                         pulled=sum(r.outcome == "pulled" for r in results), results=results, failed_nodes=failed,
+                         pruned=pruned, dry_run=dry_run)
+
+
+def _record_scans(ctx: Context, prepared: Prepared, by_name: dict[str, NodeSpec]) -> None:
+    """Write what each reachable node holds now: listed images found warm, managed images that vanished dropped."""
+    with ctx.state.update() as doc:
+        for node, images in prepared.scans.items():
+            rec = cache.node_record(doc, by_name[node])
+            recorded = rec["images"]
+            for ref in list(recorded):
+                entry = recorded[ref]
+                name = cache.repo_name(ref)
+                present = [d for d in [entry.get("digest"), *(entry.get("superseded") or [])]
+                           if d and any(f"{name}@{d}" in i.digests for i in images)]
+                if entry.get("digest") not in present:
+                    del recorded[ref]  # the daemon no longer has it (removed by hand, or a purged node)
+                else:
+                    entry["superseded"] = [d for d in present if d != entry.get("digest")]
+            for image_name, ref in prepared.refs.items():
+                digest = prepared.pins.placements[image_name].digest
+                held = next((i for i in images if i.has_digest(ref.name, digest)), None)
+                if held is not None:
+                    tagged_at = None
+                    if str(ref) not in recorded:
+                        try:
+                            tagged_at = prepared.runtimes[node].last_tag_time(held.id)
+                        except Exception:  # noqa: BLE001 - only a timestamp
+                            tagged_at = None
+                    cache.set_found(rec, str(ref), digest=digest, size=held.size, image_id=held.id,
+                                    tagged_at=tagged_at)
+        for node, reason in prepared.unreachable.items():
+            cache.node_record(doc, by_name[node])["prewarm"] = {"status": "failed", "reason": reason, "at": now_iso()}
+    for node, reason in prepared.unreachable.items():
+        ctx.event(NAME, "scan", node, "failed", reason=reason)
+
+
+def _prune(ctx: Context, prepared: Prepared) -> list[dict]:
+    from rl360cli.nodes.runtime import NodeError
+
+    out = []
+    for item in prepared.prune:
+        outcome, reason = "removed", None
+        if item.keep_reason:
+            outcome, reason = "kept", item.keep_reason
+        else:
+            runtime = prepared.runtimes[item.node]
+            try:
+                images = runtime.images()
+                image_ids = {i.id for i in images if i.has_digest(item.name, item.digest)}
+                if item.requires and not any(i.has_digest(item.name, item.requires) for i in images):
+                    outcome, reason = "kept", f"the new digest {item.requires[:19]} is not on the node"
+                elif image_ids & runtime.running_image_ids():
+                    outcome, reason = "kept", "a running container uses it"
+                else:
+                    runtime.remove(item.reference)
+            except NodeError as e:
+                outcome, reason = "kept", e.reason
+        out.append({"node": item.node, "reference": item.reference, "digest": item.digest, "why": item.why,
+                    "outcome": outcome, "reason": reason})
+        ctx.event(NAME, "prune", f"{item.node}/{item.reference}", outcome, why=item.why, reason=reason)
+    removed = [p for p in out if p["outcome"] == "removed"]
+    if removed:
+        with ctx.state.update() as doc:
+            for p in removed:
+                images = cache.cache_of(doc, p["node"])
+                if p["reference"] in images:
+                    del images[p["reference"]]
+                    continue
+                for entry in images.values():
+                    old = p["digest"]
+                    if old in (entry.get("superseded") or []):
+                        entry["superseded"].remove(old)
+    return out
+
+
+class _StateListener:
+    """Writes every wave's outcome into the state (under its lock) and the events log, then passes it on."""
+
+    def __init__(self, ctx: Context, by_name: dict[str, NodeSpec], inner: WaveListener, total: int):
+        self.ctx, self.by_name, self.inner, self.total = ctx, by_name, inner, total
+
+    def wave_started(self, index: int, total: int, tasks: list[PullTask]) -> None:
+        self.ctx.event(NAME, "wave", f"wave {index}/{total}", "started", pulls=[t.label for t in tasks])
+        self.inner.wave_started(index, total, tasks)
+
+    def task_started(self, task: PullTask) -> None:
+        self.inner.task_started(task)
+
+    def task_done(self, result: PullResult) -> None:
+        t = result.task
+        self.ctx.event(NAME, "pull", t.label, "ok" if result.outcome == "pulled" else "failed", ref=str(t.ref),
+                       digest=t.digest, wave=result.wave, started_at=result.started_at,
+                       finished_at=result.finished_at, seconds=result.seconds, attempts=result.attempts,
+                       reason=result.reason)
+        self.inner.task_done(result)
+
+    def wave_done(self, index: int, results: list[PullResult]) -> None:
+        with self.ctx.state.update() as doc:
+            for r in results:
+                rec = cache.node_record(doc, self.by_name[r.task.node])
+                if r.outcome == "pulled":
+                    cache.set_pulled(rec, str(r.task.ref), digest=r.task.digest, size=r.size,
+                                     started_at=r.started_at, pulled_at=r.finished_at, seconds=r.seconds,
+                                     attempts=r.attempts, image_id=r.image_id)
+        self.inner.wave_done(index, results)
+
+
+class _SayListener(SilentListener):
+    """Progress as one line per wave (for `rl360 up`, which has no progress bar)."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+
+    def wave_done(self, index: int, results: list[PullResult]) -> None:
+        pulled = sum(r.outcome == "pulled" for r in results)
+        failed = [f"{r.task.label} ({r.reason})" for r in results if r.outcome == "failed"]
+        self.ctx.say(f"prewarm wave {index}: {pulled} pulled" + (f", failed: {'; '.join(failed)}" if failed else ""))
+
+
+def actions_of(prepared: Prepared) -> list[Action]:
+    """The plan as actions: the pin map, each wave's pulls, what is already warm, what fails, what is pruned."""
+    actions = []
+    for name, p in prepared.pins.placements.items():
+        size = f"{p.size / 1e6:.1f} MB" + ("" if p.size_known else " est.")
+        actions.append(Action(stage=NAME, verb="pin", subject=name,
+                              detail=f"{p.ref}@{p.digest[:19]} ({size}) on {', '.join(p.nodes)} [{p.rule}]"))
+    for i, wave in enumerate(prepared.waves, start=1):
+        actions.append(Action(stage=NAME, verb="pull", subject=f"wave {i}", detail=", ".join(t.label for t in wave)))
+    if prepared.warm:
+        actions.append(Action(stage=NAME, verb="skip", subject=f"{len(prepared.warm)} warm",
+                              detail=", ".join(f"{c.node}/{c.image}" for c in prepared.warm)))
+    if not prepared.tasks:
+        actions.append(Action(stage=NAME, verb="nothing to pull", subject="every node holds its images' digests"))
+    for node, reason in prepared.unreachable.items():
+        actions.append(Action(stage=NAME, verb="fail", subject=node, detail=reason))
+    for item in prepared.prune:
+        verb = "keep" if item.keep_reason else "remove"
+        actions.append(Action(stage=NAME, verb=verb, subject=f"{item.node}/{item.reference}",
+                              detail=item.keep_reason or item.why))
+    return actions

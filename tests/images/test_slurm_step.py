@@ -1,0 +1,134 @@
+"""Job steps on Slurm nodes: the exact argv (golden), and a real round trip on the dev Slurm + Docker nodes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from rl360cli.images.config import ImageRef
+from rl360cli.nodes.runtime import NodeError
+from rl360cli.nodes.slurm_step import SlurmStep, SlurmStepRuntime
+from tests.conftest import need
+from tests.images.conftest import node_digests
+
+STEP = SlurmStep(job_id="4242", node="n7", docker_host="unix:///var/run/docker.sock")
+PREFIX = ("srun", "--jobid=4242", "--nodelist=n7", "--nodes=1", "--ntasks=1", "--overlap", "--quiet",
+          "--kill-on-bad-exit=1", "--export=ALL,DOCKER_HOST=unix:///var/run/docker.sock", "--time=10")
+
+
+def test_golden_argv():
+    ref = "reg:5000/rl360/python@sha256:" + "a" * 64
+    assert STEP.pull(ref) == PREFIX + (
+        "sh", "-c", 'docker pull -q "$1" >/dev/null && docker image inspect --format "{{json .}}" "$1"', "pull", ref)
+    assert STEP.tag("sha256:" + "b" * 64, "reg:5000/rl360/python:3.11") == PREFIX + (
+        "docker", "tag", "sha256:" + "b" * 64, "reg:5000/rl360/python:3.11")
+    assert STEP.remove("reg:5000/old:1") == PREFIX + ("docker", "image", "rm", "reg:5000/old:1")
+    assert STEP.list_images() == PREFIX + (
+        "sh", "-c", 'ids=$(docker image ls -q --no-trunc | sort -u); '
+                    '[ -z "$ids" ] || docker image inspect --format "{{json .}}" $ids')
+    assert SlurmStep(job_id="1", node="a").running_image_ids()[8] == "--export=ALL"
+
+
+def test_a_missing_srun_is_a_permanent_node_error():
+    runtime = SlurmStepRuntime("n7", SlurmStep(job_id="1", node="n7", srun="/nonexistent/srun"))
+    with pytest.raises(NodeError) as caught:
+        runtime.images()
+    assert not caught.value.transient and "/nonexistent/srun not found" in caught.value.reason
+
+
+@pytest.mark.slurm
+@pytest.mark.docker
+def test_job_steps_list_pull_tag_and_remove_on_a_real_node(slurm_cluster, dev, images, monkeypatch):
+    for key, value in slurm_cluster["env"].items():
+        monkeypatch.setenv(key, value)
+    pushed = images.push("stepped")
+    socket = dev["nodes"][0]["docker_host"]
+    job = _hold_a_node()
+    try:
+        node = _running_on(job)
+        runtime = SlurmStepRuntime("docker-n1", SlurmStep(job_id=job, node=node, docker_host=socket))
+        # Other tests use this node too: what the step lists must lie between two direct listings around it.
+        first = _all_ids(socket)
+        listed = {i.id for i in runtime.images()}
+        second = _all_ids(socket)
+        assert first & second <= listed <= first | second and listed
+        ref = ImageRef.parse(pushed["short_ref"], default_registry=dev["registry"])
+        image = runtime.pull(ref, pushed["digest"])
+        assert image.has_digest(ref.name, pushed["digest"]) and image.size > 0
+        runtime.tag(image.id, ref)
+        assert pushed["ref"] in next(i for i in runtime.images() if i.id == image.id).tags
+        assert isinstance(runtime.running_image_ids(), set)
+        runtime.remove(pushed["ref"])
+        assert f"{pushed['repo']}@{pushed['digest']}" not in node_digests(socket)
+    finally:
+        subprocess.run(["scancel", job], check=False)
+
+
+def _hold_a_node(env: dict | None = None) -> str:
+    """Submit a job that holds one CPU of some node for 5 minutes; its id."""
+    proc = subprocess.run(["sbatch", "--parsable", "-N1", "-n1", "-c1", "--time=5", "-o", "/dev/null",
+                           "--wrap", "sleep 300"], capture_output=True, text=True, env={**os.environ, **(env or {})})
+    assert proc.returncode == 0, f"sbatch failed (is the dev Slurm up?): {proc.stderr.strip()}"
+    return proc.stdout.strip().split(";")[0]
+
+
+def _running_on(job: str, timeout_s: float = 90, env: dict | None = None) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T %N"], capture_output=True, text=True,
+                             env={**os.environ, **(env or {})}).stdout.split()
+        if out and out[0] == "RUNNING":
+            return out[1]
+        time.sleep(0.5)
+    need(False, f"dev Slurm job {job} did not start within {timeout_s:g}s (the cluster is busy)")
+    return ""
+
+
+def _all_ids(socket: str) -> set[str]:
+    from tests.images.conftest import client_for
+
+    client = client_for(socket)
+    try:
+        return {i["Id"] for i in client.api.images()}
+    finally:
+        client.close()
+
+
+@pytest.mark.slurm
+@pytest.mark.docker
+def test_prewarm_on_a_slurm_profile_goes_through_job_steps(slurm_cluster, dev, images, tmp_path, cli, state_path):
+    """A Slurm profile's unix:// socket is on the node: the prewarm reaches it by steps of the tier's job."""
+    import json
+
+    from rl360cli.state import StateFile
+
+    pushed = images.push("slurmy")
+    job = _hold_a_node(slurm_cluster["env"])
+    try:
+        node = _running_on(job, env=slurm_cluster["env"])
+        socket = dev["nodes"][0]["docker_host"]
+        profile = tmp_path / "slurmy.toml"
+        profile.write_text("\n".join([
+            'name = "slurmy"', 'backend = "slurm"',
+            "[slurm]", 'partition = "debug"', f'slurm_conf = "{slurm_cluster["conf"]}"',
+            "[tiers.service]", "[tiers.training]", "[tiers.rollout]",
+            "[registry]", f'address = "{dev["registry"]}"',
+            "[[nodes]]", f'name = "{node}"', f'docker_host = "{socket}"']) + "\n")
+        # The state as `rl360 provision` records a Slurm tier: its job and its nodes.
+        with StateFile(state_path).update() as doc:
+            doc["tiers"]["rollout"] = {"kind": "rollout", "backend": "slurm", "status": "ready", "job_id": job,
+                                       "nodes": [node]}
+        image_list = tmp_path / "images.toml"
+        image_list.write_text(f'[images.slurmy]\nref = "{pushed["short_ref"]}"\n')
+        proc = cli("prewarm-images", "--profile", str(profile), "--images", str(image_list), "--json",
+                   env={"SLURM_CONF": "/nonexistent"})  # the profile's slurm_conf must win
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["pulled"] == 1
+        assert f"{pushed['repo']}@{pushed['digest']}" in node_digests(socket)
+        rec = json.loads(state_path.read_text())["nodes"][node]["images"][pushed["ref"]]
+        assert rec["digest"] == pushed["digest"]
+    finally:
+        subprocess.run(["scancel", job], check=False, env={**os.environ, **slurm_cluster["env"]})
