@@ -1,30 +1,118 @@
-"""Slurm options of a cluster profile: where and how each tier is allocated."""
+"""Slurm options of a cluster profile (`[slurm]`): where and how each tier is allocated.
+
+The per-tier table (`[tiers.NAME]`: num_nodes, gpus_per_node, cpus_per_node,
+memory_gb_per_node, partition, constraint, time_limit) says how big each tier
+is; this table says how every allocation is asked for. Validated at load time,
+so `rl360 plan` catches a malformed time limit before an allocation is spent.
+
+    python -m pytest tests/slurm/test_slurm_config.py
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Literal
+
+# Slurm's time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (and "infinite"/"UNLIMITED" for limits).
+_TIME = re.compile(r"^(?:(?P<days>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?"
+                   r"|(?P<a>\d+)(?::(?P<b>\d+)(?::(?P<c>\d+))?)?)$")
+
+
+def time_limit_minutes(text: str) -> int | None:
+    """A Slurm time string in whole minutes (rounded up, as Slurm does); None for infinite/UNLIMITED.
+
+    Raises ValueError for anything Slurm would not accept.
+    """
+    text = text.strip()
+    if text.lower() in ("infinite", "unlimited"):
+        return None
+    m = _TIME.match(text)
+    if not m:
+        raise ValueError(f"{text!r} is not a Slurm time (use MM, HH:MM:SS or D-HH:MM:SS)")
+    if m.group("days") is not None:
+        seconds = (int(m.group("days")) * 86400 + int(m.group("dh")) * 3600
+                   + int(m.group("dm") or 0) * 60 + int(m.group("ds") or 0))
+    elif m.group("c") is not None:  # HH:MM:SS
+        seconds = int(m.group("a")) * 3600 + int(m.group("b")) * 60 + int(m.group("c"))
+    elif m.group("b") is not None:  # MM:SS
+        seconds = int(m.group("a")) * 60 + int(m.group("b"))
+    else:  # MM
+        seconds = int(m.group("a")) * 60
+    return -(-seconds // 60)
+
+
+def check_time_limit(text: str, name: str = "time_limit") -> int:
+    """The limit in minutes; ValueError naming `name` unless it is a finite Slurm time."""
+    try:
+        minutes = time_limit_minutes(text)
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
+    if minutes is None or minutes < 1:
+        raise ValueError(f"{name} must be a finite Slurm time of at least a minute (got {text!r}); e.g. 04:00:00")
+    return minutes
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SlurmOptions:
+    # The partition every tier is submitted to unless its [tiers.NAME] says otherwise (None: the default one).
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
+    # Wall-clock limit of each allocation (Slurm format: MM, HH:MM:SS, D-HH:MM:SS).
     time_limit: str = "01:00:00"
-    # `per-tier`: one job per tier; `hetjob`: one heterogeneous job, one het group per tier.
+    # `per-tier`: one job per tier (the default: a lost node costs only its own tier, and each tier
+    # starts as soon as its own nodes are free); `hetjob`: one heterogeneous job, one het group per tier
+    # (all tiers start together or not at all, and share one fate).
     mode: Literal["per-tier", "hetjob"] = "per-tier"
+    # Whole nodes for each tier (`--exclusive`): no other job shares them.
     exclusive: bool = False
+    # A node feature expression (`--constraint`), e.g. "h100|h200".
     constraint: str | None = None
-    # pyxis/enroot container image for every job step, if the cluster uses containers.
+    # pyxis/enroot container image for every component's job step (`srun --container-image`); the
+    # allocation's holder runs on the host. The run folder is always mounted at the same path.
     container_image: str | None = None
+    # Extra `SRC[:DST]` mounts for the container (pyxis `--container-mounts`).
+    container_mounts: tuple[str, ...] = ()
+    # The Python interpreter on the compute nodes that runs the holder and the supervisor
+    # (empty: the one running rl360; on a cluster, a venv on the shared file system).
+    python: str = ""
+    # SLURM_CONF for every Slurm command rl360 runs (empty: whatever the environment says).
+    slurm_conf: str = ""
+    # Shell lines run in the sbatch script before the holder starts (module loads, exports).
+    setup: tuple[str, ...] = ()
+    # More `#SBATCH --key=value` options, for what this table does not name (e.g. {"reservation": "rl"}).
+    extra_sbatch: dict[str, str] = field(default_factory=dict)
     # Requeues allowed after node failures before a tier is given up.
     max_requeues: int = 3
-    # Seconds between scheduler polls (one batched sacct + squeue per poll).
+    # The allocation's holder touches its node's report this often; a node whose report is older than
+    # three beats (and 3 s) counts as lost (sooner than slurmctld's SlurmdTimeout). Keep 3 beats above
+    # the shared file system's attribute cache time (NFS: up to 60 s).
+    heartbeat_s: float = 30.0
+    # Seconds between scheduler polls (one batched sacct + squeue per poll, shared by all rl360 processes).
     poll_interval_s: float = 5.0
+    # After failed polls the interval doubles, up to this.
+    max_poll_interval_s: float = 60.0
+    # How long `rl360 provision` waits for the allocations to start before it gives them back.
+    allocation_timeout_s: float = 600.0
+    # How long a component's job step may take to start.
+    step_timeout_s: float = 120.0
+    # Timeout of one Slurm command (sinfo, sacct, squeue, scancel).
+    command_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.max_requeues < 0:
             raise ValueError(f"max_requeues must be >= 0 (got {self.max_requeues})")
         if self.poll_interval_s <= 0:
             raise ValueError(f"poll_interval_s must be positive (got {self.poll_interval_s})")
+        if self.max_poll_interval_s < self.poll_interval_s:
+            raise ValueError(f"max_poll_interval_s ({self.max_poll_interval_s}) must be >= poll_interval_s "
+                             f"({self.poll_interval_s})")
+        for name in ("allocation_timeout_s", "step_timeout_s", "command_timeout_s", "heartbeat_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive (got {getattr(self, name)})")
+        check_time_limit(self.time_limit)
+        for key in self.extra_sbatch:
+            if not re.match(r"^[a-z][a-z0-9-]*$", key):
+                raise ValueError(f"extra_sbatch key {key!r} must be a long sbatch option without dashes, e.g. "
+                                 "'reservation'")

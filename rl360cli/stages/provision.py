@@ -21,8 +21,15 @@ def plan(ctx: Context) -> list[Action]:
     if _already_provisioned(ctx):
         return [Action(stage=NAME, verb="keep", subject=f"tier {t}", detail="already provisioned")
                 for t in ctx.profile.tiers]
-    return [Action(stage=NAME, verb="allocate", subject=f"tier {name}", detail=detail, command=command)
-            for name, detail, command in ctx.backend.provision_plan()]
+    # A backend may add the exact script it submits (Slurm: the sbatch script) as a fourth element.
+    actions = [Action(stage=NAME, verb="allocate", subject=f"tier {name}", detail=detail, command=command,
+                      script=script[0] if script else "")
+               for name, detail, command, *script in ctx.backend.provision_plan()]
+    placement_plan = getattr(ctx.backend, "placement_plan", None)
+    if ctx.recipe is not None and placement_plan is not None:
+        actions += [Action(stage=NAME, verb="place", subject=subject, detail=detail)
+                    for subject, detail in placement_plan(ctx.recipe)]
+    return actions
 
 
 def apply(ctx: Context) -> dict:

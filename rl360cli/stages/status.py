@@ -73,11 +73,25 @@ def reconcile(ctx: Context) -> StatusReport:
         for cid in changed:
             obs = seen[cid]
             ctx.event(NAME, "observe", cid, obs.status, exit_code=obs.exit_code, reason=obs.reason)
+    if _heal(ctx, doc):
+        doc = ctx.state.read()
     return StatusReport(
         profile=doc.get("profile"), tiers=doc["tiers"], nodes=doc["nodes"], components=doc["components"],
         runs=doc["runs"], current_run=doc.get("current_run"),
         sandboxes=dict(Counter(s.get("status", "unknown") for s in doc["sandboxes"].values())), changed=changed,
     )
+
+
+def _heal(ctx: Context, doc: dict) -> bool:
+    """Let backends that recover from lost nodes (Slurm: a bounded requeue) take their next step."""
+    names = {t.get("backend", "local") for t in doc["tiers"].values()}
+    progressed = False
+    for name in sorted(names):
+        heal = getattr(ctx.backend_named(name), "heal", None)
+        for message in heal() if heal else ():
+            ctx.say(message)
+            progressed = True
+    return progressed
 
 
 def _differs(rec: dict | None, obs: Observation) -> bool:

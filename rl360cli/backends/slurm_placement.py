@@ -1,0 +1,135 @@
+"""Where a recipe's parts go on a Slurm profile's tiers: engines, trainer ranks, sandbox slots, the router.
+
+Engines take `tp_size` GPUs each on the rollout tier's nodes, packed node by
+node (8 GPUs at TP=2: four engines per node, on GPUs 0-1, 2-3, 4-5, 6-7);
+trainer ranks are one per GPU of the training tier (one per node without
+GPUs), split into tensor, pipeline and data parallel groups; sandbox slots
+are spread evenly over the rollout nodes; the router and the Ray head sit on
+the service tier. A recipe that does not fit the profile is an error here,
+before an allocation is asked for. Nodes are named by their index in the
+tier (`rollout[3]`): their real names are known only once Slurm allocates.
+
+    rl360 plan --profile cluster/reference-33-nodes.toml --recipe recipes/coding-32.toml
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rl360cli.errors import Rl360Error
+
+if TYPE_CHECKING:
+    from rl360cli.config import ClusterProfile, Recipe
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSlot:
+    index: int
+    node_index: int
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Placement:
+    engines: tuple[EngineSlot, ...]
+    num_rollout_nodes: int
+    engines_per_node: int
+    tp_size: int
+    num_trainer_ranks: int
+    ranks_per_node: int
+    num_training_nodes: int
+    tensor_parallel: int
+    pipeline_parallel: int
+    data_parallel: int
+    num_sandbox_slots: int
+    sandbox_slots_per_node: int
+    sandbox_provider: str
+
+    def engines_on(self, node_index: int) -> list[EngineSlot]:
+        return [e for e in self.engines if e.node_index == node_index]
+
+    def rows(self) -> list[tuple[str, str]]:
+        """(subject, detail) lines for `rl360 plan`."""
+        used = _span("rollout", sorted({e.node_index for e in self.engines}))
+        if self.engines[0].gpus:
+            gpus = ", ".join(_gpu_text(e.gpus) for e in self.engines_on(0))
+            plural = "s" if self.engines_per_node > 1 else ""
+            engines = f"{used} × {self.engines_per_node} engine{plural} (TP={self.tp_size}; GPUs {gpus} on each)"
+        else:
+            engines = f"{used}, round robin, on CPU"
+        return [
+            (_count(len(self.engines), "engine"), engines),
+            (_count(self.num_trainer_ranks, "trainer rank"),
+             f"{_span('training', range(self.num_training_nodes))} × {self.ranks_per_node} "
+             f"(rank r on node r // {self.ranks_per_node}); TP={self.tensor_parallel}, PP={self.pipeline_parallel}, "
+             f"DP={self.data_parallel}"),
+            (_count(self.num_sandbox_slots, "sandbox slot"),
+             f"{_span('rollout', range(self.num_rollout_nodes))}, at most {self.sandbox_slots_per_node} per node "
+             f"({self.sandbox_provider} provider)"),
+            ("router, Ray head", "service[0]; Ray workers on every training and rollout node"),
+        ]
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _gpu_text(gpus: tuple[int, ...]) -> str:
+    return f"{gpus[0]}-{gpus[-1]}" if len(gpus) > 1 else str(gpus[0])
+
+
+def _span(tier: str, indices) -> str:
+    indices = list(indices)
+    if not indices:
+        return f"{tier}[-]"
+    if len(indices) == 1:
+        return f"{tier}[{indices[0]}]"
+    return f"{tier}[{indices[0]}-{indices[-1]}]"
+
+
+def placement(profile: ClusterProfile, recipe: Recipe) -> Placement:
+    rollout = profile.tiers["rollout"]
+    training = profile.tiers["training"]
+    engine = recipe.engine
+    tp = engine.tp_size
+    if rollout.gpus_per_node:
+        if tp > rollout.gpus_per_node:
+            raise Rl360Error(f"an engine at TP={tp} needs {tp} GPUs; rollout nodes have {rollout.gpus_per_node}",
+                             "lower engine.tp_size, or use nodes with more GPUs")
+        per_node = rollout.gpus_per_node // tp
+        capacity = per_node * rollout.num_nodes
+        if engine.num_engines > capacity:
+            need = math.ceil(engine.num_engines / per_node)
+            raise Rl360Error(f"{engine.num_engines} engines at TP={tp} need {need} rollout nodes with "
+                             f"{rollout.gpus_per_node} GPUs; the profile has {rollout.num_nodes}",
+                             f"set engine.num_engines to at most {capacity}, or num_nodes in [tiers.rollout] to {need}")
+        engines = tuple(EngineSlot(i, i // per_node, tuple(range((i % per_node) * tp, (i % per_node + 1) * tp)))
+                        for i in range(engine.num_engines))
+    else:
+        engines = tuple(EngineSlot(i, i % rollout.num_nodes, ()) for i in range(engine.num_engines))
+
+    ranks_per_node = training.gpus_per_node or 1
+    ranks = ranks_per_node * training.num_nodes
+    tp_train = recipe.trainer.tensor_parallel if recipe.trainer.kind == "megatron" else 1
+    pp_train = recipe.trainer.pipeline_parallel if recipe.trainer.kind == "megatron" else 1
+    if ranks % (tp_train * pp_train):
+        raise Rl360Error(f"{ranks} trainer ranks cannot be split into TP={tp_train} × PP={pp_train} groups",
+                         "choose tensor_parallel × pipeline_parallel that divides the training GPUs")
+
+    slots = recipe.sandbox.max_concurrent
+    per_node_slots = math.ceil(slots / rollout.num_nodes)
+    if recipe.sandbox.cpus and rollout.cpus_per_node:
+        fits = int(rollout.cpus_per_node // recipe.sandbox.cpus)
+        if per_node_slots > fits:
+            raise Rl360Error(f"{per_node_slots} sandboxes of {recipe.sandbox.cpus:g} CPUs per rollout node do not "
+                             f"fit in its {rollout.cpus_per_node} CPUs",
+                             f"lower sandbox.max_concurrent to {fits * rollout.num_nodes}, or sandbox.cpus")
+    per_node = max(sum(1 for e in engines if e.node_index == i) for i in range(rollout.num_nodes))
+    return Placement(
+        engines=engines, num_rollout_nodes=rollout.num_nodes, engines_per_node=per_node, tp_size=tp,
+        num_trainer_ranks=ranks, ranks_per_node=ranks_per_node, num_training_nodes=training.num_nodes,
+        tensor_parallel=tp_train, pipeline_parallel=pp_train, data_parallel=ranks // (tp_train * pp_train),
+        num_sandbox_slots=slots, sandbox_slots_per_node=per_node_slots, sandbox_provider=recipe.sandbox.provider,
+    )

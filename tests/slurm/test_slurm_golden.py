@@ -1,0 +1,129 @@
+"""Golden files of what the Slurm backend generates: the sbatch scripts, the srun lines, the plan's placement.
+
+    RL360_UPDATE_GOLDEN=1 python -m pytest tests/slurm/test_slurm_golden.py     # rewrite them after a change
+
+A golden file is reviewed like code: a diff in one shows exactly how what is submitted changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from rl360cli.backends import slurm_script
+from rl360cli.backends.slurm import SlurmBackend
+from rl360cli.backends.slurm_launch import StepFiles, srun_argv
+from rl360cli.config import load_profile, load_recipe
+from rl360cli.state import StateFile
+from tests.conftest import REPO, need
+
+GOLDEN = Path(__file__).parent / "golden"
+REFERENCE = REPO / "cluster" / "reference-33-nodes.toml"
+CODING_LIKE = GOLDEN / "coding-like.recipe.toml"
+# A state file that is never touched: rendering reads neither Slurm nor the disk.
+STATE = StateFile("/srv/rl360/.rl360/state.json")
+
+
+def check_golden(name: str, text: str) -> None:
+    text = text.replace(sys.executable, "$PYTHON")
+    path = GOLDEN / name
+    if os.environ.get("RL360_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert path.exists(), f"{path} is missing: run with RL360_UPDATE_GOLDEN=1 and review it"
+    assert text == path.read_text(), f"{name} differs from its golden file (RL360_UPDATE_GOLDEN=1 to accept)"
+
+
+@pytest.mark.parametrize("tier", ["service", "training", "rollout"])
+def test_reference_per_tier_scripts(tier):
+    backend = SlurmBackend(load_profile(REFERENCE), STATE)
+    check_golden(f"reference-33-nodes.{tier}.sbatch", backend.sbatch_script((tier,)))
+
+
+def test_reference_hetjob_script():
+    profile = load_profile(REFERENCE)
+    het = dataclasses.replace(profile, slurm=dataclasses.replace(profile.slurm, mode="hetjob"))
+    backend = SlurmBackend(het, STATE)
+    assert backend.groups() == [("service", "training", "rollout")]
+    script = backend.sbatch_script(backend.groups()[0])
+    check_golden("reference-33-nodes.hetjob.sbatch", script)
+    # One job-wide header, then one `hetjob` separator per further tier, each with its own node count.
+    assert script.count("#SBATCH hetjob") == 2 and script.count("#SBATCH --job-name") == 1
+    assert [line for line in script.splitlines() if line.startswith("#SBATCH --nodes")] == \
+        ["#SBATCH --nodes=1", "#SBATCH --nodes=8", "#SBATCH --nodes=24"]
+
+
+def test_dev_profile_script_with_excluded_nodes():
+    backend = SlurmBackend(load_profile(REPO / "cluster/dev-slurm.toml"), STATE)
+    check_golden("dev-slurm.rollout.exclude.sbatch", backend.sbatch_script(("rollout",), exclude=("n2", "n3")))
+
+
+def test_a_tier_override_wins_over_the_profile(tmp_path):
+    text = REFERENCE.read_text().replace("[tiers.rollout]\n", '[tiers.rollout]\npartition = "rollout"\n'
+                                         'time_limit = "12:00:00"\nmemory_gb_per_node = 1536.5\n'
+                                         'cpus_per_node = 96\n')
+    path = tmp_path / "override.toml"
+    path.write_text(text)
+    params = slurm_script.tier_parameters(load_profile(path), "rollout")
+    assert (params["partition"], params["time"], params["mem"], params["cpus_per_task"]) == \
+        ("rollout", 720, "1573376M", 96)
+    assert slurm_script.tier_parameters(load_profile(path), "training")["partition"] == "gpu"
+
+
+def test_the_plan_shows_the_script_submitit_submits():
+    """What `rl360 plan` prints is what submitit hands to sbatch (rendered by the executor itself)."""
+    need(shutil.which("srun") is not None, "submitit's SlurmExecutor needs srun on PATH (the Slurm client)")
+    from rl360cli.backends.slurm_submit import rendered
+
+    profile = load_profile(REFERENCE)
+    backend = SlurmBackend(profile, STATE)
+    assert rendered(profile, backend.submit_folder, tier="training") == backend.sbatch_script(("training",))
+    het = dataclasses.replace(profile, slurm=dataclasses.replace(profile.slurm, mode="hetjob"))
+    het_backend = SlurmBackend(het, STATE)
+    assert rendered(het, het_backend.submit_folder, tier=None) == het_backend.sbatch_script(het_backend.groups()[0])
+
+
+def test_component_srun_lines():
+    files = StepFiles.for_log("/shared/rl360/runs/run-1/logs/rollout.engine-3.log")
+    plain = srun_argv(python="/shared/venv/bin/python", job_id="812", het_leader=None, het_group=None,
+                      nodes=["gpu017"], name="rollout/engine-3", files=files,
+                      argv=["python", "-m", "sglang.launch_server", "--tp", "2"])
+    het = srun_argv(python="/shared/venv/bin/python", job_id="813", het_leader="811", het_group=2,
+                    nodes=["gpu017", "gpu018"], name="training/trainer", files=files, argv=["torchrun", "train.py"],
+                    container_image="/shared/images/node.sqsh", container_mounts=("/shared/models",))
+    check_golden("component.srun", "\n".join(plain) + "\n\n" + "\n".join(het) + "\n")
+
+
+def test_reference_placement_of_a_coding_recipe(cli):
+    """`rl360 plan` on the reference profile: 96 engines at TP=2 on 24 rollout nodes, 64 trainer ranks."""
+    proc = cli("plan", "--profile", str(REFERENCE), "--recipe", str(CODING_LIKE), "--json", check=True)
+    actions = json.loads(proc.stdout)["actions"]
+    provision = [{k: a[k] for k in ("verb", "subject", "detail", "command")}
+                 for a in actions if a["stage"] == "provision"]
+    check_golden("reference-33-nodes.plan.json", json.dumps(provision, indent=1, ensure_ascii=False) + "\n")
+    scripts = [a["script"] for a in actions if a["verb"] == "allocate"]
+    assert len(scripts) == 3 and all(s.startswith("#!/bin/bash") for s in scripts)
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in (REPO / "recipes").glob("*.toml")))
+def test_every_shipped_recipe_plans_on_the_reference(cli, recipe):
+    proc = cli("plan", "--profile", str(REFERENCE), "--recipe", str(REPO / "recipes" / recipe), "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {a["subject"]: a["detail"] for a in json.loads(proc.stdout)["actions"] if a["verb"] == "place"}
+    engines = load_recipe(REPO / "recipes" / recipe).engine.num_engines
+    assert f"{engines} engine{'' if engines == 1 else 's'}" in rows and "64 trainer ranks" in rows
+
+
+def test_a_recipe_too_big_for_the_profile_is_refused_by_plan(cli, tmp_path):
+    recipe = tmp_path / "huge.toml"
+    recipe.write_text(CODING_LIKE.read_text().replace("num_engines = 96", "num_engines = 97"))
+    proc = cli("plan", "--profile", str(REFERENCE), "--recipe", str(recipe))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "error: 97 engines at TP=2 need 25 rollout nodes with 8 GPUs; the profile has 24; set engine.num_engines "
+        "to at most 96, or num_nodes in [tiers.rollout] to 25"]
