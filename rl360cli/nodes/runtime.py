@@ -130,7 +130,7 @@ class DockerRuntime:
 
 
 def connect(node: NodeSpec, *, timeout_s: float = DEFAULT_TIMEOUT_S, slurm_job: str | None = None,
-            slurm_conf: str = "") -> NodeRuntime:
+            het_group: int | None = None, slurm_conf: str = "") -> NodeRuntime:
     """The node's daemon; `NodeError` when it does not answer.
 
     With `slurm_job`, the node's `unix://` socket is on the node itself and is worked through job steps
@@ -139,8 +139,8 @@ def connect(node: NodeSpec, *, timeout_s: float = DEFAULT_TIMEOUT_S, slurm_job: 
     if slurm_job is not None:
         from rl360cli.nodes.slurm_step import SlurmStep, SlurmStepRuntime
 
-        return SlurmStepRuntime(node.name, SlurmStep(job_id=slurm_job, node=node.name, docker_host=node.docker_host),
-                                slurm_conf=slurm_conf)
+        step = SlurmStep(job_id=slurm_job, het_group=het_group, node=node.name, docker_host=node.docker_host)
+        return SlurmStepRuntime(node.name, step, slurm_conf=slurm_conf)
     return DockerRuntime(node.name, node.docker_host, docker_client(node, timeout_s=timeout_s))
 
 

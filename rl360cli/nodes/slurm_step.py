@@ -38,6 +38,8 @@ class SlurmStep:
 
     job_id: str
     node: str
+    # In a heterogeneous job, `job_id` is the het leader and this the tier's het group.
+    het_group: int | None = None
     # The daemon's socket on the node (None: the node's default DOCKER_HOST).
     docker_host: str | None = None
     srun: str = "srun"
@@ -45,7 +47,8 @@ class SlurmStep:
 
     def _argv(self, *command: str) -> tuple[str, ...]:
         export = f"ALL,DOCKER_HOST={self.docker_host}" if self.docker_host else "ALL"
-        return (self.srun, f"--jobid={self.job_id}", f"--nodelist={self.node}", "--nodes=1", "--ntasks=1",
+        het = (f"--het-group={self.het_group}",) if self.het_group is not None else ()
+        return (self.srun, f"--jobid={self.job_id}", *het, f"--nodelist={self.node}", "--nodes=1", "--ntasks=1",
                 "--overlap", "--quiet", "--kill-on-bad-exit=1", f"--export={export}",
                 f"--time={max(1, self.step_timeout_s // 60)}", *command)
 

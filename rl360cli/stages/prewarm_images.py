@@ -296,19 +296,21 @@ def _resolve(ctx: Context, image_list: ImageList, refs: dict[str, ImageRef],
     return digests, clients
 
 
-def _slurm_jobs(ctx: Context, doc: dict, nodes: list[NodeSpec]) -> dict[str, str | None]:
-    """On a Slurm profile, a node's unix:// socket is on the node: reach it by a step of the job holding it."""
+def _slurm_jobs(ctx: Context, doc: dict, nodes: list[NodeSpec]) -> dict[str, tuple[str, int | None] | None]:
+    """On a Slurm profile, a node's unix:// socket is on the node: reach it by a step of the job holding it
+    (in a heterogeneous job: the het leader and the tier's het group)."""
     if ctx.profile.backend != "slurm":
         return {}
-    jobs: dict[str, str | None] = {}
+    jobs: dict[str, tuple[str, int | None] | None] = {}
     for node in nodes:
         if node.docker_host.startswith("unix://"):
-            jobs[node.name] = next((str(t["job_id"]) for t in doc["tiers"].values()
+            jobs[node.name] = next(((str(t.get("het_leader") or t["job_id"]), t.get("het_group"))
+                                    for t in doc["tiers"].values()
                                     if t.get("job_id") and node.name in (t.get("nodes") or [])), None)
     return jobs
 
 
-def _scan(nodes: list[NodeSpec], retry: RetryPolicy, slurm_jobs: dict[str, str | None],
+def _scan(nodes: list[NodeSpec], retry: RetryPolicy, slurm_jobs: dict[str, tuple[str, int | None] | None],
           slurm_conf: str = "") -> tuple[dict, dict, dict[str, str]]:
     """Connect to every node at once and read its cache; unreachable nodes get their reason."""
     from rl360cli.nodes.runtime import NodeError, connect
@@ -320,7 +322,8 @@ def _scan(nodes: list[NodeSpec], retry: RetryPolicy, slurm_jobs: dict[str, str |
         reason = ""
         for attempt in range(1, min(retry.max_attempts, 2) + 1):
             try:
-                runtime = connect(node, slurm_job=slurm_jobs.get(node.name), slurm_conf=slurm_conf)
+                job, het_group = slurm_jobs.get(node.name) or (None, None)
+                runtime = connect(node, slurm_job=job, het_group=het_group, slurm_conf=slurm_conf)
             except NodeError as e:
                 reason = e.reason
                 if attempt < 2:

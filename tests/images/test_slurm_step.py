@@ -32,6 +32,11 @@ def test_golden_argv():
     assert SlurmStep(job_id="1", node="a").running_image_ids()[8] == "--export=ALL"
 
 
+def test_a_heterogeneous_tier_is_reached_through_its_leader_and_het_group():
+    argv = SlurmStep(job_id="900", het_group=2, node="n3").pull("r/x:1")
+    assert argv[:4] == ("srun", "--jobid=900", "--het-group=2", "--nodelist=n3")
+
+
 def test_a_missing_srun_is_a_permanent_node_error():
     runtime = SlurmStepRuntime("n7", SlurmStep(job_id="1", node="n7", srun="/nonexistent/srun"))
     with pytest.raises(NodeError) as caught:
