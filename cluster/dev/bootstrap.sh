@@ -6,10 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 extras="${1:-local}"
 
-if [ "$(id -u)" = 0 ] && ! command -v bwrap >/dev/null; then
-    echo "› installing bubblewrap (sandbox isolation)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1 \
-        || { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; }
+# Process sandboxes isolate with bubblewrap and run the tasks' Python checks with Debian's python3 + pytest.
+if [ "$(id -u)" = 0 ] && { ! command -v bwrap >/dev/null || ! /usr/bin/python3 -c "import pytest" 2>/dev/null; }; then
+    echo "› installing bubblewrap and python3-pytest (process sandboxes)"
+    apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; }
+    apt_install bubblewrap python3-pytest 2>/dev/null || { apt-get update -qq >/dev/null && apt_install bubblewrap python3-pytest; }
 fi
 if [ ! -x .venv/bin/python ]; then
     echo "› creating .venv"

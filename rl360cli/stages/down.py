@@ -69,12 +69,14 @@ def by_backend_ids(by_backend: dict[str, dict[str, dict]]) -> list[str]:
 
 
 def _remove_sandboxes(ctx: Context, doc: dict) -> list[str]:
-    """Remove every sandbox a run of this cluster made; returns the ids the state knew."""
-    if not doc["sandboxes"] and not ctx.profile.nodes:
+    """Remove every sandbox the runs of this state file made (found by label too, so also those a
+    crashed orchestrator never recorded); returns the ids of the records to drop."""
+    runs = set(doc["runs"]) | {s["run"] for s in doc["sandboxes"].values() if s.get("run")}
+    if not runs:
         return []
     from rl360cli.sandbox.janitor import remove_all
 
-    removed = remove_all(ctx.profile, doc["sandboxes"])
+    removed = remove_all(ctx.profile, doc["sandboxes"], runs=runs)
     if removed:
         ctx.event(NAME, "remove", "sandboxes", count=len(removed))
         ctx.say(f"sandboxes: {len(removed)} removed")

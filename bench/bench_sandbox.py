@@ -1,0 +1,215 @@
+"""Benchmark of the sandbox layer: one sandbox's start + exec + stop, and sustained attempts at 32 concurrent.
+
+    .venv/bin/python bench/bench_sandbox.py [--cycles 40] [--attempts 320] [--docker-attempts 96]
+
+1. Latency of one sandbox, one after the other: start, one `python3 -c` check, stop — p50 and p95 of each
+   phase and of the whole cycle, for the process provider (bubblewrap) and the docker provider (a dev
+   node, its image already cached).
+2. Sustained throughput: full attempts (start, an agent that runs one Python check, upload tests, run
+   test.sh, read the reward, stop) with 32 in flight at once through the admission controller, on this
+   machine's cores; attempts per second, and the median seconds of each phase.
+
+The docker part needs the dev Docker nodes (bash cluster/dev/docker-nodes.sh up) and is skipped when they
+are down. Prints the figures and rewrites the `## Sandboxes` section of docs/benchmarks.md, leaving the
+other sections alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from rl360cli.config import NodeSpec  # noqa: E402
+from rl360cli.sandbox.attempt import run_attempt  # noqa: E402
+from rl360cli.sandbox.config import SandboxConfig  # noqa: E402
+from rl360cli.sandbox.provider import make_provider  # noqa: E402
+from rl360cli.sandbox.task import load_task  # noqa: E402
+
+DEV_ROOT = Path(os.environ.get("RL360_DEV_ROOT", "/tmp/rl360-dev"))
+PYTHON = "127.0.0.1:5000/rl360/python:3.11"
+CHECK = "python3 -c 'print(sum(range(10)) == 45)'"
+SECTION = "## Sandboxes"
+
+
+def make_task(root: Path) -> Path:
+    """A task like the RL loop's: the agent writes an answer, a short sh verifier scores it."""
+    folder = root / "bench-task"
+    (folder / "tests").mkdir(parents=True)
+    (folder / "task.toml").write_text(f'[environment]\ndocker_image = "{PYTHON}"\ncpus = 1\nmemory_mb = 256\n'
+                                      'storage_mb = 64\n[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 60\n')
+    (folder / "instruction.md").write_text("Write True to /app/answer.\n")
+    (folder / "tests" / "test.sh").write_text(
+        '[ "$(cat /app/answer 2>/dev/null)" = True ] && r=1 || r=0; echo $r > /logs/verifier/reward.txt\n')
+    return folder
+
+
+def q(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+
+def docker_nodes() -> list[NodeSpec] | None:
+    path = DEV_ROOT / "docker" / "nodes.json"
+    if not path.exists():
+        return None
+    import docker
+
+    specs = []
+    for node in json.loads(path.read_text())["nodes"]:
+        try:
+            docker.APIClient(base_url=node["docker_host"], version="auto", timeout=5).ping()
+        except Exception:  # noqa: BLE001
+            continue
+        specs.append(NodeSpec(name=node["name"], docker_host=node["docker_host"], cpus=2.0, memory_mb=4096))
+    return specs or None
+
+
+async def cycles(provider, task, count: int) -> dict[str, list[float]]:
+    phases: dict[str, list[float]] = {"start": [], "exec": [], "stop": [], "total": []}
+    node = provider.nodes()[0].name
+    for i in range(count + 2):  # one at a time
+        began = time.perf_counter()
+        sandbox = await provider.start(task, attempt_id=f"lat-{i}", labels={}, node=node)
+        started = time.perf_counter()
+        result = await sandbox.exec(CHECK, timeout_s=30)
+        done = time.perf_counter()
+        await sandbox.stop()
+        ended = time.perf_counter()
+        assert result.exit_code == 0 and result.output.strip() == "True", result
+        if i < 2:
+            continue  # warm-up: the image, the daemon's connection, the page cache
+        for name, value in (("start", started - began), ("exec", done - started), ("stop", ended - done),
+                            ("total", ended - began)):
+            phases[name].append(value)
+    return phases
+
+
+async def sustained(provider, task, count: int, concurrency: int) -> dict:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def agent(sandbox):
+        await sandbox.exec(f"{CHECK} > /app/answer", timeout_s=30)
+
+    async def one(i):
+        async with gate:
+            return await run_attempt(provider, task, agent, attempt_id=f"s-{i}", labels={})
+
+    await asyncio.gather(*(one(-i - 1) for i in range(min(concurrency, 8))))  # warm-up
+    began = time.perf_counter()
+    results = await asyncio.gather(*(one(i) for i in range(count)))
+    wall = time.perf_counter() - began
+    ok = [r for r in results if r.outcome.value == "ok" and r.reward == 1.0]
+    phases = {}
+    for name in ("start", "agent", "upload_tests", "verify", "reward", "stop", "total"):
+        phases[name] = statistics.median(r.timings.get(name, 0.0) for r in results)
+    return {"attempts": count, "ok": len(ok), "wall_s": wall, "per_s": count / wall, "phases": phases}
+
+
+def provider_for(kind: str, nodes, concurrency: int, *, admission: bool = True):
+    config = SandboxConfig(provider=kind, cpus=0.05, memory_mb=256, max_concurrent=concurrency,
+                           wave_size=concurrency, wave_interval_s=0.25)
+    return make_provider(config, nodes=nodes or (), run_id=f"bench-{uuid.uuid4().hex[:6]}", admission=admission)
+
+
+async def main_async(args) -> dict:
+    out: dict = {"latency": {}, "sustained": {}}
+    with tempfile.TemporaryDirectory(prefix="rl360-bench-") as tmp:
+        task = load_task(make_task(Path(tmp)))
+        kinds = ["process"]
+        nodes = docker_nodes()
+        if nodes:
+            kinds.append("docker")
+        for kind in kinds:
+            one_node = nodes[:1] if kind == "docker" else None
+            provider = provider_for(kind, one_node, 1, admission=False)  # the provider's own cost, no waves
+            try:
+                out["latency"][kind] = await cycles(provider, task, args.cycles)
+            finally:
+                await provider.close()
+            count = args.attempts if kind == "process" else args.docker_attempts
+            provider = provider_for(kind, nodes if kind == "docker" else None, 32)
+            try:
+                out["sustained"][kind] = await sustained(provider, task, count, 32)
+            finally:
+                await provider.close()
+            s = out["sustained"][kind]
+            print(f"{kind}: cycle p50 {statistics.median(out['latency'][kind]['total']) * 1000:.0f} ms; "
+                  f"{s['per_s']:.1f} attempts/s at 32 concurrent ({s['ok']}/{s['attempts']} rewarded)", flush=True)
+    out["docker_nodes"] = len(nodes) if nodes else 0
+    return out
+
+
+def render(data: dict, args) -> str:
+    load = os.getloadavg()[0]
+    lines = [SECTION, "",
+             f"`bench/bench_sandbox.py` on this machine ({os.cpu_count()} cores, {platform.machine()}), "
+             f"{time.strftime('%Y-%m-%d')}; load average {load:.1f} when it ended (other work on the machine slows "
+             "every figure). The check is `" + CHECK + "`; the process provider runs the host's python3 under "
+             "bubblewrap, the docker provider runs the dev python image (cached on the node).", "",
+             f"**One sandbox at a time** ({args.cycles} cycles after 2 warm-up ones): start, exec of the check, stop.",
+             "", "| provider | start p50 / p95 | exec p50 / p95 | stop p50 / p95 | start+exec+stop p50 / p95 |",
+             "|---|---|---|---|---|"]
+    for kind, phases in data["latency"].items():
+        cells = [f"{q(phases[n], 0.5) * 1000:.0f} / {q(phases[n], 0.95) * 1000:.0f} ms"
+                 for n in ("start", "exec", "stop", "total")]
+        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    lines += ["", "**Sustained, 32 attempts in flight** (a full attempt: start, an agent running the check, "
+              "upload tests, test.sh, reward, stop; through the admission controller, 0.05 CPU reserved each):", "",
+              "| provider | attempts | rewarded | seconds | attempts/s | median start / agent / tests+verify / stop |",
+              "|---|---|---|---|---|---|"]
+    for kind, s in data["sustained"].items():
+        p = s["phases"]
+        lines.append(f"| {kind}{' (%d nodes)' % data['docker_nodes'] if kind == 'docker' else ''} | {s['attempts']} | "
+                     f"{s['ok']} | {s['wall_s']:.1f} | {s['per_s']:.1f} | {p['start'] * 1000:.0f} / "
+                     f"{p['agent'] * 1000:.0f} / {(p['upload_tests'] + p['verify'] + p['reward']) * 1000:.0f} / "
+                     f"{p['stop'] * 1000:.0f} ms |")
+    if "docker" not in data["latency"]:
+        lines += ["", "The dev Docker nodes were not running: no docker figures."]
+    lines += ["", "A process sandbox costs a folder (its stop renames it away; the deletion runs in the background: "
+              "deleting is slow on this disk) and one bubblewrap start per command (a fresh pid namespace "
+              "each time); a Docker sandbox costs a container create/start/remove and a `docker exec` per command "
+              "through the daemon's API, so its floor is the daemon's, and all three dev daemons share these cores.",
+              ""]
+    return "\n".join(lines)
+
+
+def write_section(text: str) -> None:
+    path = REPO / "docs" / "benchmarks.md"
+    doc = path.read_text() if path.exists() else "# Benchmarks\n"
+    start = doc.find(SECTION + "\n")
+    if start < 0:
+        doc = doc.rstrip("\n") + "\n\n" + text
+    else:
+        end = doc.find("\n## ", start + len(SECTION))
+        doc = doc[:start] + text + (doc[end + 1:] if end >= 0 else "")
+    path.write_text(doc.rstrip("\n") + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cycles", type=int, default=40)
+    parser.add_argument("--attempts", type=int, default=320)
+    parser.add_argument("--docker-attempts", type=int, default=96)
+    parser.add_argument("--no-write", action="store_true", help="Print only; leave docs/benchmarks.md alone.")
+    args = parser.parse_args()
+    data = asyncio.run(main_async(args))
+    text = render(data, args)
+    print(text)
+    if not args.no_write:
+        write_section(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,2 @@
+#!/bin/sh
+greet rl360 > /app/greeting.txt

@@ -1,0 +1,88 @@
+"""`rl360 tasks check PATH...`: run each task's oracle and a no-op through the verifier; exit 1 on a bad task."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from rl360cli.commands.common import JsonFlag, ProfileOpt, context, out, print_json
+from rl360cli.errors import Rl360Error
+
+app = typer.Typer(help="Validate Harbor-format tasks before training on them.", no_args_is_help=True)
+
+
+@app.command("check")
+def check(
+    paths: Annotated[list[Path], typer.Argument(help="Task folders, or task set folders (folders of tasks).")],
+    provider: Annotated[str, typer.Option("--provider", help="process (this machine) or docker (the profile's "
+                                                             "nodes).")] = "process",
+    include: Annotated[list[str] | None, typer.Option("--include", help="Only these task folder names (repeat).",
+                                                      show_default=False)] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-j", help="Tasks checked at once.")] = 4,
+    profile: ProfileOpt = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Each task's oracle (solution/solve.sh) must reach reward 1 and a no-op must not; exit 1 otherwise.
+
+    Example: rl360 tasks check recipes/tasks/examples --provider docker --profile cluster/dev-docker.toml
+    """
+    from rl360cli.sandbox.check import check_tasks
+    from rl360cli.sandbox.config import SandboxConfig
+    from rl360cli.sandbox.provider import make_provider
+    from rl360cli.sandbox.task import load_task_set
+    from rl360cli.sandbox.waves import node_images_from_state
+
+    if provider not in ("process", "docker"):
+        raise Rl360Error(f"--provider {provider!r} is not known", "use process or docker")
+    if concurrency < 1:
+        raise Rl360Error(f"--concurrency must be at least 1 (got {concurrency})")
+    tasks = []
+    for path in paths:
+        tasks += load_task_set(path, include=tuple(include or ()) if _is_set(path) else ())
+    ids = [t.id for t in tasks]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise Rl360Error(f"task ids appear twice: {', '.join(duplicates)}", "pass each task once")
+    ctx = context(profile=profile, quiet=json_out)
+    if provider == "docker" and not ctx.profile.nodes:
+        raise Rl360Error(f"profile '{ctx.profile.name}' lists no Docker nodes",
+                         "pass --profile cluster/dev-docker.toml (or a profile with [[nodes]])")
+    config = SandboxConfig(provider=provider, max_concurrent=2 * concurrency, wave_size=max(4, 2 * concurrency),
+                           wave_interval_s=0.2)
+    run_id = f"check-{time.strftime('%Y%m%d-%H%M%S')}"
+    sandboxes = make_provider(config, nodes=ctx.profile.nodes, run_id=run_id,
+                              node_images=node_images_from_state(ctx.state.read()),
+                              max_concurrent_pulls=ctx.profile.registry.max_concurrent_pulls)
+
+    async def run():
+        try:
+            return await check_tasks(sandboxes, tasks, run_id=run_id, concurrency=concurrency)
+        finally:
+            await sandboxes.close()
+
+    rows = asyncio.run(run())
+    failed = [r for r in rows if not r.passed]
+    ctx.event("tasks", "check", f"{len(rows)} tasks", outcome="failed" if failed else "ok", provider=provider,
+              failed=[r.task for r in failed])
+    if json_out:
+        print_json({"provider": provider, "passed": not failed, "tasks": [r.to_dict() for r in rows]})
+    else:
+        table = Table("task", "oracle reward", "no-op reward", "outcome", "seconds",
+                      title=f"tasks check ({provider})", title_justify="left")
+        for r in rows:
+            oracle = "-" if r.oracle is None else f"{r.oracle.reward:g}"
+            outcome = "[green]ok[/green]" if r.passed else "[red]" + "; ".join(r.problems) + "[/red]"
+            table.add_row(r.task, oracle, f"{r.noop.reward:g}", outcome, f"{r.seconds:.1f}")
+        out.print(table)
+        out.print(f"{len(rows) - len(failed)}/{len(rows)} tasks pass")
+    if failed:
+        raise typer.Exit(1)
+
+
+def _is_set(path: Path) -> bool:
+    return not (path / "task.toml").exists()

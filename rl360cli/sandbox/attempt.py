@@ -1,0 +1,356 @@
+"""One attempt at a task: start a sandbox, let the agent act, run the verifier, read the reward, stop.
+
+    result = await run_attempt(provider, task, agent, attempt_id="step3-t7-s2", labels={"rl360.run": run})
+
+`agent` is an async callable `agent(sandbox) -> None` that runs the policy's
+turns through `sandbox.exec` (the RL loop's multi-turn LLM agent; `rl360
+tasks check` passes the oracle or a no-op). It signals an infrastructure
+problem it hit itself (the engine failed) by raising `InfraError(cause,
+detail)`, and a model that gave no usable answer by raising `ModelFailure`.
+The agent runs under the task's agent time budget ([agent] timeout_sec).
+
+Then the tests are uploaded to /tests (anything the agent left there or in
+/logs/verifier is removed first, and in a container every process the agent
+left running is killed, so the agent cannot forge a reward), `tests/test.sh`
+runs under the verifier timeout with `[verifier.env]`, and the reward is read:
+`/logs/verifier/reward.json` first (a flat mapping of numbers; the reward is
+its "reward" key, else the mean of its values), else
+`/logs/verifier/reward.txt` (one number). The exit code of test.sh is
+ignored, as in Harbor.
+
+How the attempt ends is decided by the taxonomy table (taxonomy.py) from
+what was observed. Every phase is timed; the sandbox is always stopped, also
+when the attempt is cancelled.
+
+Test: tests/sandbox/test_attempt.py, tests/sandbox/test_faults.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rl360cli.rl.outcome import InfraCause, Outcome
+from rl360cli.sandbox.provider import ExecResult, Sandbox, SandboxProvider
+from rl360cli.sandbox.task import Task, resolve_env
+from rl360cli.sandbox.taxonomy import Event, InfraError, ModelFailure, Observed, SandboxError, classify
+
+__all__ = ["AttemptResult", "InfraError", "ModelFailure", "run_attempt", "read_reward", "oracle_agent", "noop_agent"]
+
+Agent = Callable[[Sandbox], Awaitable[None]]
+VERIFY_COMMAND = 'exec "$(command -v bash || echo sh)" /tests/test.sh'
+REWARD_JSON = "/logs/verifier/reward.json"
+REWARD_TXT = "/logs/verifier/reward.txt"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AttemptResult:
+    outcome: Outcome
+    # The infra cause (None unless outcome is infra_failure).
+    cause: InfraCause | None
+    # The verifier's reward (0.0 when it produced none).
+    reward: float
+    # Everything reward.json held (or {"reward": x} from reward.txt).
+    rewards: dict[str, float]
+    # Seconds per phase: start, healthcheck, agent, upload_tests, verify, reward, stop, total.
+    timings: dict[str, float]
+    node: str | None
+    # One line: what decided the outcome.
+    detail: str
+    attempt_id: str = ""
+    task_id: str = ""
+    # The failure was injected on purpose ([sandbox] inject_failure_rate).
+    injected: bool = False
+    # The admission controller may retry it on another node.
+    retriable: bool = False
+    # Every event observed, in order (taxonomy.Event values).
+    events: tuple[str, ...] = ()
+    # The tail of the verifier's output, for the operator.
+    verifier_output: str = ""
+    # Set by the admission controller: how many times the attempt was retried, and where it ran.
+    retries: int = 0
+    nodes_tried: tuple[str, ...] = ()
+    # "node: cause" of each earlier try that the controller ran again.
+    retried_causes: tuple[str, ...] = ()
+    # Per agent command: exit code, seconds, timed_out, limit.
+    commands: tuple[dict[str, Any], ...] = field(default=(), compare=False)
+
+    @property
+    def masked(self) -> bool:
+        return self.outcome == Outcome.INFRA_FAILURE
+
+
+async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, attempt_id: str,
+                      labels: Mapping[str, str] | None = None, node: str | None = None,
+                      agent_timeout_s: float | None = None, verifier_timeout_s: float | None = None) -> AttemptResult:
+    """Run one attempt end to end; never raises for an infrastructure failure (it is in the result)."""
+    observed: list[Observed] = []
+    timings: dict[str, float] = {}
+    commands: list[dict[str, Any]] = []
+    injected = False
+    where: str | None = node
+    verifier_output = ""
+    rewards: dict[str, float] = {}
+    sandbox: Sandbox | None = None
+    began = time.monotonic()
+    try:
+        try:
+            with _timed(timings, "start"):
+                sandbox = await provider.start(task, attempt_id=attempt_id, labels=dict(labels or {}), node=node)
+            where = sandbox.node
+            if task.healthcheck is not None:
+                with _timed(timings, "healthcheck"):
+                    await _healthcheck(sandbox, task)
+            with _timed(timings, "agent"):
+                injected |= await _run_agent(agent, _Recorder(sandbox, observed, commands), observed,
+                                             agent_timeout_s or task.agent_timeout_s)
+            if not _infra(observed):
+                rewards, verifier_output = await _verify(sandbox, task, observed, timings,
+                                                         verifier_timeout_s or task.verifier_timeout_s)
+        except InfraError as e:
+            observed.append(e.observed())
+            injected |= e.injected
+            where = getattr(e, "node", None) or where
+    finally:
+        if sandbox is not None:
+            with _timed(timings, "stop"):
+                await _stop(sandbox)
+        timings["total"] = time.monotonic() - began
+    verdict = classify(observed)
+    injected |= any(o.event == Event.INJECTED for o in observed)
+    reward = 0.0
+    if verdict.outcome != Outcome.INFRA_FAILURE and rewards:
+        reward = _reward_of(rewards)
+    return AttemptResult(
+        outcome=verdict.outcome, cause=verdict.cause, reward=reward, rewards=rewards, timings=timings, node=where,
+        detail=verdict.detail, attempt_id=attempt_id, task_id=task.id, injected=injected,
+        retriable=verdict.retriable and verdict.outcome == Outcome.INFRA_FAILURE,
+        events=tuple(o.event.value for o in observed), verifier_output=verifier_output[-2000:],
+        commands=tuple(commands),
+    )
+
+
+# ----------------------------------------------------------------------------- the agent
+
+
+async def _run_agent(agent: Agent, sandbox: _Recorder, observed: list[Observed], budget_s: float) -> bool:
+    """Run the agent under its budget; returns whether an injected failure ended it."""
+    try:
+        async with asyncio.timeout(budget_s) as scope:
+            await agent(sandbox)
+    except TimeoutError as e:
+        if scope.expired():
+            observed.append(Observed(event=Event.AGENT_BUDGET,
+                                     detail=f"the agent used up its {budget_s:g}s budget"))
+        else:
+            observed.append(Observed(event=Event.AGENT_BUG, detail=f"the agent raised TimeoutError: {e}"))
+    except ModelFailure as e:
+        observed.append(Observed(event=Event.AGENT_NO_ANSWER, detail=str(e) or "the agent gave no answer"))
+    except InfraError as e:
+        if not sandbox.recorded(e):
+            observed.append(e.observed())
+        return e.injected
+    except Exception as e:  # noqa: BLE001 — a bug in the agent's code is an infra failure, never a wrong answer
+        observed.append(Observed(event=Event.AGENT_BUG, detail=f"the agent raised {type(e).__name__}: {e}"))
+    return False
+
+
+class _Recorder(Sandbox):
+    """The sandbox as the agent sees it: notes each command's timeout, limit or provider failure."""
+
+    def __init__(self, inner: Sandbox, observed: list[Observed], commands: list[dict[str, Any]]):
+        self.inner = inner
+        self.observed = observed
+        self.commands = commands
+        self.id, self.node, self.provider = inner.id, inner.node, inner.provider
+        self.task, self.attempt_id = inner.task, inner.attempt_id
+        self._errors: list[InfraError] = []
+
+    def recorded(self, error: InfraError) -> bool:
+        return any(e is error for e in self._errors)
+
+    def _failed(self, error: InfraError) -> None:
+        self._errors.append(error)
+        self.observed.append(error.observed())
+
+    async def exec(self, command: str, *, timeout_s: float, env=None, user=None) -> ExecResult:
+        try:
+            result = await self.inner.exec(command, timeout_s=timeout_s, env=env, user=user)
+        except InfraError as e:
+            self._failed(e)
+            raise
+        self.commands.append({"exit_code": result.exit_code, "seconds": round(result.duration_s, 4),
+                              "timed_out": result.timed_out, "limit": result.limit})
+        if result.timed_out:
+            self.observed.append(Observed(event=Event.AGENT_EXEC_TIMEOUT,
+                                          detail=f"an agent command ran past its {timeout_s:g}s timeout"))
+        elif result.limit:
+            self.observed.append(Observed(event=Event.AGENT_LIMIT,
+                                          detail=f"an agent command hit the sandbox's {result.limit} limit"))
+        return result
+
+    async def upload(self, local_path, remote_path) -> None:
+        try:
+            await self.inner.upload(local_path, remote_path)
+        except InfraError as e:
+            self._failed(e)
+            raise
+
+    async def download(self, remote_path, local_path) -> None:
+        try:
+            await self.inner.download(remote_path, local_path)
+        except InfraError as e:
+            self._failed(e)
+            raise
+
+    async def read_file(self, remote_path, *, max_bytes=1 << 20):
+        return await self.inner.read_file(remote_path, max_bytes=max_bytes)
+
+    async def stop(self) -> None:
+        """The agent does not stop the sandbox; run_attempt does."""
+
+    def info(self):
+        return self.inner.info()
+
+
+# ----------------------------------------------------------------------------- the verifier
+
+
+async def _verify(sandbox: Sandbox, task: Task, observed: list[Observed], timings: dict[str, float],
+                  timeout_s: float) -> tuple[dict[str, float], str]:
+    with _timed(timings, "upload_tests"):
+        await sandbox.prepare_verifier()
+        await sandbox.upload(task.tests_dir, "/tests")
+    try:
+        env = resolve_env(task.verifier_env)
+    except KeyError as e:
+        observed.append(Observed(event=Event.VERIFIER_ENV_MISSING,
+                                 detail=f"[verifier.env] needs ${{{e.args[0]}}}, which is not set"))
+        return {}, ""
+    with _timed(timings, "verify"):
+        result = await sandbox.exec(VERIFY_COMMAND, timeout_s=timeout_s, env=env, user=task.verifier_user)
+    if result.timed_out:
+        observed.append(Observed(event=Event.VERIFIER_TIMEOUT,
+                                 detail=f"tests/test.sh ran past the verifier's {timeout_s:g}s timeout"))
+    elif result.oom_killed:
+        observed.append(Observed(event=Event.VERIFIER_OOM,
+                                 detail=f"the verifier ran out of memory (reservation "
+                                        f"{_memory_of(sandbox)} MB)"))
+    with _timed(timings, "reward"):
+        rewards, problem = await read_reward(sandbox)
+    if problem is not None:
+        observed.append(problem)
+    else:
+        observed.append(Observed(event=Event.REWARD, detail=f"reward {_reward_of(rewards):g}"))
+    return rewards, result.output
+
+
+async def read_reward(sandbox: Sandbox) -> tuple[dict[str, float], Observed | None]:
+    """The verifier's rewards, or the problem with them (reward.json first, else reward.txt)."""
+    raw = await sandbox.read_file(REWARD_JSON, max_bytes=1 << 16)
+    if raw is not None:
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return {}, Observed(event=Event.VERIFIER_BAD_REWARD, detail=f"reward.json is not JSON ({e})")
+        if not isinstance(data, dict) or not data:
+            return {}, Observed(event=Event.VERIFIER_BAD_REWARD, detail="reward.json is not a non-empty mapping")
+        bad = [k for k, v in data.items()
+               if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)]
+        if bad:
+            return {}, Observed(event=Event.VERIFIER_BAD_REWARD,
+                                detail=f"reward.json values must be finite numbers (not {', '.join(bad[:3])})")
+        return {str(k): float(v) for k, v in data.items()}, None
+    raw = await sandbox.read_file(REWARD_TXT, max_bytes=4096)
+    if raw is None:
+        return {}, Observed(event=Event.VERIFIER_NO_REWARD,
+                            detail="tests/test.sh wrote neither reward.json nor reward.txt")
+    try:
+        value = float(raw.decode().strip())
+    except (ValueError, UnicodeDecodeError):
+        return {}, Observed(event=Event.VERIFIER_BAD_REWARD,
+                            detail=f"reward.txt holds {raw[:40]!r}, not a number")
+    if not math.isfinite(value):
+        return {}, Observed(event=Event.VERIFIER_BAD_REWARD, detail=f"reward.txt holds {value}, not a finite number")
+    return {"reward": value}, None
+
+
+def _reward_of(rewards: Mapping[str, float]) -> float:
+    """The "reward" key if present, else the mean of the values (documented in docs/sandboxes.md)."""
+    if "reward" in rewards:
+        return rewards["reward"]
+    return sum(rewards.values()) / len(rewards)
+
+
+# ----------------------------------------------------------------------------- agents of `tasks check`
+
+
+def oracle_agent(task: Task) -> Agent:
+    """Uploads solution/ to /solution and runs solve.sh with [solution.env], under the agent budget."""
+
+    async def oracle(sandbox: Sandbox) -> None:
+        try:
+            env = resolve_env(task.solution_env)
+        except KeyError as e:
+            raise InfraError(InfraCause.UNKNOWN, f"[solution.env] needs ${{{e.args[0]}}}, which is not set") from None
+        await sandbox.upload(task.solution_dir, "/solution")
+        await sandbox.exec('exec "$(command -v bash || echo sh)" /solution/solve.sh', timeout_s=task.agent_timeout_s,
+                           env=env)
+
+    return oracle
+
+
+async def noop_agent(sandbox: Sandbox) -> None:
+    """Does nothing: the verifier must not give a reward for an untouched sandbox."""
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+async def _healthcheck(sandbox: Sandbox, task: Task) -> None:
+    check = task.healthcheck
+    assert check is not None
+    if check.start_period_s > 0:
+        await asyncio.sleep(check.start_period_s)
+    last = None
+    for attempt in range(check.retries):
+        last = await sandbox.exec(check.command, timeout_s=check.timeout_s)
+        if last.exit_code == 0:
+            return
+        if attempt + 1 < check.retries:
+            await asyncio.sleep(check.interval_s)
+    output = (last.output.strip()[-200:] if last else "") or "no output"
+    raise SandboxError(Event.START_FAILED, f"healthcheck `{check.command}` failed {check.retries} times: {output}",
+                       node=sandbox.node)
+
+
+async def _stop(sandbox: Sandbox) -> None:
+    """Stop the sandbox even when the attempt is being cancelled."""
+    with contextlib.suppress(Exception):
+        await asyncio.shield(sandbox.stop())
+
+
+def _infra(observed: list[Observed]) -> bool:
+    from rl360cli.sandbox.taxonomy import RULES
+
+    return any(RULES[o.event].outcome == Outcome.INFRA_FAILURE for o in observed)
+
+
+def _memory_of(sandbox: Sandbox) -> int:
+    config = getattr(sandbox, "config", None)
+    return getattr(config, "memory_mb", None) or sandbox.task.memory_mb
+
+
+@contextlib.contextmanager
+def _timed(timings: dict[str, float], phase: str):
+    began = time.monotonic()
+    try:
+        yield
+    finally:
+        timings[phase] = timings.get(phase, 0.0) + time.monotonic() - began

@@ -1,0 +1,95 @@
+"""`rl360 tasks check`: validate a task set before any GPU is spent on it.
+
+For each task, two attempts go through the verifier: the oracle (its
+`solution/solve.sh`) must reach reward 1, and a no-op (an agent that does
+nothing) must not. A task without a solution fails the check. Attempts run
+concurrently through the admission controller of the chosen provider.
+
+Test: tests/sandbox/test_check.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rl360cli.rl.outcome import Outcome
+from rl360cli.sandbox.attempt import AttemptResult, noop_agent, oracle_agent
+from rl360cli.sandbox.task import Task
+
+# A reward at least this close to 1 counts as reaching 1 (rewards are floats from a file).
+_ONE = 1 - 1e-9
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckRow:
+    task: str
+    oracle: AttemptResult | None
+    noop: AttemptResult
+    seconds: float
+
+    @property
+    def problems(self) -> list[str]:
+        out = []
+        if self.oracle is None:
+            out.append("no solution/solve.sh")
+        elif self.oracle.outcome != Outcome.OK:
+            out.append(f"oracle: {_what(self.oracle)}")
+        elif self.oracle.reward < _ONE:
+            out.append(f"oracle reward {self.oracle.reward:g} < 1")
+        if self.noop.outcome != Outcome.OK:
+            out.append(f"no-op: {_what(self.noop)}")
+        elif self.noop.reward >= _ONE:
+            out.append(f"no-op reward {self.noop.reward:g} reaches 1: the tests pass without any work")
+        return out
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        def attempt(r: AttemptResult | None) -> dict | None:
+            if r is None:
+                return None
+            return {"outcome": r.outcome.value, "cause": r.cause.value if r.cause else None, "reward": r.reward,
+                    "rewards": r.rewards, "detail": r.detail, "node": r.node,
+                    "timings": {k: round(v, 4) for k, v in r.timings.items()}}
+
+        return {"task": self.task, "passed": self.passed, "problems": self.problems, "seconds": round(self.seconds, 3),
+                "oracle": attempt(self.oracle), "noop": attempt(self.noop)}
+
+
+async def check_tasks(provider, tasks: Sequence[Task], *, run_id: str, concurrency: int = 4) -> list[CheckRow]:
+    """Oracle and no-op attempts of every task (at most `concurrency` tasks at once), in the tasks' order."""
+    gate = asyncio.Semaphore(concurrency)
+    labels = {"rl360.run": run_id, "rl360.check": "true"}
+
+    async def attempt(task: Task, agent, kind: str) -> AttemptResult:
+        run = getattr(provider, "run_attempt", None)
+        if run is not None:
+            # Through the admission controller: a lost node is retried elsewhere (these agents can start over).
+            return await run(task, agent, attempt_id=f"{run_id}-{task.id}-{kind}", labels=labels, rerun_agent=True)
+        from rl360cli.sandbox.attempt import run_attempt
+
+        return await run_attempt(provider, task, agent, attempt_id=f"{run_id}-{task.id}-{kind}", labels=labels)
+
+    async def one(task: Task) -> CheckRow:
+        async with gate:
+            began = time.monotonic()
+            oracle_run = attempt(task, oracle_agent(task), "oracle") if task.has_solution else None
+            noop_run = attempt(task, noop_agent, "noop")
+            if oracle_run is not None:
+                oracle, noop = await asyncio.gather(oracle_run, noop_run)
+            else:
+                oracle, noop = None, await noop_run
+            return CheckRow(task=task.id, oracle=oracle, noop=noop, seconds=time.monotonic() - began)
+
+    return list(await asyncio.gather(*(one(t) for t in tasks)))
+
+
+def _what(result: AttemptResult) -> str:
+    cause = f" ({result.cause.value})" if result.cause else ""
+    return f"{result.outcome.value}{cause}: {result.detail}"

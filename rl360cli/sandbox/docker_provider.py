@@ -1,0 +1,683 @@
+"""The `docker` provider: a sandbox is a container on a node's Docker daemon, through the docker SDK.
+
+The image is the task's `docker_image` (pulled once per node, at most
+`max_concurrent_pulls` pulls in flight across all nodes) or built once per
+node from `environment/Dockerfile` under the content-hash tag
+`rl360-task/<task>:<hash>`. The container gets `--cpus`, `--memory` (no swap)
+and `--pids-limit` from the reservation, `fsize`/`nofile` ulimits, no network
+unless the task asks for one (and the node has a bridge), and the labels
+`rl360.managed=true`, `rl360.run`, `rl360.task`, `rl360.attempt`, so that the
+janitor finds everything a run made even after the orchestrator crashed.
+
+Commands run with `docker exec` (bash when the image has it, else sh). At a
+command's timeout every process in the container but its init is killed.
+An OOM kill of a command is read from the daemon's `oom` events; a container
+that dies, or a daemon that stops answering, mid-attempt is a `SandboxError`
+(`sandbox_killed` / `node_unreachable`).
+
+Heavy import (the docker SDK): loaded only by make_provider.
+Test: tests/sandbox/test_docker_provider.py (the dev Docker nodes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import io
+import logging
+import re
+import tarfile
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+import docker
+import docker.errors
+import requests.exceptions
+
+from rl360cli.errors import Rl360Error
+from rl360cli.sandbox.config import SandboxConfig
+from rl360cli.sandbox.provider import ExecResult, NodeCapacity, OutputBuffer, Sandbox, SandboxProvider, \
+    sandbox_labels
+from rl360cli.sandbox.task import resolve_env
+from rl360cli.sandbox.taxonomy import Event, SandboxError
+
+if TYPE_CHECKING:
+    from rl360cli.config import NodeSpec
+
+log = logging.getLogger(__name__)
+
+# The container's init: waits forever, exits on SIGTERM; `kill -9 -1` from a command spares it.
+KEEPALIVE = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
+SHELL = ["/bin/sh", "-c", 'if [ -x /bin/bash ]; then exec /bin/bash -c "$1"; else exec /bin/sh -c "$1"; fi', "sh"]
+KILL_ALL = "kill -9 -1 2>/dev/null; true"
+PREPARE_VERIFIER = "kill -9 -1 2>/dev/null; rm -rf /tests /logs/verifier && mkdir -p /tests /logs/verifier"
+_NOT_FOUND = re.compile(r"not found|manifest unknown|repository does not exist|pull access denied|"
+                        r"no such image|name unknown", re.IGNORECASE)
+
+
+class DockerProvider(SandboxProvider):
+    name = "docker"
+
+    def __init__(self, nodes: Sequence[NodeSpec], *, config: SandboxConfig, run_id: str = "",
+                 max_concurrent_pulls: int = 8):
+        if not nodes:
+            raise Rl360Error("the docker provider needs nodes, and the cluster profile lists none",
+                             "add [[nodes]] to the profile, e.g. --profile cluster/dev-docker.toml")
+        self.specs = {n.name: n for n in nodes}
+        self.config = config
+        self.run_id = run_id
+        self.max_concurrent_pulls = max_concurrent_pulls
+        self._executor = ThreadPoolExecutor(max_workers=min(512, 2 * config.max_concurrent + 16),
+                                            thread_name_prefix="rl360-docker")
+        self._clients: dict[tuple[str, str], Any] = {}
+        self._clients_lock = threading.Lock()
+        self._clock_offset: dict[str, float] = {}
+        self._has_bridge: dict[str, bool] = {}
+        self._image_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._pulls: asyncio.Semaphore | None = None
+        self._next = 0
+        # (node, image ref) -> image id, learned from inspects, pulls and builds.
+        self.images: dict[tuple[str, str], str] = {}
+        self.pulls = 0
+        self.builds = 0
+
+    def nodes(self) -> list[NodeCapacity]:
+        return [NodeCapacity(name=n.name, cpus=n.cpus, memory_mb=n.memory_mb) for n in self.specs.values()]
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def call(self, fn, *args, **kwargs):
+        """Run a blocking SDK call on the provider's own threads (the default pool is tiny on 2 cores)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+
+    def api(self, node: str, *, stream: bool = False):
+        """The node's low-level client; `stream` ones have no read timeout (long silent commands)."""
+        key = (node, "stream" if stream else "control")
+        with self._clients_lock:
+            client = self._clients.get(key)
+        if client is not None:
+            return client
+        spec = self.specs[node]
+        timeout = None if stream else 60
+        try:
+            if spec.docker_host.startswith("ssh://"):
+                from rl360cli.nodes.runtime import docker_client
+
+                client = docker_client(spec, timeout_s=timeout or 3600).api
+            else:
+                client = docker.APIClient(base_url=spec.docker_host, version="auto", timeout=timeout,
+                                          max_pool_size=self.config.max_concurrent + 8)
+        except Exception as e:  # noqa: BLE001 — every way of not reaching a daemon is a lost node here
+            raise _node_lost(node, e) from None
+        with self._clients_lock:
+            self._clients.setdefault(key, client)
+            return self._clients[key]
+
+    def _node_facts(self, node: str) -> None:
+        """Once per node: the daemon's clock offset (for its event times) and whether it has a bridge."""
+        if node in self._clock_offset:
+            return
+        api = self.api(node)
+        stamp = api.info().get("SystemTime", "")
+        offset = 0.0
+        with contextlib.suppress(ValueError):
+            offset = _parse_time(stamp) - time.time()
+        self._has_bridge[node] = bool(api.networks(names=["bridge"]))
+        self._clock_offset[node] = offset
+
+    async def ping(self, node: str) -> bool:
+        try:
+            await asyncio.wait_for(self.call(lambda: self.api(node).ping()), 5)
+            return True
+        except Exception:  # noqa: BLE001
+            return False
+
+    # ------------------------------------------------------------------ images
+
+    async def ensure_image(self, node: str, task) -> tuple[str, bool]:
+        """(image ref on the node, whether it was there already): pulled or built once per node."""
+        ref = task.image_ref
+        lock = self._image_locks.setdefault((node, ref), asyncio.Lock())
+        async with lock:
+            image_id = await self._inspect_image(node, ref)
+            if image_id is not None:
+                self.images[(node, ref)] = image_id
+                return ref, True
+            if task.docker_image:
+                await self._pull(node, ref)
+            else:
+                await self._build(node, task, ref)
+            image_id = await self._inspect_image(node, ref)
+            if image_id is None:
+                raise SandboxError(Event.IMAGE_PULL_FAILED, f"{ref} is not on {node} after its pull/build", node=node)
+            self.images[(node, ref)] = image_id
+            return ref, False
+
+    async def _inspect_image(self, node: str, ref: str) -> str | None:
+        try:
+            return (await self.call(lambda: self.api(node).inspect_image(ref)))["Id"]
+        except docker.errors.ImageNotFound:
+            return None
+        except docker.errors.NotFound:
+            return None
+        except SandboxError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise _error(node, e, Event.PROVIDER_FAILED, f"inspect image {ref}") from None
+
+    async def _pull(self, node: str, ref: str) -> None:
+        if self._pulls is None:
+            self._pulls = asyncio.Semaphore(self.max_concurrent_pulls)
+        repo, tag = docker.utils.parse_repository_tag(ref)
+
+        def pull() -> None:
+            for line in self.api(node, stream=True).pull(repo, tag=tag or "latest", stream=True, decode=True):
+                if isinstance(line, dict) and line.get("error"):
+                    message = (line.get("errorDetail") or {}).get("message") or line["error"]
+                    raise _PullError(message)
+
+        async with self._pulls:
+            try:
+                await asyncio.wait_for(self.call(pull), self.config.pull_timeout_s)
+                self.pulls += 1
+            except TimeoutError:
+                raise SandboxError(Event.START_TIMEOUT, f"pull of {ref} on {node} took over "
+                                   f"{self.config.pull_timeout_s:g}s", node=node) from None
+            except (_PullError, docker.errors.APIError) as e:
+                message = str(e)
+                event = Event.IMAGE_NOT_FOUND if _NOT_FOUND.search(message) else Event.IMAGE_PULL_FAILED
+                if isinstance(e, docker.errors.APIError) and _is_connection(e):
+                    raise _node_lost(node, e) from None
+                raise SandboxError(event, f"pull of {ref} on {node}: {_one_line(message)}", node=node) from None
+            except SandboxError:
+                raise
+            except Exception as e:  # noqa: BLE001
+                raise _error(node, e, Event.IMAGE_PULL_FAILED, f"pull {ref}") from None
+
+    async def _build(self, node: str, task, ref: str) -> None:
+        context = str(task.dockerfile.parent)
+
+        def build() -> None:
+            stream = self.api(node, stream=True).build(
+                path=context, tag=ref, rm=True, forcerm=True, pull=False, decode=True, network_mode="none",
+                labels={"rl360.task": task.id})
+            for line in stream:
+                if isinstance(line, dict) and line.get("error"):
+                    raise _PullError((line.get("errorDetail") or {}).get("message") or line["error"])
+
+        try:
+            await asyncio.wait_for(self.call(build), task.build_timeout_s)
+            self.builds += 1
+        except TimeoutError:
+            raise SandboxError(Event.IMAGE_BUILD_FAILED, f"build of {ref} on {node} ran past build_timeout_sec "
+                               f"({task.build_timeout_s:g}s)", node=node) from None
+        except (_PullError, docker.errors.BuildError, docker.errors.APIError) as e:
+            if isinstance(e, docker.errors.APIError) and _is_connection(e):
+                raise _node_lost(node, e) from None
+            raise SandboxError(Event.IMAGE_BUILD_FAILED, f"build of task {task.id} on {node}: "
+                               f"{_one_line(str(e))}", node=node) from None
+        except SandboxError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise _error(node, e, Event.IMAGE_BUILD_FAILED, f"build {ref}") from None
+
+    # ------------------------------------------------------------------ start
+
+    def _pick(self) -> str:
+        names = list(self.specs)
+        node = names[self._next % len(names)]
+        self._next += 1
+        return node
+
+    async def start(self, task, *, attempt_id: str, labels: Mapping[str, str], node: str | None = None) -> Sandbox:
+        node = node or self._pick()
+        if node not in self.specs:
+            raise Rl360Error(f"node '{node}' is not one of the docker provider's nodes ({', '.join(self.specs)})")
+        began = time.monotonic()
+        try:
+            await self.call(self._node_facts, node)
+        except SandboxError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise _node_lost(node, e) from None
+        ref, warm = await self.ensure_image(node, task)
+        try:
+            env = resolve_env(task.env)
+        except KeyError as e:
+            raise SandboxError(Event.START_FAILED, f"[environment.env] needs ${{{e.args[0]}}}, which is not set",
+                               node=node) from None
+        cpus, memory_mb = self.reservation(task)
+        network_wanted = task.network and self.config.network == "task"
+        network = "bridge" if network_wanted and self._has_bridge.get(node) else "none"
+        name = _container_name(self.run_id, attempt_id)
+        all_labels = sandbox_labels(labels, run_id=self.run_id, task=task, attempt_id=attempt_id)
+        file_bytes = min(self.config.max_file_mb, task.storage_mb) << 20
+
+        # Set when the caller stopped waiting (start timeout, cancel): the worker removes what it made.
+        abandoned = threading.Event()
+
+        def create() -> str:
+            api = self.api(node)
+            host_config = api.create_host_config(
+                nano_cpus=int(cpus * 1e9), mem_limit=f"{memory_mb}m", memswap_limit=f"{memory_mb}m",
+                pids_limit=self.config.pids_limit, network_mode=network, security_opt=["no-new-privileges"],
+                ulimits=[docker.types.Ulimit(name="fsize", soft=file_bytes, hard=file_bytes),
+                         docker.types.Ulimit(name="nofile", soft=self.config.max_open_files,
+                                             hard=self.config.max_open_files)])
+            container = api.create_container(
+                ref, entrypoint=["/bin/sh", "-c"], command=[KEEPALIVE], labels=all_labels,
+                working_dir=task.workdir, environment=env, host_config=host_config, name=name,
+                hostname="sandbox")
+            cid = container["Id"]
+            try:
+                api.put_archive(cid, "/", _dirs_tar(("tests", "logs/verifier", "logs/agent")))
+                api.start(cid)
+                if abandoned.is_set():
+                    raise _Abandoned()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    api.remove_container(cid, force=True, v=True)
+                raise
+            return cid
+
+        future = asyncio.ensure_future(self.call(create))
+        try:
+            cid = await asyncio.wait_for(asyncio.shield(future), self.config.start_timeout_s)
+        except TimeoutError:
+            abandoned.set()
+            future.add_done_callback(functools.partial(self._remove_late, node))
+            raise SandboxError(Event.START_TIMEOUT, f"creating a container on {node} took over "
+                               f"{self.config.start_timeout_s:g}s", node=node) from None
+        except asyncio.CancelledError:
+            abandoned.set()
+            future.add_done_callback(functools.partial(self._remove_late, node))
+            raise
+        except SandboxError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise _error(node, e, Event.START_FAILED, "create container") from None
+        created = time.time() + self._clock_offset.get(node, 0.0) - 1.0
+        return DockerSandbox(self, task, node=node, container_id=cid, name=name, image=ref, warm=warm,
+                             attempt_id=attempt_id, created=created, network=network,
+                             network_denied=network_wanted and network == "none",
+                             start_s=time.monotonic() - began)
+
+    def _remove_late(self, node: str, future) -> None:
+        """A create that finished after its start timeout: remove the container nobody will use."""
+        if future.cancelled() or future.exception() is not None:
+            return
+        cid = future.result()
+        with contextlib.suppress(RuntimeError):  # the provider is closed: the janitor removes it by label
+            self._executor.submit(lambda: self.api(node).remove_container(cid, force=True, v=True))
+
+    async def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        with self._clients_lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            with contextlib.suppress(Exception):
+                client.close()
+
+
+class DockerSandbox(Sandbox):
+    provider = "docker"
+
+    def __init__(self, owner: DockerProvider, task, *, node: str, container_id: str, name: str, image: str,
+                 warm: bool, attempt_id: str, created: float, network: str, network_denied: bool, start_s: float):
+        self.owner = owner
+        self.config = owner.config
+        self.task = task
+        self.node = node
+        self.id = container_id[:12]
+        self.container_id = container_id
+        self.name = name
+        self.image = image
+        self.warm = warm
+        self.attempt_id = attempt_id
+        self.created = created
+        self.network = network
+        self.network_denied = network_denied
+        self.start_s = start_s
+        self._ooms_seen = 0
+        self._stopped = False
+
+    def info(self) -> dict[str, Any]:
+        return {"node": self.node, "provider": "docker", "task": self.task.id, "attempt": self.attempt_id,
+                "container_id": self.container_id, "name": self.name, "image": self.image,
+                "image_id": self.owner.images.get((self.node, self.image)), "warm": self.warm,
+                "docker_host": self.owner.specs[self.node].docker_host, "network": self.network,
+                "network_denied": self.network_denied, "pid": None}
+
+    # ------------------------------------------------------------------ exec
+
+    async def exec(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None,
+                   user: str | None = None) -> ExecResult:
+        if self._stopped:
+            raise SandboxError(Event.SANDBOX_KILLED, f"sandbox {self.id} was stopped", node=self.node)
+        owner, node = self.owner, self.node
+        try:
+            exec_id = (await owner.call(lambda: owner.api(node).exec_create(
+                self.container_id, [*SHELL, command], environment=dict(env or {}), user=user or "",
+                workdir=self.task.workdir)))["Id"]
+        except Exception as e:  # noqa: BLE001
+            raise await self._lost(e) from None
+        buffer = OutputBuffer(self.config.max_output_chars)
+        started = time.monotonic()
+
+        def drain() -> None:
+            for chunk in owner.api(node, stream=True).exec_start(exec_id, stream=True):
+                buffer.feed(chunk)
+
+        future = asyncio.ensure_future(owner.call(drain))
+        timed_out = False
+        try:
+            await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            timed_out = True
+            await self._kill_all()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(future), 10)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._kill_all())
+            raise
+        except Exception as e:  # noqa: BLE001 — the stream broke: the container or its node went away
+            raise await self._lost(e) from None
+        duration = time.monotonic() - started
+        try:
+            state = await owner.call(lambda: owner.api(node).exec_inspect(exec_id))
+        except Exception as e:  # noqa: BLE001
+            raise await self._lost(e) from None
+        code = state.get("ExitCode")
+        output, cut = buffer.text()
+        oom = False
+        if not timed_out and (code is None or code == 137 or code < 0):
+            # Killed: by the OOM killer (the command hit the reservation), or the container is gone.
+            await self._check_alive()
+            oom = await self._new_oom()
+        limit = "memory" if oom else buffer.first_limit()
+        if code == 153 and limit is None:
+            limit = "file_size"
+        if code == 126 and "OCI runtime exec failed" in output:
+            # The command could not even start: the container is gone, or the agent's processes fill its
+            # pids limit (a fork bomb's children live on between commands in a container).
+            await self._check_alive()
+            if await self._pids_full():
+                limit = "processes"
+        return ExecResult(exit_code=None if timed_out else code, output=output, timed_out=timed_out,
+                          oom_killed=oom or limit == "memory", duration_s=duration,
+                          limit=None if timed_out else limit, truncated_chars=cut)
+
+    async def _kill_all(self) -> None:
+        """Kill every process of the container but its init (a command past its timeout, and its children)."""
+        owner, node = self.owner, self.node
+
+        def kill() -> None:
+            api = owner.api(node)
+            exec_id = api.exec_create(self.container_id, ["/bin/sh", "-c", KILL_ALL], user="root")["Id"]
+            api.exec_start(exec_id)
+
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(owner.call(kill), 15)
+
+    async def end_agent_processes(self) -> None:
+        await self._kill_all()
+
+    async def prepare_verifier(self) -> None:
+        """One exec: kill what the agent left running, then empty /tests and /logs/verifier."""
+        result = await self.exec(PREPARE_VERIFIER, timeout_s=60, user="root")
+        if result.exit_code != 0:
+            raise SandboxError(Event.PROVIDER_FAILED, f"cannot prepare the verifier in {self.id}: "
+                               f"{_one_line(result.output)}", node=self.node)
+
+    async def _new_oom(self) -> bool:
+        """True when the daemon reported an OOM kill in this container since the last look."""
+        owner, node = self.owner, self.node
+        until = time.time() + owner._clock_offset.get(node, 0.0) + 0.5
+        try:
+            events = await owner.call(lambda: list(owner.api(node).events(
+                since=int(self.created), until=until, filters={"container": self.container_id, "event": "oom"},
+                decode=True)))
+        except Exception:  # noqa: BLE001
+            return False
+        count = len(events)
+        new = count > self._ooms_seen
+        self._ooms_seen = count
+        return new
+
+    async def _pids_full(self) -> bool:
+        owner, node = self.owner, self.node
+        try:
+            stats = await owner.call(
+                lambda: owner.api(node).stats(self.container_id, stream=False, one_shot=True))
+        except Exception:  # noqa: BLE001
+            return False
+        pids = stats.get("pids_stats") or {}
+        return bool(pids.get("limit")) and pids.get("current", 0) >= pids["limit"] - 2
+
+    async def _check_alive(self) -> None:
+        """`SandboxError` when the container is no longer running (or its node no longer answers)."""
+        owner, node = self.owner, self.node
+        try:
+            state = (await owner.call(lambda: owner.api(node).inspect_container(self.container_id)))["State"]
+        except Exception as e:  # noqa: BLE001
+            raise await self._lost(e) from None
+        if state.get("Running"):
+            return
+        raise await self._dead(state)
+
+    async def _dead(self, state: dict) -> SandboxError:
+        # A daemon that is shutting down kills its containers first: give it a moment to go.
+        if await self._node_gone(grace_s=2.0):
+            return SandboxError(Event.NODE_UNREACHABLE, f"node {self.node}: its Docker daemon went away",
+                                node=self.node)
+        oom = ", after an OOM kill in it" if state.get("OOMKilled") else ""
+        return SandboxError(Event.SANDBOX_KILLED, f"container {self.id} on {self.node} was killed from outside "
+                            f"(exit {state.get('ExitCode')}, status {state.get('Status')}{oom})", node=self.node)
+
+    async def _node_gone(self, *, grace_s: float) -> bool:
+        deadline = time.monotonic() + grace_s
+        while True:
+            if not await self.owner.ping(self.node):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.25)
+
+    async def _lost(self, error: BaseException) -> SandboxError:
+        """Classify a failed call: the node is gone, the container is gone, or the daemon said no."""
+        if isinstance(error, SandboxError):
+            return error
+        node = self.node
+        if not await self.owner.ping(node):
+            return _node_lost(node, error)
+        try:
+            state = (await self.owner.call(
+                lambda: self.owner.api(node).inspect_container(self.container_id)))["State"]
+        except docker.errors.NotFound:
+            return SandboxError(Event.SANDBOX_KILLED, f"container {self.id} on {node} was removed from outside",
+                                node=node)
+        except Exception as e:  # noqa: BLE001
+            return _error(node, e, Event.PROVIDER_FAILED, "inspect container")
+        if not state.get("Running"):
+            return await self._dead(state)
+        return _error(node, error, Event.PROVIDER_FAILED, "exec")
+
+    # ------------------------------------------------------------------ files
+
+    async def upload(self, local_path: Path | str, remote_path: str) -> None:
+        local = Path(local_path)
+        remote = PurePosixPath(remote_path)
+        if not remote.is_absolute() or str(remote) == "/":
+            raise SandboxError(Event.PROVIDER_FAILED, f"{remote_path!r} is not an absolute path below /",
+                               node=self.node)
+        if not local.exists():
+            raise SandboxError(Event.PROVIDER_FAILED, f"upload of {local} failed: no such file", node=self.node)
+        data = await asyncio.to_thread(_tar_of, local, remote.name)
+        owner, node = self.owner, self.node
+        parent = str(remote.parent)
+
+        def put() -> None:
+            api = owner.api(node)
+            try:
+                api.put_archive(self.container_id, parent, data)
+            except docker.errors.NotFound:
+                # The parent folder is missing: make it, then try once more.
+                exec_id = api.exec_create(self.container_id, ["mkdir", "-p", parent], user="root")["Id"]
+                api.exec_start(exec_id)
+                api.put_archive(self.container_id, parent, data)
+
+        try:
+            await owner.call(put)
+        except Exception as e:  # noqa: BLE001
+            raise await self._lost(e) from None
+
+    async def download(self, remote_path: str, local_path: Path | str) -> None:
+        owner, node = self.owner, self.node
+        try:
+            stream, stat = await owner.call(lambda: owner.api(node).get_archive(self.container_id, remote_path))
+            data = await owner.call(lambda: b"".join(stream))
+        except docker.errors.NotFound:
+            raise SandboxError(Event.PROVIDER_FAILED, f"no such file {remote_path} in the sandbox",
+                               node=node) from None
+        except Exception as e:  # noqa: BLE001
+            raise await self._lost(e) from None
+        await asyncio.to_thread(_untar_to, data, Path(local_path))
+
+    async def read_file(self, remote_path: str, *, max_bytes: int = 1 << 20) -> bytes | None:
+        owner, node = self.owner, self.node
+        try:
+            stream, stat = await owner.call(lambda: owner.api(node).get_archive(self.container_id, remote_path))
+            data = await owner.call(lambda: b"".join(stream))
+        except docker.errors.NotFound:
+            return None
+        except Exception as e:  # noqa: BLE001
+            raise await self._lost(e) from None
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            member = tar.next()
+            if member is None or not member.isfile():
+                return None
+            f = tar.extractfile(member)
+            return f.read(max_bytes) if f else None
+
+    # ------------------------------------------------------------------ life
+
+    async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        owner, node = self.owner, self.node
+        try:
+            await asyncio.wait_for(owner.call(lambda: owner.api(node).remove_container(
+                self.container_id, force=True, v=True)), 60)
+        except docker.errors.NotFound:
+            pass
+        except Exception as e:  # noqa: BLE001 — the janitor removes it once the node answers again
+            log.warning("could not remove container %s on %s (%s); `rl360 down` removes it later",
+                        self.id, node, _one_line(str(e)))
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+class _PullError(Exception):
+    pass
+
+
+class _Abandoned(Exception):
+    """The start was given up while the container was being made."""
+
+
+def _is_connection(error: BaseException) -> bool:
+    text = str(error)
+    return (isinstance(error, (requests.exceptions.ConnectionError, ConnectionError, FileNotFoundError))
+            or "Connection refused" in text or ("No such file or directory" in text and "sock" in text))
+
+
+def _node_lost(node: str, error: BaseException) -> SandboxError:
+    return SandboxError(Event.NODE_UNREACHABLE, f"node {node}: Docker daemon unreachable "
+                        f"({_one_line(str(error)) or type(error).__name__})", node=node)
+
+
+def _error(node: str, error: BaseException, event: Event, what: str) -> SandboxError:
+    if isinstance(error, SandboxError):
+        return error
+    if _is_connection(error) or isinstance(error, (requests.exceptions.Timeout, TimeoutError)):
+        return _node_lost(node, error)
+    return SandboxError(event, f"node {node}: {what} failed: {_one_line(str(error)) or type(error).__name__}",
+                        node=node)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:300]
+
+
+def _container_name(run_id: str, attempt_id: str) -> str:
+    base = re.sub(r"[^a-zA-Z0-9_.-]+", "-", f"rl360-{run_id or 'none'}-{attempt_id}")[:100].strip("-.")
+    return f"{base}-{uuid.uuid4().hex[:6]}"
+
+
+def _dirs_tar(paths: Sequence[str]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        seen = set()
+        for path in paths:
+            parts = path.split("/")
+            for i in range(1, len(parts) + 1):
+                name = "/".join(parts[:i])
+                if name in seen:
+                    continue
+                seen.add(name)
+                info = tarfile.TarInfo(name)
+                info.type = tarfile.DIRTYPE
+                info.mode = 0o777 if name.startswith("logs") else 0o755
+                info.mtime = int(time.time())
+                tar.addfile(info)
+    return buffer.getvalue()
+
+
+def _tar_of(local: Path, arcname: str) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(local, arcname=arcname, filter=_root_owned)
+    return buffer.getvalue()
+
+
+def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def _untar_to(data: bytes, local: Path) -> None:
+    """Extract the archive docker returns for a path: its top member becomes `local`."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="rl360-dl-") as tmp, tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(tmp, filter="data")
+        entries = list(Path(tmp).iterdir())
+        if len(entries) != 1:
+            raise SandboxError(Event.PROVIDER_FAILED, f"unexpected archive from the daemon ({len(entries)} entries)")
+        top = entries[0]
+        local.parent.mkdir(parents=True, exist_ok=True)
+        if top.is_dir():
+            shutil.copytree(top, local, symlinks=True, dirs_exist_ok=True)
+        else:
+            shutil.copy2(top, local)
+
+
+def _parse_time(stamp: str) -> float:
+    """Docker's RFC 3339 time with nanoseconds, as a Unix timestamp."""
+    m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$", stamp)
+    if not m:
+        raise ValueError(stamp)
+    base = datetime.fromisoformat(m.group(1) + ("+00:00" if m.group(3) == "Z" else m.group(3)))
+    return base.timestamp() + float(m.group(2) or 0)

@@ -1,0 +1,185 @@
+"""Remove sandboxes: the ones the state file records, and every one a run left behind, found by label.
+
+`remove_all(profile, records)` is what `rl360 down` calls: on every node daemon
+of the profile it removes each container labelled `rl360.managed=true` (so
+it also finds what an orchestrator that crashed never recorded), and on this
+machine it kills every process sandbox of the records and every sandbox
+folder whose owner process is gone. `remove_records` removes just the given
+records (`rl360 sandboxes stop`).
+
+Both are synchronous (the CLI calls them) and never raise for a node that does
+not answer: they return what they removed and note what they could not reach
+in `last_problems`.
+
+Test: tests/sandbox/test_janitor.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import time
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rl360cli.backends import procinfo
+from rl360cli.sandbox.provider import MANAGED_LABEL
+
+if TYPE_CHECKING:
+    from rl360cli.config import ClusterProfile
+
+# What the last call could not do (a node that did not answer, ...), one line each.
+last_problems: list[str] = []
+
+
+def remove_all(profile: ClusterProfile, sandbox_records: Mapping[str, Mapping[str, Any]], *,
+               runs: Collection[str] | None = None, process_root: Path | None = None) -> list[str]:
+    """Remove every rl360 sandbox of the profile's nodes and of this machine (only those of `runs`, if given:
+    `rl360 down` passes the runs its state file knows, so other users' sandboxes on shared nodes stay)."""
+    last_problems.clear()
+    removed = _remove_records(sandbox_records, runs=runs)
+    hosts = {node.docker_host: node for node in profile.nodes}
+    for rec in sandbox_records.values():
+        if rec.get("provider") == "docker" and rec.get("docker_host") and rec["docker_host"] not in hosts:
+            hosts[rec["docker_host"]] = None
+    for host, node in hosts.items():
+        removed += _sweep_daemon(host, node, runs=runs)
+    removed += _sweep_process_root(process_root or _process_root(), runs=runs)
+    return removed
+
+
+def remove_records(profile: ClusterProfile | None, sandbox_records: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Remove exactly the recorded sandboxes (containers by id, process sandboxes by pid and folder)."""
+    last_problems.clear()
+    return _remove_records(sandbox_records, runs=None, profile=profile)
+
+
+# ----------------------------------------------------------------------------- docker
+
+
+def _client(host: str, node):
+    if node is not None and host.startswith("ssh://"):
+        from rl360cli.nodes.runtime import docker_client
+
+        return docker_client(node, timeout_s=30).api
+    import docker
+
+    return docker.APIClient(base_url=host, version="auto", timeout=30)
+
+
+def _sweep_daemon(host: str, node, *, runs: Collection[str] | None) -> list[str]:
+    filters = {"label": [f"{MANAGED_LABEL}=true"]}
+    name = node.name if node is not None else host
+    try:
+        api = _client(host, node)
+        containers = api.containers(all=True, filters=filters)
+    except Exception as e:  # noqa: BLE001 — a node that does not answer is reported, not fatal
+        last_problems.append(f"{name}: cannot list sandboxes ({_short(e)})")
+        return []
+    removed = []
+    for c in containers:
+        if runs is not None and (c.get("Labels") or {}).get("rl360.run") not in runs:
+            continue
+        try:
+            api.remove_container(c["Id"], force=True, v=True)
+            removed.append(f"{name}/{c['Id'][:12]}")
+        except Exception as e:  # noqa: BLE001
+            if "No such container" not in str(e):
+                last_problems.append(f"{name}/{c['Id'][:12]}: {_short(e)}")
+    with contextlib.suppress(Exception):
+        api.close()
+    return removed
+
+
+def _remove_container(rec: Mapping[str, Any], profile) -> str | None:
+    host = rec.get("docker_host")
+    node = None
+    if profile is not None and rec.get("node"):
+        node = next((n for n in profile.nodes if n.name == rec["node"]), None)
+        host = host or (node.docker_host if node else None)
+    if not host or not rec.get("container_id"):
+        return None
+    try:
+        api = _client(host, node)
+        api.remove_container(rec["container_id"], force=True, v=True)
+        return f"{rec.get('node', host)}/{rec['container_id'][:12]}"
+    except Exception as e:  # noqa: BLE001
+        if "No such container" in str(e) or "404" in str(e):
+            return None
+        last_problems.append(f"{rec.get('node', host)}/{rec['container_id'][:12]}: {_short(e)}")
+        return None
+
+
+# ----------------------------------------------------------------------------- process sandboxes
+
+
+def _process_root() -> Path:
+    from rl360cli.sandbox.process import default_root
+
+    return default_root()
+
+
+def _remove_records(records: Mapping[str, Mapping[str, Any]], *, runs: Collection[str] | None,
+                    profile=None) -> list[str]:
+    removed = []
+    for sid, rec in records.items():
+        if runs is not None and rec.get("run") not in runs:
+            continue
+        if rec.get("provider") == "docker":
+            done = _remove_container(rec, profile)
+            if done:
+                removed.append(done)
+        elif rec.get("provider") == "process":
+            if _remove_process_sandbox(Path(rec["folder"]) if rec.get("folder") else None,
+                                       rec.get("pid"), rec.get("pid_start")):
+                removed.append(f"local/{sid}")
+    return removed
+
+
+def _remove_process_sandbox(folder: Path | None, pid: int | None, pid_start: int | None) -> bool:
+    """Kill the sandbox's keeper (when it is still the process we started) and delete its folder."""
+    did = False
+    if pid and procinfo.is_alive(pid, pid_start):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while procinfo.is_alive(pid, pid_start) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        did = True
+    if folder is not None and folder.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        did = True
+    return did
+
+
+def _sweep_process_root(root: Path, *, runs: Collection[str] | None) -> list[str]:
+    """Sandbox folders whose owner is gone (a crashed orchestrator) or that a fleet keeper holds."""
+    if not root.is_dir():
+        return []
+    # Folders of stopped sandboxes waiting to be deleted (their run ended before the deletion did).
+    shutil.rmtree(root / ".trash", ignore_errors=True)
+    removed = []
+    for folder in sorted(root.iterdir()):
+        if not folder.name.startswith("p-"):
+            continue
+        try:
+            rec = json.loads((folder / "sandbox.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            rec = {}
+        if runs is not None and rec.get("run") not in runs:
+            continue
+        keeper = rec.get("keeper_pid")
+        owner_alive = procinfo.is_alive(rec.get("owner_pid"), rec.get("owner_start"))
+        if owner_alive and not keeper:
+            continue  # a live orchestrator's sandbox: it stops it itself
+        if _remove_process_sandbox(folder, keeper, rec.get("keeper_start")):
+            removed.append(f"local/{folder.name}")
+    return removed
+
+
+def _short(error: BaseException) -> str:
+    return " ".join(str(error).split())[:200] or type(error).__name__

@@ -1,0 +1,626 @@
+"""The `process` provider: a sandbox is a private folder on this machine, isolated with bubblewrap.
+
+A sandbox's folder `ROOT/<id>/fs/` holds the paths a task expects (the
+workdir, `/tests`, `/logs/verifier`, `/tmp`, and whatever the task's simple
+Dockerfile installed, see process_image.py); every top-level entry of it is
+bound at `/<name>` for each command. Each command runs as
+
+    prlimit (memory, processes, file size, open files, CPU time) --
+      bwrap --tmpfs / --ro-bind /usr --ro-bind /etc ... --remount-ro /
+            --unshare-all [--share-net] --die-with-parent --as-pid-1 --
+        sh -c 'bash -c "$1"; exit $?' sh COMMAND
+
+so the root is read-only, the host's other folders (the project, /root,
+/home, other sandboxes) do not exist, there is no network unless the task
+asks, and the command gets its own pid namespace: when it ends, at its
+timeout or when this process dies, every process it started dies with it.
+Nothing runs between commands, so a sandbox costs a folder and one bwrap
+start (~4 ms) per command. When rl360 runs as root, each live sandbox runs
+as its own uid (from [sandbox] process_uid_base), so the process limit is
+per sandbox and no sandbox can read another's files or root's.
+
+Without bubblewrap (not installed) rl360 warns once and runs commands in a
+process group with the same rlimits but no isolation; the task's absolute
+paths (/app, /tests, /logs) are then not available, so only tasks written
+with relative paths work. Install `bubblewrap`.
+
+Test: tests/sandbox/test_process_provider.py, tests/sandbox/test_security.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import functools
+import json
+import logging
+import math
+import os
+import posixpath
+import resource
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from rl360cli.backends import procinfo
+from rl360cli.errors import Rl360Error
+from rl360cli.sandbox.config import SandboxConfig
+from rl360cli.sandbox.provider import ExecResult, NodeCapacity, OutputBuffer, Sandbox, SandboxProvider, \
+    sandbox_labels
+from rl360cli.sandbox.taxonomy import Event, SandboxError
+
+log = logging.getLogger(__name__)
+
+NODE = "local"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Top-level paths that come from the host (read-only) and that a sandbox can therefore not provide.
+RESERVED = frozenset({"usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "dev", "proc", "sys"})
+# pid 1 of the sandbox's pid namespace: a shell that waits for the command (so the command itself is
+# not pid 1, whose signals behave differently) and exits with its status, ending the namespace.
+_INIT = ["/bin/sh", "-c", 'if [ -x /bin/bash ]; then /bin/bash -c "$1"; else /bin/sh -c "$1"; fi; exit $?', "sh"]
+_warned_no_bwrap = False
+
+
+def default_root() -> Path:
+    """Where process sandboxes live unless [sandbox] process_root says so: $RL360_SANDBOX_ROOT, else
+    $TMPDIR/rl360-sandboxes."""
+    return Path(os.environ.get("RL360_SANDBOX_ROOT") or Path(tempfile.gettempdir()) / "rl360-sandboxes")
+
+
+def machine_capacity() -> NodeCapacity:
+    from rl360cli.backends.local import machine_resources
+
+    cpus, memory_mb = machine_resources()
+    return NodeCapacity(name=NODE, cpus=float(cpus), memory_mb=memory_mb)
+
+
+# ----------------------------------------------------------------------------- the command line
+
+
+class Isolation:
+    """How commands are wrapped on this machine: found once per provider."""
+
+    def __init__(self, *, network_allowed: bool):
+        self.bwrap = shutil.which("bwrap")
+        self.prlimit = shutil.which("prlimit")
+        # Switching uid with setpriv rather than Popen(user=...) lets Python spawn with vfork: a fork of a
+        # large orchestrator (a trainer with GBs of memory) costs ~100x more (measured: 190 ms against 2 ms).
+        self.setpriv = shutil.which("setpriv")
+        self.network_allowed = network_allowed
+        self.as_root = os.geteuid() == 0
+        self.system_args = self._system_args()
+        if self.bwrap is None:
+            global _warned_no_bwrap
+            if not _warned_no_bwrap:
+                _warned_no_bwrap = True
+                log.warning("bubblewrap (bwrap) is not installed: process sandboxes run without isolation, "
+                            "only with rlimits; install the `bubblewrap` package")
+
+    @staticmethod
+    def _system_args() -> list[str]:
+        args = ["--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+        for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            host = Path("/") / name
+            if host.is_symlink():
+                args += ["--symlink", os.readlink(host), f"/{name}"]
+            elif host.is_dir():
+                args += ["--ro-bind", str(host), f"/{name}"]
+        return args + ["--dev", "/dev", "--proc", "/proc"]
+
+    def spawn_kwargs(self, uid: int | None, limits: list[str]) -> dict[str, Any]:
+        """Popen arguments for what the argv prefix cannot do (no setpriv / prlimit on this machine)."""
+        kwargs: dict[str, Any] = {}
+        if uid is not None and not self.setpriv:
+            kwargs.update(user=uid, group=uid, extra_groups=[])
+        if not self.prlimit:
+            kwargs["preexec_fn"] = _preexec_limits(limits)
+        return kwargs
+
+    def argv(self, fs: Path, command: str, *, workdir: str, network: bool, limits: list[str],
+             uid: int | None = None, info_fd: int | None = None, init: bool = True,
+             die_with_parent: bool = True) -> list[str]:
+        """The full argv that runs `command` as `uid` in the sandbox whose folder is `fs`."""
+        prefix = [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] \
+            if uid is not None and self.setpriv else []
+        prefix += [self.prlimit, *limits, "--"] if self.prlimit else []
+        tail = [*_INIT, command] if init else ["/bin/sh", "-c", command]
+        if self.bwrap is None:
+            return prefix + tail
+        args = [self.bwrap, *self.system_args]
+        for entry in sorted(os.listdir(fs)):
+            if entry not in RESERVED:
+                args += ["--bind", str(fs / entry), f"/{entry}"]
+        args += ["--remount-ro", "/", "--chdir", workdir, "--unshare-all"]
+        if network and self.network_allowed:
+            args.append("--share-net")
+        args += ["--new-session", "--as-pid-1", "--hostname", "sandbox"]
+        if die_with_parent:
+            args.append("--die-with-parent")
+        if info_fd is not None:
+            args += ["--info-fd", str(info_fd)]
+        return prefix + args + ["--", *tail]
+
+
+def rlimit_args(*, memory_mb: int, pids: int, file_mb: int, open_files: int, cpu_s: int) -> list[str]:
+    """prlimit options: CPU soft limit below the hard one, so a CPU hog gets SIGXCPU (not a bare SIGKILL)."""
+    return [f"--as={memory_mb << 20}", f"--nproc={pids}", f"--fsize={file_mb << 20}", f"--nofile={open_files}",
+            f"--cpu={cpu_s}:{cpu_s + 1}", "--core=0"]
+
+
+def _preexec_limits(limits: list[str]):
+    """Without prlimit: the same limits set in the child (only used where prlimit is missing)."""
+    table = {"--as": resource.RLIMIT_AS, "--nproc": resource.RLIMIT_NPROC, "--fsize": resource.RLIMIT_FSIZE,
+             "--nofile": resource.RLIMIT_NOFILE, "--cpu": resource.RLIMIT_CPU, "--core": resource.RLIMIT_CORE}
+    pairs = []
+    for item in limits:
+        key, _, value = item.partition("=")
+        soft, _, hard = value.partition(":")
+        pairs.append((table[key], (int(soft), int(hard or soft))))
+
+    def apply() -> None:
+        for which, value in pairs:
+            resource.setrlimit(which, value)
+
+    return apply
+
+
+# ----------------------------------------------------------------------------- uids
+
+
+class UidPool:
+    """One uid per live sandbox, claimed with a lock file so concurrent rl360 processes never share one."""
+
+    def __init__(self, base: int, size: int, lock_dir: Path):
+        self.base, self.size, self.lock_dir = base, size, lock_dir
+        self._next = 0
+        lock_dir.mkdir(parents=True, exist_ok=True)
+
+    def acquire(self) -> tuple[int, int]:
+        """(uid, fd of its held lock)."""
+        for _ in range(self.size):
+            uid = self.base + self._next
+            self._next = (self._next + 1) % self.size
+            fd = os.open(self.lock_dir / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            return uid, fd
+        raise SandboxError(Event.START_FAILED, f"all {self.size} sandbox uids from {self.base} are in use")
+
+
+# ----------------------------------------------------------------------------- provider
+
+
+class ProcessProvider(SandboxProvider):
+    name = "process"
+
+    def __init__(self, config: SandboxConfig, *, run_id: str = "", root: Path | None = None):
+        from rl360cli.sandbox.process_image import ProcessImages
+
+        self.config = config
+        self.run_id = run_id
+        self.root = Path(root or config.process_root or default_root())
+        self.root.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            os.chmod(self.root, 0o711)
+        self.isolation = Isolation(network_allowed=config.network == "task")
+        if self.isolation.as_root and self.isolation.bwrap:
+            _check_traversable(self.root)
+        # The uid locks are machine-wide (not per root), so providers with different roots never share a uid.
+        self.uids = UidPool(config.process_uid_base, 4096, Path(tempfile.gettempdir()) / "rl360-sandbox-uids") \
+            if self.isolation.as_root else None
+        self.images = ProcessImages(self.root / ".images", self.isolation,
+                                    build_uid=config.process_uid_base - 1 if self.isolation.as_root else None)
+        self._owner = {"owner_pid": os.getpid(), "owner_start": procinfo.start_time(os.getpid())}
+        # Copies and removals of sandbox folders run here, not in asyncio's small default pool, which
+        # hundreds of concurrent attempts would queue behind.
+        self._file_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rl360-sandbox-files")
+        self._deleting: set = set()
+        # Folders a crashed run left in .trash are deleted now, in the background.
+        if (self.root / ".trash").is_dir():
+            self._deleting.add(self._file_pool.submit(shutil.rmtree, self.root / ".trash", True))
+
+    async def files(self, fn, *args, **kwargs):
+        """Run a blocking file operation on the provider's own threads (inline once the provider is closed)."""
+        call = functools.partial(fn, *args, **kwargs)
+        try:
+            future = asyncio.get_running_loop().run_in_executor(self._file_pool, call)
+        except RuntimeError:  # closed: a sandbox stopped after its provider still cleans up
+            return call()
+        return await future
+
+    def discard(self, folder: Path) -> None:
+        """Remove a stopped sandbox's folder: renamed into .trash at once, deleted in the background
+        (deleting is slow on some disks: ~20 ms for a handful of folders on ext4 with `discard`)."""
+        trash = self.root / ".trash"
+        try:
+            trash.mkdir(exist_ok=True)
+            target = trash / folder.name
+            os.rename(folder, target)
+        except OSError:
+            target = folder
+        try:
+            future = self._file_pool.submit(shutil.rmtree, target, True)
+        except RuntimeError:  # closed
+            shutil.rmtree(target, ignore_errors=True)
+            return
+        self._deleting.add(future)
+        future.add_done_callback(self._deleting.discard)
+
+    async def close(self) -> None:
+        """Finish deleting stopped sandboxes' folders, then let the threads go."""
+        pending = list(self._deleting)
+        if pending:
+            await asyncio.gather(*(asyncio.wrap_future(f) for f in pending))
+        self._file_pool.shutdown(wait=False)
+
+    def nodes(self) -> list[NodeCapacity]:
+        return [machine_capacity()]
+
+    def image_ref(self, task) -> str:
+        # One node, and the host's root stands in for a named image: only a built Dockerfile is cached.
+        return task.image_ref if task.dockerfile else "host"
+
+    async def start(self, task, *, attempt_id: str, labels: Mapping[str, str], node: str | None = None) -> Sandbox:
+        started = time.monotonic()
+        image = await self.images.ensure(task)
+        sid = f"p-{uuid.uuid4().hex[:12]}"
+        folder = self.root / sid
+        uid = fd = None
+        try:
+            if self.uids is not None:
+                uid, fd = self.uids.acquire()
+            fs = folder / "fs"
+            fs.mkdir(parents=True)
+            if image is not None and image.tree is not None:
+                await self.files(shutil.copytree, image.tree, fs, symlinks=True, dirs_exist_ok=True)
+            workdir = task.workdir
+            for path in (workdir, "/tmp", "/tests", "/logs/verifier", "/logs/agent"):
+                (fs / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+            if uid is not None:
+                _chown_tree(fs, uid)
+            os.chmod(fs / "tmp", 0o1777)
+            record = {"id": sid, "run": self.run_id, "task": task.id, "attempt": attempt_id, "uid": uid,
+                      "labels": sandbox_labels(labels, run_id=self.run_id, task=task, attempt_id=attempt_id),
+                      "created_at": time.time(), **self._owner}
+            (folder / "sandbox.json").write_text(json.dumps(record))
+        except SandboxError:
+            _cleanup(folder, fd)
+            raise
+        except OSError as e:
+            _cleanup(folder, fd)
+            raise SandboxError(Event.START_FAILED, f"cannot lay out the sandbox folder {folder}: {e}",
+                               node=NODE) from None
+        return ProcessSandbox(self, task, sid=sid, folder=folder, uid=uid, lock_fd=fd, attempt_id=attempt_id,
+                              image_env=image.env if image else {}, start_s=time.monotonic() - started)
+
+    async def detach(self, sandbox: Sandbox) -> dict[str, Any]:
+        """Start a keeper process that holds the sandbox's uid and marks it live after this process exits."""
+        assert isinstance(sandbox, ProcessSandbox)
+        return await sandbox.keep_alive()
+
+
+class ProcessSandbox(Sandbox):
+    provider = "process"
+
+    def __init__(self, owner: ProcessProvider, task, *, sid: str, folder: Path, uid: int | None,
+                 lock_fd: int | None, attempt_id: str, image_env: dict[str, str], start_s: float):
+        self.owner = owner
+        self.config = owner.config
+        self.task = task
+        self.id = sid
+        self.node = NODE
+        self.folder = folder
+        self.fs = folder / "fs"
+        self._fs_real = os.path.realpath(self.fs)
+        self.uid = uid
+        self._lock_fd = lock_fd
+        self.attempt_id = attempt_id
+        self.image_env = image_env
+        self.start_s = start_s
+        self._procs: set[asyncio.subprocess.Process] = set()
+        self._stopped = False
+        self.keeper: dict[str, Any] | None = None
+
+    def info(self) -> dict[str, Any]:
+        out = {"node": NODE, "provider": "process", "task": self.task.id, "attempt": self.attempt_id,
+               "folder": str(self.folder), "uid": self.uid, "image": self.owner.image_ref(self.task),
+               "container_id": None, "pid": None}
+        if self.keeper:
+            out.update(self.keeper)
+        return out
+
+    # ------------------------------------------------------------------ exec
+
+    def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+        env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
+               # glibc reserves 64 MB of address space per malloc arena and thread; under an address-space
+               # limit that would fail multi-threaded programs long before they use the memory.
+               "MALLOC_ARENA_MAX": "2"}
+        env.update(self.image_env)  # expanded when the image was built
+        env.update(self.task_env())
+        if extra:
+            env.update({str(k): str(v) for k, v in extra.items()})
+        return env
+
+    def task_env(self) -> dict[str, str]:
+        from rl360cli.sandbox.task import resolve_env
+
+        try:
+            return resolve_env(self.task.env)
+        except KeyError as e:
+            raise SandboxError(Event.PROVIDER_FAILED, f"[environment.env] needs ${{{e.args[0]}}}, which is not set",
+                               node=NODE) from None
+
+    def _limits(self, timeout_s: float) -> list[str]:
+        _, memory_mb = self.owner.reservation(self.task)
+        return rlimit_args(memory_mb=memory_mb, pids=self.config.pids_limit,
+                           file_mb=min(self.config.max_file_mb, self.task.storage_mb),
+                           open_files=self.config.max_open_files, cpu_s=max(1, math.ceil(timeout_s)) + 1)
+
+    async def exec(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None,
+                   user: str | None = None) -> ExecResult:
+        # `user` is not honoured: every command of a process sandbox runs as the sandbox's own uid.
+        if self._stopped:
+            raise SandboxError(Event.SANDBOX_KILLED, f"sandbox {self.id} was stopped", node=NODE)
+        if not self.fs.is_dir():
+            raise SandboxError(Event.SANDBOX_KILLED, f"sandbox folder {self.fs} was removed from outside",
+                               node=NODE)
+        iso = self.owner.isolation
+        limits = self._limits(timeout_s)
+        info_r = info_w = None
+        if iso.bwrap:
+            info_r, info_w = os.pipe()
+        workdir = self.task.workdir
+        argv = iso.argv(self.fs, command, workdir=workdir, network=self.task.network, limits=limits,
+                        uid=self.uid, info_fd=info_w)
+        kwargs: dict[str, Any] = {"start_new_session": True, **iso.spawn_kwargs(self.uid, limits)}
+        if info_w is not None:
+            kwargs["pass_fds"] = (info_w,)
+        cwd = self.fs / workdir.lstrip("/") if not iso.bwrap else None
+        started = time.monotonic()
+        try:
+            proc = await asyncio.create_subprocess_exec(*argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                                        stderr=subprocess.STDOUT, env=self._env(env), cwd=cwd,
+                                                        **kwargs)
+        except OSError as e:
+            _close(info_r, info_w)
+            raise SandboxError(Event.PROVIDER_FAILED, f"cannot start a command in sandbox {self.id}: {e}",
+                               node=NODE) from None
+        finally:
+            if info_w is not None:
+                os.close(info_w)
+        self._procs.add(proc)
+        buffer = OutputBuffer(self.config.max_output_chars)
+        timed_out = False
+        try:
+            async with asyncio.timeout(timeout_s):
+                while chunk := await proc.stdout.read(1 << 16):
+                    buffer.feed(chunk)
+                await proc.wait()
+        except TimeoutError:
+            timed_out = True
+            await _kill(proc)
+        except BaseException:
+            await asyncio.shield(_kill(proc))
+            _close(info_r)
+            raise
+        finally:
+            self._procs.discard(proc)
+        duration = time.monotonic() - started
+        set_up = _read_info(info_r) if info_r is not None else True
+        output, cut = buffer.text()
+        if not set_up and not timed_out:
+            raise SandboxError(Event.PROVIDER_FAILED, f"bubblewrap could not set up sandbox {self.id}: "
+                               f"{output.strip()[-300:]}", node=NODE)
+        code = None if timed_out else proc.returncode
+        limit = buffer.first_limit()
+        if code == 128 + signal.SIGXCPU or code == -signal.SIGXCPU:
+            limit = "cpu_time"
+        elif code == 128 + signal.SIGXFSZ or code == -signal.SIGXFSZ:
+            limit = limit or "file_size"
+        return ExecResult(exit_code=code, output=output, timed_out=timed_out, oom_killed=limit == "memory",
+                          duration_s=duration, limit=None if timed_out else limit, truncated_chars=cut)
+
+    # ------------------------------------------------------------------ files
+
+    def _host_path(self, remote: str) -> Path:
+        path = posixpath.normpath(remote)
+        if not remote.startswith("/") or path in ("/", "//"):
+            raise SandboxError(Event.PROVIDER_FAILED, f"{remote!r} is not an absolute path below /", node=NODE)
+        parts = path.lstrip("/").split("/")
+        if parts[0] in RESERVED or ".." in parts:
+            raise SandboxError(Event.PROVIDER_FAILED,
+                               f"{remote}: /{parts[0]} is the host's (read-only) in process sandboxes", node=NODE)
+        return self.fs.joinpath(*parts)
+
+    def _inside(self, host: Path) -> bool:
+        """The folder holding `host` is really inside this sandbox (no symlink planted by the sandbox leads out)."""
+        parent = os.path.realpath(host.parent)
+        return parent == self._fs_real or parent.startswith(self._fs_real + os.sep)
+
+    def _make_parents(self, host: Path) -> None:
+        current = self.fs
+        for part in host.relative_to(self.fs).parts[:-1]:
+            current = current / part
+            if current.is_symlink() or (current.exists() and not current.is_dir()):
+                current.unlink()
+            if not current.exists():
+                current.mkdir()
+                if self.uid is not None:
+                    os.chown(current, self.uid, self.uid)
+
+    async def upload(self, local_path: Path | str, remote_path: str) -> None:
+        local = Path(local_path)
+        host = self._host_path(remote_path)
+        try:
+            self._make_parents(host)
+            _remove(host)
+            if local.is_dir():
+                await self.owner.files(shutil.copytree, local, host, symlinks=True)
+            else:
+                shutil.copy2(local, host)
+            if self.uid is not None:
+                _chown_tree(host, self.uid)
+        except FileNotFoundError as e:
+            raise SandboxError(Event.PROVIDER_FAILED, f"upload of {local} failed: no such file {e.filename}",
+                               node=NODE) from None
+        except OSError as e:
+            raise SandboxError(Event.PROVIDER_FAILED, f"upload of {local} to {remote_path} failed: {e}",
+                               node=NODE) from None
+
+    async def download(self, remote_path: str, local_path: Path | str) -> None:
+        host = self._host_path(remote_path)
+        if not self._inside(host) or host.is_symlink():
+            raise SandboxError(Event.PROVIDER_FAILED, f"{remote_path} is a symbolic link; not followed", node=NODE)
+        local = Path(local_path)
+        try:
+            if host.is_dir():
+                await self.owner.files(shutil.copytree, host, local, symlinks=True, dirs_exist_ok=True)
+            elif host.exists():
+                local.parent.mkdir(parents=True, exist_ok=True)
+                data = _read_nofollow(host, max_bytes=None)
+                local.write_bytes(data)
+            else:
+                raise SandboxError(Event.PROVIDER_FAILED, f"no such file {remote_path} in the sandbox", node=NODE)
+        except OSError as e:
+            raise SandboxError(Event.PROVIDER_FAILED, f"download of {remote_path} failed: {e}", node=NODE) from None
+
+    async def read_file(self, remote_path: str, *, max_bytes: int = 1 << 20) -> bytes | None:
+        host = self._host_path(remote_path)
+        if not self._inside(host):
+            return None
+        try:
+            return _read_nofollow(host, max_bytes=max_bytes)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.EISDIR, errno.ENOTDIR):
+                return None
+            raise SandboxError(Event.PROVIDER_FAILED, f"cannot read {remote_path}: {e}", node=NODE) from None
+
+    async def reset_dir(self, remote_path: str) -> None:
+        host = self._host_path(remote_path)
+        try:
+            self._make_parents(host)
+            _remove(host)
+            host.mkdir()
+            if self.uid is not None:
+                os.chown(host, self.uid, self.uid)
+        except OSError as e:
+            raise SandboxError(Event.PROVIDER_FAILED, f"cannot reset {remote_path}: {e}", node=NODE) from None
+
+    # ------------------------------------------------------------------ life
+
+    async def keep_alive(self) -> dict[str, Any]:
+        """A detached `sleep` inside the sandbox (no die-with-parent) that holds the uid lock: a fleet member."""
+        iso = self.owner.isolation
+        limits = self._limits(10**7)
+        argv = iso.argv(self.fs, "exec sleep infinity", workdir=self.task.workdir, network=False,
+                        limits=limits, uid=self.uid, init=False, die_with_parent=False)
+        kwargs: dict[str, Any] = {"start_new_session": True, **iso.spawn_kwargs(self.uid, limits)}
+        if self._lock_fd is not None:
+            kwargs["pass_fds"] = (self._lock_fd,)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env=self._env(None), **kwargs)
+        self.keeper = {"pid": proc.pid, "pid_start": procinfo.start_time(proc.pid)}
+        record = json.loads((self.folder / "sandbox.json").read_text())
+        record.update(keeper_pid=proc.pid, keeper_start=self.keeper["pid_start"])
+        (self.folder / "sandbox.json").write_text(json.dumps(record))
+        # The keeper holds the uid lock now; this process lets go of its copy.
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        self._stopped = True  # this object no longer owns the sandbox: stop it by its record
+        return self.info()
+
+    async def stop(self) -> None:
+        if self._stopped and self.keeper is None:
+            return
+        self._stopped = True
+        for proc in list(self._procs):
+            await _kill(proc)
+        if self.keeper is not None:
+            return  # a fleet member: `rl360 sandboxes stop` / the janitor remove it by its record
+        self.owner.discard(self.folder)
+        _close(self._lock_fd)  # nothing of the sandbox runs any more: its uid is free
+        self._lock_fd = None
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _check_traversable(root: Path) -> None:
+    """Sandboxes run as other uids: every folder above the root must let them pass (o+x)."""
+    for folder in [root.absolute(), *root.absolute().parents]:
+        if not os.stat(folder).st_mode & 0o001:
+            raise Rl360Error(f"process sandboxes cannot reach {root}: {folder} is not searchable by other users",
+                             "set [sandbox] process_root to a folder under /tmp (the default is "
+                             f"{default_root()})")
+
+
+async def _kill(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL the command's process group (bwrap's pid namespace dies with it) and reap it."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        await proc.wait()
+
+
+def _read_info(fd: int) -> bool:
+    """True when bwrap wrote its info (it got as far as starting the command)."""
+    try:
+        return bool(os.read(fd, 4096))
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _close(*fds: int | None) -> None:
+    for fd in fds:
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _read_nofollow(path: Path, *, max_bytes: int | None) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read() if max_bytes is None else f.read(max_bytes)
+    finally:
+        os.close(fd)
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+
+
+def _chown_tree(path: Path, uid: int) -> None:
+    os.chown(path, uid, uid, follow_symlinks=False)
+    if path.is_dir() and not path.is_symlink():
+        for root, dirs, files in os.walk(path):
+            for name in dirs + files:
+                os.chown(os.path.join(root, name), uid, uid, follow_symlinks=False)
+
+
+def _cleanup(folder: Path, lock_fd: int | None) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    _close(lock_fd)
+

@@ -1,0 +1,358 @@
+"""The one async interface every sandbox provider implements, its result type, and the factory.
+
+    provider = make_provider(recipe.sandbox, nodes=profile.nodes, run_id="r1")
+    sandbox = await provider.start(task, attempt_id="a1", labels={"rl360.run": "r1"})
+    result = await sandbox.exec("python3 -m pytest -q", timeout_s=30)
+    await sandbox.upload(task.tests_dir, "/tests")
+    await sandbox.stop()
+
+Providers: `process` (rl360cli/sandbox/process.py: bubblewrap + rlimits on
+this machine) and `docker` (rl360cli/sandbox/docker_provider.py: a container on
+a node's daemon). `make_provider` wraps the provider in fault injection when
+`inject_failure_rate > 0` and in the admission controller
+(rl360cli/sandbox/waves.py), which is itself a `SandboxProvider`.
+
+A provider raises `SandboxError` (rl360cli/sandbox/taxonomy.py) for anything
+that is not the policy's doing: the image would not pull, the daemon went
+away, the container was killed from outside. What the policy's own command
+does (exit codes, timeouts, limits) comes back in `ExecResult`.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import re
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rl360cli.sandbox.config import SandboxConfig
+from rl360cli.sandbox.taxonomy import Event, SandboxError
+
+if TYPE_CHECKING:
+    from rl360cli.config import NodeSpec
+    from rl360cli.sandbox.task import Task
+
+MANAGED_LABEL = "rl360.managed"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExecResult:
+    """What one command in a sandbox did."""
+
+    # None when the command was killed at its timeout.
+    exit_code: int | None
+    # stdout and stderr together, capped at [sandbox] max_output_chars (head and tail kept).
+    output: str
+    timed_out: bool = False
+    # The command (or a process it started) was killed or failed for lack of memory.
+    oom_killed: bool = False
+    duration_s: float = 0.0
+    # The sandbox limit the command hit, if one: "memory", "processes", "file_size", "cpu_time".
+    limit: str | None = None
+    # Characters cut from the middle of the output.
+    truncated_chars: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeCapacity:
+    """What a node offers sandboxes: the admission controller never reserves more than this."""
+
+    name: str
+    cpus: float
+    memory_mb: int
+
+
+# ----------------------------------------------------------------------------- output
+
+
+# Signs, in a command's output, that it hit a limit of its sandbox (the process provider has no daemon
+# to ask: rlimits make allocations and forks fail instead of killing).
+_LIMIT_MARKERS = (
+    ("memory", re.compile(rb"MemoryError|Cannot allocate memory|std::bad_alloc|[Oo]ut of memory")),
+    ("file_size", re.compile(rb"File too large|File size limit exceeded")),
+    ("processes", re.compile(rb"Resource temporarily unavailable|[Cc]an't fork|Cannot fork|can't start new thread")),
+    ("cpu_time", re.compile(rb"CPU time limit exceeded")),
+)
+
+
+class OutputBuffer:
+    """Collects a command's output up to a cap (keeping head and tail) and notes limit markers on the way."""
+
+    def __init__(self, max_chars: int):
+        self.head_max = max_chars // 2
+        self.tail_max = max_chars - self.head_max
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.limits: set[str] = set()
+        self._overlap = b""
+
+    def feed(self, chunk: bytes) -> None:
+        if not chunk:
+            return
+        window = self._overlap + chunk
+        for name, pattern in _LIMIT_MARKERS:
+            if name not in self.limits and pattern.search(window):
+                self.limits.add(name)
+        self._overlap = chunk[-64:]
+        self.total += len(chunk)
+        room = self.head_max - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.tail_max:
+                del self.tail[: len(self.tail) - self.tail_max]
+
+    def text(self) -> tuple[str, int]:
+        """(the kept output, characters cut from the middle)."""
+        cut = self.total - len(self.head) - len(self.tail)
+        if cut <= 0:
+            return (bytes(self.head) + bytes(self.tail)).decode(errors="replace"), 0
+        middle = f"\n[... {cut} bytes cut ...]\n".encode()
+        return (bytes(self.head) + middle + bytes(self.tail)).decode(errors="replace"), cut
+
+    def first_limit(self) -> str | None:
+        for name, _ in _LIMIT_MARKERS:
+            if name in self.limits:
+                return name
+        return None
+
+
+# ----------------------------------------------------------------------------- interface
+
+
+class Sandbox(abc.ABC):
+    """One live sandbox: a container or a private folder with its own limits."""
+
+    id: str
+    node: str
+    provider: str
+    task: Task
+    attempt_id: str
+
+    @abc.abstractmethod
+    async def exec(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None,
+                   user: str | None = None) -> ExecResult:
+        """Run `command` with bash (sh where the image has no bash) in the task's workdir."""
+
+    @abc.abstractmethod
+    async def upload(self, local_path: Path | str, remote_path: str) -> None:
+        """Copy a local file or folder to `remote_path` (an absolute path in the sandbox); what is there under the
+        same names is overwritten (a process sandbox replaces the path as a whole)."""
+
+    @abc.abstractmethod
+    async def download(self, remote_path: str, local_path: Path | str) -> None:
+        """Copy a file or folder out of the sandbox; `SandboxError` when it is not there."""
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """Remove the sandbox and everything running in it; safe to call twice."""
+
+    def info(self) -> dict[str, Any]:
+        """The sandbox as the state file records it."""
+        return {"node": self.node, "provider": self.provider, "task": self.task.id, "attempt": self.attempt_id}
+
+    async def read_file(self, remote_path: str, *, max_bytes: int = 1 << 20) -> bytes | None:
+        """The file's content (at most `max_bytes`), or None when there is no such file."""
+        with tempfile.TemporaryDirectory(prefix="rl360-read-") as tmp:
+            local = Path(tmp) / "file"
+            try:
+                await self.download(remote_path, local)
+            except SandboxError as e:
+                if e.event == Event.PROVIDER_FAILED and "no such" in e.detail:
+                    return None
+                raise
+            if not local.is_file():
+                return None
+            with open(local, "rb") as f:
+                return f.read(max_bytes)
+
+    async def reset_dir(self, remote_path: str) -> None:
+        """Make `remote_path` an empty folder (before the verifier: nothing the agent left in it counts)."""
+        result = await self.exec(f"rm -rf {_quote(remote_path)} && mkdir -p {_quote(remote_path)}",
+                                 timeout_s=60, user="root")
+        if result.exit_code != 0:
+            raise SandboxError(Event.PROVIDER_FAILED, f"cannot reset {remote_path}: {result.output.strip()[:200]}",
+                               node=self.node)
+
+    async def end_agent_processes(self) -> None:
+        """Stop whatever the agent left running, so it cannot touch the verifier's files."""
+
+    async def prepare_verifier(self) -> None:
+        """Before the tests are uploaded: no agent process left, empty /tests and /logs/verifier."""
+        await self.end_agent_processes()
+        await self.reset_dir("/logs/verifier")
+        await self.reset_dir("/tests")
+
+
+class SandboxProvider(abc.ABC):
+    """Starts sandboxes for tasks on nodes."""
+
+    name: str
+
+    @abc.abstractmethod
+    def nodes(self) -> list[NodeCapacity]:
+        """Where this provider can place sandboxes."""
+
+    @abc.abstractmethod
+    async def start(self, task: Task, *, attempt_id: str, labels: Mapping[str, str],
+                    node: str | None = None) -> Sandbox:
+        """Start a sandbox for `task` (on `node`, or the provider's choice); `SandboxError` when it cannot."""
+
+    async def detach(self, sandbox: Sandbox) -> dict[str, Any]:
+        """Let the sandbox outlive this process (a fleet); returns what the state file must record to stop it."""
+        return sandbox.info()
+
+    async def close(self) -> None:
+        """Release connections and threads; live sandboxes are not touched."""
+
+    def image_ref(self, task: Task) -> str:
+        """What a node's image cache must hold for a warm start of `task`."""
+        return task.image_ref
+
+    def reservation(self, task: Task) -> tuple[float, int]:
+        """(CPUs, memory MB) a sandbox of `task` gets: the recipe's [sandbox] override, else the task's own."""
+        config = getattr(self, "config", None)
+        return ((getattr(config, "cpus", None) or task.cpus), (getattr(config, "memory_mb", None) or task.memory_mb))
+
+
+# ----------------------------------------------------------------------------- fault injection
+
+
+def injection_fires(seed: int, rate: float, attempt_id: str, operation: str) -> bool:
+    """Whether the failure injected for (attempt, operation) fires: a pure function, so runs are reproducible."""
+    if rate <= 0:
+        return False
+    digest = hashlib.sha256(f"{seed}:{attempt_id}:{operation}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < rate
+
+
+class FaultInjector(SandboxProvider):
+    """Fails `rate` of the starts and execs of the provider it wraps with `InfraCause.INJECTED`."""
+
+    def __init__(self, inner: SandboxProvider, *, rate: float, seed: int = 0):
+        self.inner = inner
+        self.rate = rate
+        self.seed = seed
+        self.name = inner.name
+        self.injected: list[tuple[str, str]] = []
+
+    def nodes(self) -> list[NodeCapacity]:
+        return self.inner.nodes()
+
+    def image_ref(self, task: Task) -> str:
+        return self.inner.image_ref(task)
+
+    def reservation(self, task: Task) -> tuple[float, int]:
+        return self.inner.reservation(task)
+
+    async def start(self, task: Task, *, attempt_id: str, labels: Mapping[str, str],
+                    node: str | None = None) -> Sandbox:
+        if injection_fires(self.seed, self.rate, attempt_id, "start"):
+            self.injected.append((attempt_id, "start"))
+            raise SandboxError(Event.INJECTED, "injected sandbox start failure", node=node, injected=True)
+        sandbox = await self.inner.start(task, attempt_id=attempt_id, labels=labels, node=node)
+        return _InjectedSandbox(sandbox, self)
+
+    async def detach(self, sandbox: Sandbox) -> dict[str, Any]:
+        inner = sandbox.inner if isinstance(sandbox, _InjectedSandbox) else sandbox
+        return await self.inner.detach(inner)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class _InjectedSandbox(Sandbox):
+    def __init__(self, inner: Sandbox, injector: FaultInjector):
+        self.inner = inner
+        self.injector = injector
+        self.id, self.node, self.provider = inner.id, inner.node, inner.provider
+        self.task, self.attempt_id = inner.task, inner.attempt_id
+        self._execs = 0
+
+    async def exec(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None,
+                   user: str | None = None) -> ExecResult:
+        self._execs += 1
+        operation = f"exec{self._execs}"
+        if injection_fires(self.injector.seed, self.injector.rate, self.attempt_id, operation):
+            self.injector.injected.append((self.attempt_id, operation))
+            raise SandboxError(Event.INJECTED, f"injected failure of exec #{self._execs}", node=self.node,
+                               injected=True)
+        return await self.inner.exec(command, timeout_s=timeout_s, env=env, user=user)
+
+    async def upload(self, local_path, remote_path):
+        await self.inner.upload(local_path, remote_path)
+
+    async def download(self, remote_path, local_path):
+        await self.inner.download(remote_path, local_path)
+
+    async def read_file(self, remote_path, *, max_bytes=1 << 20):
+        return await self.inner.read_file(remote_path, max_bytes=max_bytes)
+
+    async def reset_dir(self, remote_path):
+        await self.inner.reset_dir(remote_path)
+
+    async def end_agent_processes(self):
+        await self.inner.end_agent_processes()
+
+    async def prepare_verifier(self):
+        await self.inner.prepare_verifier()
+
+    async def stop(self):
+        await self.inner.stop()
+
+    def info(self):
+        return self.inner.info()
+
+
+# ----------------------------------------------------------------------------- factory
+
+
+def make_provider(config: SandboxConfig, *, nodes: Sequence[NodeSpec] = (), run_id: str = "",
+                  node_images: Mapping[str, Mapping[str, Any]] | None = None, admission: bool = True,
+                  max_concurrent_pulls: int = 8) -> SandboxProvider:
+    """The provider `config` names, with fault injection when asked, behind the admission controller.
+
+    `nodes` are the profile's Docker nodes (docker provider). `node_images` is what each node's cache
+    holds (`{node: {image_ref: digest or {"digest": ...}}}`, as `rl360 prewarm-images` records it in
+    the state file) for warm-first placement.
+    """
+    provider: SandboxProvider
+    if config.provider == "docker":
+        from rl360cli.sandbox.docker_provider import DockerProvider
+
+        provider = DockerProvider(nodes, config=config, run_id=run_id, max_concurrent_pulls=max_concurrent_pulls)
+    else:
+        from rl360cli.sandbox.process import ProcessProvider
+
+        provider = ProcessProvider(config, run_id=run_id)
+    if config.inject_failure_rate > 0:
+        provider = FaultInjector(provider, rate=config.inject_failure_rate, seed=config.inject_seed)
+    if admission:
+        from rl360cli.sandbox.waves import AdmissionController
+
+        provider = AdmissionController(provider, config=config, node_images=node_images)
+    return provider
+
+
+def sandbox_labels(labels: Mapping[str, str], *, run_id: str, task: Task, attempt_id: str) -> dict[str, str]:
+    """The caller's labels completed with the managed marker, run, task and attempt."""
+    out = {str(k): str(v) for k, v in labels.items()}
+    out[MANAGED_LABEL] = "true"
+    out.setdefault("rl360.run", run_id or "none")
+    out["rl360.task"] = task.id
+    out["rl360.attempt"] = attempt_id
+    return out
+
+
+def _quote(path: str) -> str:
+    import shlex
+
+    return shlex.quote(path)
+

@@ -1,0 +1,408 @@
+"""Admission waves: when and where sandboxes start, so that a thousand attempts do not start at once.
+
+The `AdmissionController` wraps a provider and is itself a `SandboxProvider`:
+
+- at most `max_concurrent` sandboxes live at once;
+- starts are admitted in waves: no window of `wave_interval_s` seconds sees more
+  than `wave_size` starts (a sliding window, so it holds for every window, not
+  only aligned ones); with `adaptive_waves` the wave grows by half while the
+  median start latency stays under `target_start_latency_s` and nothing fails,
+  and halves when a start fails or the median exceeds twice the target;
+- per-node caps from the CPU and memory reservations: a node is never
+  over-committed (the sum of its sandboxes' reservations stays within its
+  `cpus` and `memory_mb`);
+- placement prefers a node whose image cache holds the task's image (by digest
+  when the expected digest is known), least loaded first, else the least-loaded
+  node; a node whose daemon stopped answering gets nothing for `node_down_s`;
+- a start that fails for an infrastructure reason is retried on another node,
+  up to `max_infra_retries` times, after `retry_backoff_s * 2**k` seconds.
+
+Every admission is recorded (`records`: when, where, queue time, start latency,
+warm or cold, outcome), and `warm_start_ratio()` says how many starts found
+their image on the node. `run_attempt(...)` also retries whole attempts that
+ended in a retriable infra failure, for agents that can be run again.
+
+Test: tests/sandbox/test_waves.py (with the process provider and with 3 dev Docker nodes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rl360cli.errors import Rl360Error
+from rl360cli.sandbox.config import SandboxConfig
+from rl360cli.sandbox.provider import NodeCapacity, Sandbox, SandboxProvider
+from rl360cli.sandbox.taxonomy import Event, InfraError, SandboxError
+
+
+@dataclass(kw_only=True)
+class StartRecord:
+    """One admitted start."""
+
+    attempt_id: str
+    task_id: str
+    node: str
+    # time.monotonic() when the start was admitted (the provider's start began), and the wall clock then.
+    admitted_at: float
+    admitted_wall: float
+    # Seconds between asking for a sandbox and being admitted.
+    queued_s: float
+    # Seconds the provider's start took (None while it runs).
+    start_latency_s: float | None = None
+    ok: bool | None = None
+    cause: str | None = None
+    # The node's cache held the image when the sandbox was placed.
+    warm: bool = False
+    wave_size: int = 0
+    retry: int = 0
+
+
+@dataclass
+class _Node:
+    capacity: NodeCapacity
+    reserved_cpus: float = 0.0
+    reserved_mb: int = 0
+    live: int = 0
+    down_until: float = 0.0
+    images: dict[str, str | None] = field(default_factory=dict)
+    peak_cpus: float = 0.0
+    peak_mb: int = 0
+
+    def fits(self, cpus: float, memory_mb: int) -> bool:
+        return (self.reserved_cpus + cpus <= self.capacity.cpus + 1e-9
+                and self.reserved_mb + memory_mb <= self.capacity.memory_mb)
+
+    @property
+    def load(self) -> float:
+        return max(self.reserved_cpus / self.capacity.cpus, self.reserved_mb / self.capacity.memory_mb)
+
+
+def node_images_from_state(doc: Mapping[str, Any]) -> dict[str, dict[str, str | None]]:
+    """`{node: {image_ref: digest}}` from the state file's `nodes[name]["images"][ref] = {"digest": ...}`."""
+    out: dict[str, dict[str, str | None]] = {}
+    for name, node in (doc.get("nodes") or {}).items():
+        images = (node or {}).get("images") or {}
+        out[name] = {ref: _digest(entry) for ref, entry in images.items()}
+    return out
+
+
+def _digest(entry: Any) -> str | None:
+    if isinstance(entry, Mapping):
+        return entry.get("digest")
+    return entry if isinstance(entry, str) else None
+
+
+class AdmissionController(SandboxProvider):
+    def __init__(self, provider: SandboxProvider, *, config: SandboxConfig,
+                 node_images: Mapping[str, Mapping[str, Any]] | None = None,
+                 image_digests: Mapping[str, str] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.inner = provider
+        self.name = provider.name
+        self.config = config
+        self.clock = clock
+        self.nodes_state = {c.name: _Node(capacity=c) for c in provider.nodes()}
+        for name, images in (node_images or {}).items():
+            if name in self.nodes_state:
+                self.nodes_state[name].images = {ref: _digest(entry) for ref, entry in images.items()}
+        # The digest each image ref should have (from the image list); a cached image with another digest is cold.
+        self.image_digests = dict(image_digests or {})
+        self.wave_size = config.wave_size
+        self.wave_history: list[tuple[float, int]] = [(clock(), self.wave_size)]
+        self.records: list[StartRecord] = []
+        self._recent_starts: collections.deque[float] = collections.deque()
+        self._live = 0
+        self._queue: collections.deque[object] = collections.deque()
+        self._changed: asyncio.Condition | None = None
+        self._changed_loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------ the SandboxProvider interface
+
+    def nodes(self) -> list[NodeCapacity]:
+        return self.inner.nodes()
+
+    def image_ref(self, task) -> str:
+        return self.inner.image_ref(task)
+
+    async def start(self, task, *, attempt_id: str, labels: Mapping[str, str], node: str | None = None) -> Sandbox:
+        """Wait for admission, place, start; infra failures of the start are retried on another node."""
+        cpus, memory_mb = self.reservation(task)
+        self._check_fits_somewhere(task, cpus, memory_mb)
+        excluded: set[str] = set()
+        retry = 0
+        while True:
+            record, chosen = await self._admit(task, attempt_id, cpus, memory_mb, node, excluded, retry)
+            began = self.clock()
+            try:
+                sandbox = await self.inner.start(task, attempt_id=attempt_id, labels=labels, node=chosen)
+            except BaseException as e:
+                record.start_latency_s = self.clock() - began
+                record.ok = False
+                record.cause = e.cause.value if isinstance(e, InfraError) else type(e).__name__
+                await self._release(chosen, cpus, memory_mb)
+                self._adapt()
+                if not isinstance(e, SandboxError) or not e.retriable or retry >= self.config.max_infra_retries:
+                    raise
+                if e.event == Event.NODE_UNREACHABLE:
+                    self.nodes_state[chosen].down_until = self.clock() + self.config.node_down_s
+                if node is None:
+                    excluded.add(chosen)
+                await asyncio.sleep(self.config.retry_backoff_s * 2**retry)
+                retry += 1
+                continue
+            record.start_latency_s = self.clock() - began
+            record.ok = True
+            self.nodes_state[chosen].images.setdefault(self.image_ref(task), None)
+            self._adapt()
+            return _Admitted(sandbox, self, cpus, memory_mb, record)
+
+    async def detach(self, sandbox: Sandbox) -> dict[str, Any]:
+        inner = sandbox.inner if isinstance(sandbox, _Admitted) else sandbox
+        return await self.inner.detach(inner)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    # ------------------------------------------------------------------ whole attempts
+
+    async def run_attempt(self, task, agent, *, attempt_id: str, labels: Mapping[str, str] | None = None,
+                          rerun_agent: bool = False, **kwargs):
+        """`attempt.run_attempt` through this controller. A start failure is retried inside `start`; with
+        `rerun_agent`, an attempt that failed later for a retriable infra reason (its node was lost
+        mid-attempt) is run again on another node — only for agents that can start over."""
+        from dataclasses import replace
+
+        from rl360cli.sandbox.attempt import run_attempt
+
+        nodes_tried: list[str] = []
+        causes: list[str] = []
+        retries = 0
+        while True:
+            result = await run_attempt(self, task, agent, attempt_id=attempt_id, labels=labels, **kwargs)
+            if result.node:
+                nodes_tried.append(result.node)
+            again = (rerun_agent and result.retriable and "start" in result.timings and "agent" in result.timings
+                     and retries < self.config.max_infra_retries)
+            if not again:
+                return replace(result, retries=retries, nodes_tried=tuple(nodes_tried), retried_causes=tuple(causes))
+            causes.append(f"{result.node}: {result.cause.value if result.cause else '?'}")
+            if result.node and result.cause and result.cause.value == "node_lost":
+                self.nodes_state[result.node].down_until = self.clock() + self.config.node_down_s
+            await asyncio.sleep(self.config.retry_backoff_s * 2**retries)
+            retries += 1
+
+    # ------------------------------------------------------------------ accounting
+
+    def reservation(self, task) -> tuple[float, int]:
+        """What the provider will give the sandbox (its config is the truth, not this controller's)."""
+        return self.inner.reservation(task)
+
+    def warm_start_ratio(self) -> float | None:
+        done = [r for r in self.records if r.ok]
+        return sum(r.warm for r in done) / len(done) if done else None
+
+    def summary(self) -> dict[str, Any]:
+        done = [r.start_latency_s for r in self.records if r.ok and r.start_latency_s is not None]
+        failed = [r for r in self.records if r.ok is False]
+        return {
+            "starts": len(self.records), "failed": len(failed),
+            "start_latency_p50_s": _quantile(done, 0.5), "start_latency_p95_s": _quantile(done, 0.95),
+            "queued_p50_s": _quantile([r.queued_s for r in self.records], 0.5),
+            "warm_start_ratio": self.warm_start_ratio(), "wave_size": self.wave_size,
+            "peak_reserved": {n: {"cpus": s.peak_cpus, "memory_mb": s.peak_mb} for n, s in self.nodes_state.items()},
+        }
+
+    def _check_fits_somewhere(self, task, cpus: float, memory_mb: int) -> None:
+        if any(_Node(capacity=s.capacity).fits(cpus, memory_mb) for s in self.nodes_state.values()):
+            return
+        biggest = max(self.nodes_state.values(), key=lambda s: (s.capacity.cpus, s.capacity.memory_mb))
+        raise Rl360Error(
+            f"task {task.id} reserves {cpus:g} CPUs and {memory_mb} MB, more than any node offers "
+            f"(the largest: {biggest.capacity.name}, {biggest.capacity.cpus:g} CPUs, {biggest.capacity.memory_mb} MB)",
+            "lower [sandbox] cpus / memory_mb in the recipe, or use bigger nodes")
+
+    # ------------------------------------------------------------------ admission
+
+    async def _admit(self, task, attempt_id: str, cpus: float, memory_mb: int, pinned: str | None,
+                     excluded: set[str], retry: int) -> tuple[StartRecord, str]:
+        asked = self.clock()
+        ticket = object()
+        changed = self._condition()
+        async with changed:
+            self._queue.append(ticket)
+            try:
+                while True:
+                    wait = self._blocked_for(ticket)
+                    node = None
+                    if wait is None:
+                        node = self._place(task, cpus, memory_mb, pinned, excluded)
+                        if node is None and excluded and not self._any_could_free(cpus, memory_mb, excluded):
+                            excluded.clear()  # no other node can ever take it: the failed ones may again
+                            node = self._place(task, cpus, memory_mb, pinned, excluded)
+                    if node is not None:
+                        break
+                    try:
+                        await asyncio.wait_for(changed.wait(), timeout=wait)
+                    except TimeoutError:
+                        pass
+                now = self.clock()
+                state = self.nodes_state[node]
+                state.reserved_cpus += cpus
+                state.reserved_mb += memory_mb
+                state.live += 1
+                state.peak_cpus = max(state.peak_cpus, state.reserved_cpus)
+                state.peak_mb = max(state.peak_mb, state.reserved_mb)
+                self._live += 1
+                self._recent_starts.append(now)
+                record = StartRecord(attempt_id=attempt_id, task_id=task.id, node=node, admitted_at=now,
+                                     admitted_wall=time.time(), queued_s=now - asked,
+                                     warm=self._warm(state, self.image_ref(task)), wave_size=self.wave_size,
+                                     retry=retry)
+                self.records.append(record)
+                return record, node
+            finally:
+                self._queue.remove(ticket)
+                changed.notify_all()
+
+    def _blocked_for(self, ticket: object) -> float | None:
+        """None when `ticket` may start now; else how long to wait at most before looking again."""
+        if self._queue[0] is not ticket:
+            return 1.0  # first come, first served; woken when the head moves
+        if self._live >= self.config.max_concurrent:
+            return 1.0
+        now = self.clock()
+        interval = self.config.wave_interval_s
+        while self._recent_starts and self._recent_starts[0] <= now - interval:
+            self._recent_starts.popleft()
+        if len(self._recent_starts) >= self.wave_size:
+            # The window opens again when the oldest start in it leaves it.
+            return max(0.0, self._recent_starts[-self.wave_size] + interval - now) + 1e-4
+        return None
+
+    def _place(self, task, cpus: float, memory_mb: int, pinned: str | None, excluded: set[str]) -> str | None:
+        now = self.clock()
+        if pinned is not None:
+            state = self.nodes_state.get(pinned)
+            if state is None:
+                raise Rl360Error(f"node '{pinned}' is not one of the provider's nodes "
+                                 f"({', '.join(self.nodes_state)})")
+            return pinned if state.fits(cpus, memory_mb) else None
+        candidates = [s for name, s in self.nodes_state.items()
+                      if name not in excluded and s.down_until <= now and s.fits(cpus, memory_mb)]
+        if not candidates:
+            return None
+        ref = self.image_ref(task)
+        warm = [s for s in candidates if self._warm(s, ref)]
+        pool = warm or candidates
+        best = min(pool, key=lambda s: (s.load, s.live, s.capacity.name))
+        return best.capacity.name
+
+    def _any_could_free(self, cpus: float, memory_mb: int, excluded: set[str]) -> bool:
+        """Some non-excluded, healthy node could take the sandbox once others end (so keep waiting)."""
+        now = self.clock()
+        return any(_Node(capacity=s.capacity).fits(cpus, memory_mb) for name, s in self.nodes_state.items()
+                   if name not in excluded and s.down_until <= now)
+
+    def _warm(self, state: _Node, ref: str) -> bool:
+        if ref not in state.images:
+            return False
+        want = self.image_digests.get(ref)
+        have = state.images[ref]
+        return want is None or have is None or have == want
+
+    def _condition(self) -> asyncio.Condition:
+        """The condition admissions wait on, for the running event loop (a CLI may run several in turn)."""
+        loop = asyncio.get_running_loop()
+        if self._changed is None or self._changed_loop is not loop:
+            self._changed = asyncio.Condition()
+            self._changed_loop = loop
+        return self._changed
+
+    async def _release(self, node: str, cpus: float, memory_mb: int) -> None:
+        changed = self._condition()
+        async with changed:
+            state = self.nodes_state[node]
+            state.reserved_cpus = max(0.0, state.reserved_cpus - cpus)
+            state.reserved_mb = max(0, state.reserved_mb - memory_mb)
+            state.live -= 1
+            self._live -= 1
+            changed.notify_all()
+
+    def _adapt(self) -> None:
+        """Adaptive waves: grow while starts are fast and clean, halve when they slow down or fail."""
+        if not self.config.adaptive_waves:
+            return
+        recent = [r for r in self.records[-max(4, self.wave_size):] if r.ok is not None]
+        if len(recent) < min(4, self.wave_size):
+            return
+        failures = sum(1 for r in recent if not r.ok)
+        latency = statistics.median(r.start_latency_s or 0.0 for r in recent)
+        target = self.config.target_start_latency_s
+        ceiling = max(self.config.max_wave_size, self.config.wave_size)
+        size = self.wave_size
+        if failures or latency > 2 * target:
+            size = max(1, size // 2)
+        elif latency <= target:
+            size = min(ceiling, size + max(1, size // 2))
+        if size != self.wave_size:
+            self.wave_size = size
+            self.wave_history.append((self.clock(), size))
+
+
+class _Admitted(Sandbox):
+    """A sandbox the controller admitted: stopping it gives its reservation back."""
+
+    def __init__(self, inner: Sandbox, controller: AdmissionController, cpus: float, memory_mb: int,
+                 record: StartRecord):
+        self.inner = inner
+        self.controller = controller
+        self.cpus, self.memory_mb = cpus, memory_mb
+        self.record = record
+        self.id, self.node, self.provider = inner.id, inner.node, inner.provider
+        self.task, self.attempt_id = inner.task, inner.attempt_id
+        self._released = False
+
+    async def exec(self, command, *, timeout_s, env=None, user=None):
+        return await self.inner.exec(command, timeout_s=timeout_s, env=env, user=user)
+
+    async def upload(self, local_path, remote_path):
+        await self.inner.upload(local_path, remote_path)
+
+    async def download(self, remote_path, local_path):
+        await self.inner.download(remote_path, local_path)
+
+    async def read_file(self, remote_path, *, max_bytes=1 << 20):
+        return await self.inner.read_file(remote_path, max_bytes=max_bytes)
+
+    async def reset_dir(self, remote_path):
+        await self.inner.reset_dir(remote_path)
+
+    async def end_agent_processes(self):
+        await self.inner.end_agent_processes()
+
+    async def prepare_verifier(self):
+        await self.inner.prepare_verifier()
+
+    def info(self):
+        return self.inner.info()
+
+    async def stop(self) -> None:
+        try:
+            await self.inner.stop()
+        finally:
+            if not self._released:
+                self._released = True
+                await self.controller._release(self.node, self.cpus, self.memory_mb)
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

@@ -1,0 +1,214 @@
+"""Stage `sandboxes`: a fleet of idle sandboxes for load tests and warm pools, recorded in the state file.
+
+`launch` starts N sandboxes of one image through the admission controller
+(waves of `wave_size` every `interval_s`, per-node caps, warm-first placement)
+and leaves them running after the command exits; each is recorded under the
+state file's `sandboxes` section:
+
+    id -> {run, node, provider, image, container_id, docker_host, pid, pid_start, folder,
+           status, started_at, start_latency_s, warm}
+
+`observe` checks each recorded sandbox against its daemon or process;
+`stop` removes recorded sandboxes (all, one run's, or by id) and forgets them.
+`rl360 down` removes them too (rl360cli/sandbox/janitor.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from rl360cli.errors import Rl360Error
+from rl360cli.stages.base import Action, Context
+from rl360cli.state import now_iso
+
+NAME = "sandboxes"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FleetSpec:
+    count: int
+    provider: Literal["process", "docker"] = "process"
+    wave_size: int = 4
+    interval_s: float = 0.5
+    adaptive: bool = False
+    # None: the profile's registry busybox image (docker); the host (process).
+    image: str | None = None
+    cpus: float = 0.05
+    memory_mb: int = 64
+    run: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ValueError(f"--count must be at least 1 (got {self.count})")
+        if self.wave_size < 1:
+            raise ValueError(f"--wave-size must be at least 1 (got {self.wave_size})")
+        if self.interval_s < 0:
+            raise ValueError(f"--interval must be >= 0 (got {self.interval_s})")
+        if self.cpus <= 0 or self.memory_mb < 16:
+            raise ValueError("--cpus must be positive and --memory-mb at least 16")
+
+
+def image_of(ctx: Context, spec: FleetSpec) -> str:
+    if spec.image:
+        return spec.image
+    if spec.provider == "docker":
+        return f"{ctx.profile.registry.address}/rl360/busybox:latest"
+    return "host"
+
+
+def plan(ctx: Context, spec: FleetSpec) -> list[Action]:
+    nodes = _capacities(ctx, spec)
+    per_node = {n.name: _fit_count(n, spec) for n in nodes}
+    return [Action(stage=NAME, verb="launch", subject=f"{spec.count} {spec.provider} sandboxes",
+                   detail=f"image {image_of(ctx, spec)}, waves of {spec.wave_size} every {spec.interval_s:g}s, "
+                          f"{spec.cpus:g} CPU / {spec.memory_mb} MB each, room for "
+                          + ", ".join(f"{k}: {v}" for k, v in per_node.items()))]
+
+
+def launch(ctx: Context, spec: FleetSpec) -> dict[str, Any]:
+    """Start the fleet; returns the started sandboxes and the admission summary. Failures are listed, not fatal."""
+    from rl360cli.sandbox.config import SandboxConfig
+    from rl360cli.sandbox.provider import make_provider
+    from rl360cli.sandbox.task import Task
+    from rl360cli.sandbox.waves import node_images_from_state
+
+    capacity = sum(_fit_count(n, spec) for n in _capacities(ctx, spec))
+    if capacity < spec.count:
+        raise Rl360Error(f"{spec.count} sandboxes of {spec.cpus:g} CPU / {spec.memory_mb} MB do not fit: the nodes "
+                         f"have room for {capacity}", "lower --count, --cpus or --memory-mb")
+    run = spec.run or f"fleet-{time.strftime('%Y%m%d-%H%M%S')}"
+    image = image_of(ctx, spec)
+    config = SandboxConfig(provider=spec.provider, cpus=spec.cpus, memory_mb=spec.memory_mb,
+                           max_concurrent=spec.count, wave_size=spec.wave_size, wave_interval_s=spec.interval_s,
+                           adaptive_waves=spec.adaptive, max_wave_size=max(spec.wave_size, 64))
+    task = Task(id="fleet", name="rl360/fleet", path=Path.cwd(), instruction="",
+                docker_image=None if image == "host" else image, cpus=spec.cpus, memory_mb=spec.memory_mb,
+                storage_mb=64, agent_timeout_s=1, verifier_timeout_s=1, workdir="/app")
+    provider = make_provider(config, nodes=ctx.profile.nodes, run_id=run,
+                             node_images=node_images_from_state(ctx.state.read()),
+                             max_concurrent_pulls=ctx.profile.registry.max_concurrent_pulls)
+    ctx.event(NAME, "launch", f"fleet {run}", count=spec.count, provider=spec.provider, image=image)
+    started, failed = asyncio.run(_launch(ctx, provider, task, spec, run))
+    summary = provider.summary()
+    ctx.say(f"fleet {run}: {len(started)} started, {len(failed)} failed")
+    return {"run": run, "image": image, "started": started, "failed": failed, "summary": summary}
+
+
+async def _launch(ctx: Context, provider, task, spec: FleetSpec, run: str) -> tuple[list[dict], list[dict]]:
+    started: list[dict] = []
+    failed: list[dict] = []
+
+    async def one(i: int) -> None:
+        attempt = f"{run}-{i:04d}"
+        began = time.monotonic()
+        try:
+            sandbox = await provider.start(task, attempt_id=attempt, labels={"rl360.run": run, "rl360.fleet": run})
+        except Exception as e:  # noqa: BLE001 — one failed start is a row of the report, not the end
+            failed.append({"attempt": attempt, "error": str(e), "cause": getattr(getattr(e, "cause", None), "value",
+                                                                                    None)})
+            return
+        record = await provider.detach(sandbox)
+        admitted = getattr(sandbox, "record", None)
+        latency = admitted.start_latency_s if admitted else time.monotonic() - began
+        record.update(run=run, status="running", started_at=now_iso(), start_latency_s=round(latency, 4),
+                      queued_s=round(admitted.queued_s, 4) if admitted else 0.0)
+        if admitted:
+            record["warm"] = admitted.warm
+        with ctx.state.update() as doc:
+            doc["sandboxes"][sandbox.id] = record
+        started.append({"id": sandbox.id, **record})
+
+    try:
+        await asyncio.gather(*(one(i) for i in range(spec.count)))
+    finally:
+        await provider.close()
+    return started, failed
+
+
+def observe(ctx: Context) -> dict[str, dict]:
+    """Every recorded sandbox with its status checked now (running, exited, missing, unknown); updates the state."""
+    from rl360cli.backends import procinfo
+
+    doc = ctx.state.read()
+    records = doc["sandboxes"]
+    seen: dict[str, str] = {}
+    by_host: dict[str, list[str]] = {}
+    for sid, rec in records.items():
+        if rec.get("provider") == "process":
+            alive = procinfo.is_alive(rec.get("pid"), rec.get("pid_start"))
+            seen[sid] = "running" if alive else ("exited" if Path(rec.get("folder", "/nonexistent")).exists()
+                                                 else "missing")
+        elif rec.get("docker_host"):
+            by_host.setdefault(rec["docker_host"], []).append(sid)
+        else:
+            seen[sid] = "unknown"
+    for host, ids in by_host.items():
+        states = _container_states(host, ctx)
+        for sid in ids:
+            cid = records[sid].get("container_id")
+            seen[sid] = "unknown" if states is None else states.get(cid, "missing")
+    changed = {sid: s for sid, s in seen.items() if records[sid].get("status") != s}
+    if changed:
+        with ctx.state.update() as new:
+            for sid, status in changed.items():
+                if sid in new["sandboxes"]:
+                    new["sandboxes"][sid]["status"] = status
+    return {sid: {**rec, "status": seen.get(sid, rec.get("status"))} for sid, rec in records.items()}
+
+
+def stop(ctx: Context, *, ids: tuple[str, ...] = (), run: str | None = None) -> list[str]:
+    """Remove the chosen recorded sandboxes (all when neither ids nor run is given) and forget them."""
+    from rl360cli.sandbox import janitor
+
+    records = ctx.state.read()["sandboxes"]
+    unknown = [i for i in ids if i not in records]
+    if unknown:
+        raise Rl360Error(f"no recorded sandbox {', '.join(unknown)}", "see `rl360 sandboxes list`")
+    chosen = {sid: rec for sid, rec in records.items()
+              if (not ids or sid in ids) and (run is None or rec.get("run") == run)}
+    removed = janitor.remove_records(ctx.profile, chosen)
+    for problem in janitor.last_problems:
+        ctx.say(f"could not remove: {problem}")
+    # A container whose node did not answer stays recorded, so that a later stop or `down` retries it.
+    gone = [sid for sid, rec in chosen.items()
+            if not rec.get("container_id") or not any(rec["container_id"][:12] in p for p in janitor.last_problems)]
+    with ctx.state.update() as doc:
+        for sid in gone:
+            doc["sandboxes"].pop(sid, None)
+    ctx.event(NAME, "stop", f"{len(gone)} sandboxes", removed=len(removed))
+    return gone
+
+
+def _capacities(ctx: Context, spec: FleetSpec):
+    from rl360cli.sandbox.provider import NodeCapacity
+
+    if spec.provider == "docker":
+        if not ctx.profile.nodes:
+            raise Rl360Error(f"profile '{ctx.profile.name}' lists no Docker nodes",
+                             "pass --profile cluster/dev-docker.toml (or a profile with [[nodes]])")
+        return [NodeCapacity(name=n.name, cpus=n.cpus, memory_mb=n.memory_mb) for n in ctx.profile.nodes]
+    from rl360cli.sandbox.process import machine_capacity
+
+    return [machine_capacity()]
+
+
+def _fit_count(node, spec: FleetSpec) -> int:
+    return int(min(math.floor(node.cpus / spec.cpus + 1e-9), node.memory_mb // spec.memory_mb))
+
+
+def _container_states(host: str, ctx: Context) -> dict[str, str] | None:
+    node = next((n for n in ctx.profile.nodes if n.docker_host == host), None)
+    try:
+        from rl360cli.sandbox.janitor import _client
+
+        api = _client(host, node)
+        rows = api.containers(all=True, filters={"label": "rl360.managed=true"})
+        api.close()
+    except Exception:  # noqa: BLE001 — a daemon that does not answer: say unknown, never "running"
+        return None
+    return {row["Id"]: ("running" if row.get("State") == "running" else "exited") for row in rows}

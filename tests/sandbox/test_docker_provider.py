@@ -1,0 +1,94 @@
+"""The docker provider on the dev Docker nodes: containers as reserved, images once per node, and the waves
+acceptance test with three real daemons."""
+
+from __future__ import annotations
+
+import asyncio
+
+import docker
+import pytest
+
+from rl360cli.sandbox.config import SandboxConfig
+from rl360cli.sandbox.task import load_task
+from rl360cli.sandbox.waves import AdmissionController
+from tests.sandbox.conftest import BUSYBOX, EXAMPLES, run, write_task
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
+
+
+def test_a_container_gets_the_reservation_labels_and_no_network(docker_provider, docker_node_specs, tmp_path):
+    provider = docker_provider(cpus=0.5, memory_mb=96, pids_limit=50)
+    task = load_task(write_task(tmp_path, "t", toml='[environment]\nworkdir = "/work"\n'))
+
+    async def go():
+        sandbox = await provider.start(task, attempt_id="lab-1", labels={"rl360.run": provider.run_id}, node="n2")
+        try:
+            api = docker.APIClient(base_url=docker_node_specs[1].docker_host, version="auto")
+            attrs = api.inspect_container(sandbox.container_id)
+            result = await sandbox.exec("pwd; ls -d /tests /logs/verifier; echo $X", timeout_s=10, env={"X": "y"})
+            return attrs, result, sandbox.info()
+        finally:
+            await sandbox.stop()
+
+    attrs, result, info = run(go())
+    host = attrs["HostConfig"]
+    assert host["NanoCpus"] == 500_000_000 and host["Memory"] == 96 * 2**20 and host["MemorySwap"] == 96 * 2**20
+    assert host["PidsLimit"] == 50 and host["NetworkMode"] == "none"
+    assert {u["Name"] for u in host["Ulimits"]} == {"fsize", "nofile"}
+    labels = attrs["Config"]["Labels"]
+    assert labels["rl360.managed"] == "true" and labels["rl360.run"] == provider.run_id
+    assert labels["rl360.task"] == "t" and labels["rl360.attempt"] == "lab-1"
+    assert result.output.split() == ["/work", "/logs/verifier", "/tests", "y"]
+    assert info["node"] == "n2" and info["container_id"] == attrs["Id"]
+
+
+def test_a_task_image_is_built_once_per_node_under_its_content_tag(docker_provider, docker_node_specs):
+    provider = docker_provider()
+    task = load_task(EXAMPLES / "install-tool")
+
+    async def go():
+        outputs = []
+        for node in ("n1", "n1", "n3"):
+            sandbox = await provider.start(task, attempt_id=f"b-{node}", labels={}, node=node)
+            try:
+                outputs.append((await sandbox.exec("greet docker", timeout_s=10)).output.strip())
+            finally:
+                await sandbox.stop()
+        return outputs
+
+    outputs = run(go())
+    assert outputs == ["Greetings, docker! (greet 1.0.0)"] * 3
+    assert provider.builds <= 2  # n1 once (and not again), n3 once; 0 where an earlier run built it
+    for spec in (docker_node_specs[0], docker_node_specs[2]):
+        api = docker.APIClient(base_url=spec.docker_host, version="auto")
+        assert api.inspect_image(task.image_ref)["Id"] == provider.images[(spec.name, task.image_ref)]
+
+
+def test_waves_on_three_nodes_24_concurrent_4_per_half_second(docker_provider, docker_node_specs, tmp_path):
+    """Acceptance: no 0.5 s window sees more than 4 starts and no node exceeds its CPU reservation."""
+    config = dict(max_concurrent=24, wave_size=4, wave_interval_s=0.5, cpus=0.25, memory_mb=64)
+    provider = docker_provider(**config)
+    ctl = AdmissionController(provider, config=SandboxConfig(provider="docker", **config))
+    task = load_task(write_task(tmp_path, "w", image=BUSYBOX))
+    observed = {}
+
+    async def go():
+        sandboxes = await asyncio.gather(*(ctl.start(task, attempt_id=f"w{i}", labels={}) for i in range(24)))
+        try:
+            for spec in docker_node_specs:  # what the daemons themselves hold, with all 24 live
+                api = docker.APIClient(base_url=spec.docker_host, version="auto")
+                rows = api.containers(filters={"label": f"rl360.run={provider.run_id}"})
+                observed[spec.name] = sum(api.inspect_container(r["Id"])["HostConfig"]["NanoCpus"] for r in rows) / 1e9
+        finally:
+            await asyncio.gather(*(s.stop() for s in sandboxes))
+
+    run(go())
+    starts = sorted(r.admitted_at for r in ctl.records)
+    assert len(starts) == 24 and all(r.ok for r in ctl.records)
+    worst = max(sum(1 for t in starts if s <= t < s + 0.5) for s in starts)
+    assert worst <= 4
+    assert starts[-1] - starts[0] >= 5 * 0.5 - 0.01  # six waves
+    assert sum(observed.values()) == pytest.approx(24 * 0.25)
+    for name, cpus in observed.items():
+        assert cpus <= 2.0 + 1e-9, (name, cpus)
+        assert ctl.summary()["peak_reserved"][name]["cpus"] <= 2.0 + 1e-9

@@ -1,0 +1,236 @@
+"""The admission controller: waves, caps, placement, retries and adaptive waves, with real sandboxes.
+
+`LogicalNodes` cuts this machine's process sandboxes into named nodes, each with its own capacity and its own
+sandbox root (so one node can be broken for real by removing its root); the acceptance test with three real
+Docker daemons is in test_docker_provider.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import pytest
+
+from rl360cli.errors import Rl360Error
+from rl360cli.rl.outcome import InfraCause, Outcome
+from rl360cli.sandbox.config import SandboxConfig
+from rl360cli.sandbox.process import ProcessProvider
+from rl360cli.sandbox.provider import NodeCapacity, SandboxProvider
+from rl360cli.sandbox.task import load_task
+from rl360cli.sandbox.taxonomy import Event, SandboxError
+from rl360cli.sandbox.waves import AdmissionController, node_images_from_state
+from tests.sandbox.conftest import BUSYBOX, run, write_task
+
+
+class LogicalNodes(SandboxProvider):
+    """Process sandboxes of this machine, presented as nodes n1..nK with their own capacity and root."""
+
+    name = "process"
+
+    def __init__(self, root, *, num_nodes=3, cpus=2.0, memory_mb=4096):
+        config = SandboxConfig()
+        self.providers = {f"n{i + 1}": ProcessProvider(config, run_id="waves", root=root / f"n{i + 1}")
+                          for i in range(num_nodes)}
+        self.capacity = {name: NodeCapacity(name=name, cpus=cpus, memory_mb=memory_mb) for name in self.providers}
+
+    def nodes(self):
+        return list(self.capacity.values())
+
+    async def start(self, task, *, attempt_id, labels, node=None):
+        sandbox = await self.providers[node].start(task, attempt_id=attempt_id, labels=labels)
+        sandbox.node = node
+        return sandbox
+
+    def break_node(self, name):
+        """Its sandbox root becomes a file: every start there fails (sandbox_start)."""
+        import concurrent.futures
+
+        provider = self.providers[name]
+        concurrent.futures.wait(list(provider._deleting))  # let its background deletions finish first
+        shutil.rmtree(provider.root)
+        provider.root.write_text("not a folder")
+
+
+@pytest.fixture
+def nodes(bwrap, sandbox_root):
+    made = []
+
+    def make(**kwargs):
+        provider = LogicalNodes(sandbox_root / f"set{len(made)}", **kwargs)
+        made.append(provider)
+        return provider
+
+    return make
+
+
+@pytest.fixture
+def task(tmp_path):
+    return load_task(write_task(tmp_path, "t", toml="[environment]\ncpus = 0.25\nmemory_mb = 128\n"))
+
+
+def controller(provider, **config):
+    return AdmissionController(provider, config=SandboxConfig(**config))
+
+
+async def hold(ctl, task, count, *, seconds=0.0, prefix="s"):
+    """Start `count` sandboxes through the controller, hold each `seconds`, stop it; returns their nodes."""
+
+    async def one(i):
+        sandbox = await ctl.start(task, attempt_id=f"{prefix}{i}", labels={})
+        try:
+            await asyncio.sleep(seconds)
+            return sandbox.node
+        finally:
+            await sandbox.stop()
+
+    return await asyncio.gather(*(one(i) for i in range(count)))
+
+
+def max_in_window(times, window):
+    times = sorted(times)
+    return max(sum(1 for t in times if start <= t < start + window) for start in times)
+
+
+def test_no_window_sees_more_than_a_wave_and_caps_hold(nodes, task):
+    provider = nodes(cpus=1.0)  # four 0.25-CPU sandboxes per node at most
+    ctl = controller(provider, max_concurrent=10, wave_size=4, wave_interval_s=0.2)
+    placed = run(hold(ctl, task, 30, seconds=0.3))
+    starts = [r.admitted_at for r in ctl.records]
+    assert len(starts) == 30 and all(r.ok for r in ctl.records)
+    assert max_in_window(starts, 0.2) <= 4
+    assert max(starts) - min(starts) >= (30 / 4 - 1) * 0.2 - 0.01  # the waves really spread the starts
+    for peak in ctl.summary()["peak_reserved"].values():
+        assert peak["cpus"] <= 1.0 + 1e-9 and peak["memory_mb"] <= 4096
+    # Once a node has run the image it is warm, and warm nodes with room are preferred.
+    assert len(set(placed)) >= 2 and ctl.warm_start_ratio() >= 0.8
+    assert all(s.reserved_cpus == 0 and s.live == 0 for s in ctl.nodes_state.values())  # all given back
+
+
+def test_max_concurrent_bounds_live_sandboxes(nodes, task):
+    ctl = controller(nodes(), max_concurrent=3, wave_size=10, wave_interval_s=0.0)
+    live = {"now": 0, "peak": 0}
+
+    async def go():
+        async def one(i):
+            sandbox = await ctl.start(task, attempt_id=f"c{i}", labels={})
+            live["now"] += 1
+            live["peak"] = max(live["peak"], live["now"])
+            await asyncio.sleep(0.1)
+            live["now"] -= 1
+            await sandbox.stop()
+
+        await asyncio.gather(*(one(i) for i in range(12)))
+
+    run(go())
+    assert live["peak"] == 3
+
+
+def test_a_node_whose_cache_holds_the_image_is_preferred_while_it_has_room(nodes, tmp_path):
+    task = load_task(write_task(tmp_path, "w", dockerfile=f"FROM {BUSYBOX}\nENV A=1\n",
+                                toml="[environment]\ncpus = 0.5\nmemory_mb = 64\n"))
+    provider = nodes(cpus=1.0)
+    state = {"nodes": {"n2": {"images": {task.image_ref: {"digest": "sha256:abc", "size": 1}}}, "n1": {}}}
+    ctl = AdmissionController(provider, config=SandboxConfig(max_concurrent=6, wave_size=6, wave_interval_s=0),
+                              node_images=node_images_from_state(state))
+    placed = run(hold(ctl, task, 6, seconds=0.2))
+    first_two = [r.node for r in ctl.records[:2]]
+    assert first_two == ["n2", "n2"] and all(r.warm for r in ctl.records[:2])
+    assert sorted(placed) == ["n1", "n1", "n2", "n2", "n3", "n3"]  # then the least loaded
+    assert ctl.warm_start_ratio() == pytest.approx(2 / 6)
+
+
+def test_a_cached_image_with_another_digest_is_cold(nodes, task):
+    provider = nodes()
+    ctl = AdmissionController(provider, config=SandboxConfig(), node_images={"n3": {"host": "sha256:old"}},
+                              image_digests={"host": "sha256:new"})
+    run(hold(ctl, task, 1))
+    assert not ctl.records[0].warm
+
+
+def test_infra_failures_of_a_start_are_retried_on_another_node_with_backoff(nodes, task):
+    provider = nodes()
+    provider.break_node("n1")
+    ctl = controller(provider, max_concurrent=6, wave_size=6, wave_interval_s=0, max_infra_retries=2,
+                     retry_backoff_s=0.3)
+    placed = run(hold(ctl, task, 3))
+    assert "n1" not in placed
+    failed = [r for r in ctl.records if r.ok is False]
+    assert failed and all(r.node == "n1" and r.cause == InfraCause.SANDBOX_START.value for r in failed)
+    retried = [r for r in ctl.records if r.retry == 1]
+    assert len(retried) == len(failed) and all(r.node != "n1" and r.ok for r in retried)
+    first_failure = min(r.admitted_at for r in failed)
+    assert min(r.admitted_at for r in retried) - first_failure >= 0.3
+
+
+def test_a_failure_that_a_retry_cannot_fix_is_not_retried(nodes, tmp_path):
+    task = load_task(write_task(tmp_path, "b", dockerfile=f"FROM {BUSYBOX}\nRUN exit 1\n"))
+    ctl = controller(nodes(), max_infra_retries=3)
+    with pytest.raises(SandboxError) as caught:
+        run(hold(ctl, task, 1))
+    assert caught.value.event == Event.IMAGE_BUILD_FAILED and len(ctl.records) == 1
+
+
+def test_retries_are_bounded(nodes, task):
+    provider = nodes(num_nodes=2)
+    provider.break_node("n1")
+    provider.break_node("n2")
+    ctl = controller(provider, max_infra_retries=2, retry_backoff_s=0.01)
+    with pytest.raises(SandboxError):
+        run(hold(ctl, task, 1))
+    assert len(ctl.records) == 3 and [r.retry for r in ctl.records] == [0, 1, 2]
+
+
+def test_adaptive_waves_grow_when_starts_are_fast_and_shrink_when_they_fail(nodes, task):
+    provider = nodes()
+    ctl = controller(provider, max_concurrent=64, wave_size=2, wave_interval_s=0.05, adaptive_waves=True,
+                     max_wave_size=16, target_start_latency_s=2.0)
+    run(hold(ctl, task, 30))
+    grown = ctl.wave_size
+    assert grown > 2 and max(size for _, size in ctl.wave_history) <= 16
+    for name in provider.providers:
+        provider.break_node(name)
+    with pytest.raises(SandboxError):
+        run(hold(ctl, task, 6, prefix="f"))
+    assert ctl.wave_size < grown
+
+
+def test_a_task_larger_than_every_node_is_a_config_error(nodes, tmp_path):
+    big = load_task(write_task(tmp_path, "big", toml="[environment]\ncpus = 8\n"))
+    ctl = controller(nodes(cpus=2.0))
+    with pytest.raises(Rl360Error, match=r"reserves 8 CPUs .* lower \[sandbox\] cpus"):
+        run(hold(ctl, big, 1))
+    assert ctl.records == []
+
+
+def test_a_whole_attempt_lost_mid_way_is_rerun_on_another_node(nodes, task):
+    provider = nodes()
+    ctl = controller(provider, max_infra_retries=1, retry_backoff_s=0.01)
+    calls = []
+
+    async def agent(sandbox):
+        calls.append(sandbox.node)
+        if len(calls) == 1:
+            shutil.rmtree(sandbox.inner.inner.folder)  # the sandbox disappears under the agent
+        await sandbox.exec("echo done > /app/out", timeout_s=10)
+
+    result = run(ctl.run_attempt(task, agent, attempt_id="lost", rerun_agent=True))
+    assert result.outcome == Outcome.OK and result.retries == 1
+    assert len(result.nodes_tried) == 2 and result.nodes_tried[0] == calls[0]
+    once = run(ctl.run_attempt(task, agent_breaking_once(), attempt_id="lost2"))
+    assert once.outcome == Outcome.INFRA_FAILURE and once.retries == 0  # agents that cannot start over: no rerun
+
+
+def agent_breaking_once():
+    async def agent(sandbox):
+        shutil.rmtree(sandbox.inner.inner.folder)
+        await sandbox.exec("true", timeout_s=10)
+
+    return agent
+
+
+def test_node_images_from_state_accepts_both_shapes():
+    doc = {"nodes": {"n1": {"images": {"a:1": {"digest": "sha256:1", "size": 3}, "b:2": "sha256:2"}},
+                     "n2": {"address": "x"}}}
+    assert node_images_from_state(doc) == {"n1": {"a:1": "sha256:1", "b:2": "sha256:2"}, "n2": {}}
+    assert node_images_from_state({}) == {}
