@@ -24,6 +24,8 @@ class ComponentSpec:
     run: str | None = None
     # The node to run on; None lets the backend choose within the tier.
     node: str | None = None
+    # Where clients reach the component (an engine's or the router's base URL), if it serves.
+    url: str | None = None
     # An HTTP URL that answers 200 once the component is ready.
     health_url: str | None = None
 

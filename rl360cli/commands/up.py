@@ -13,7 +13,7 @@ from rl360cli.commands.common import (DryRunOpt, JsonFlag, ProfileOpt, RecipeOpt
                                       print_json)
 from rl360cli.stages import up_stages
 from rl360cli.stages.base import Action, Context
-from rl360cli.stages.run import start_run
+from rl360cli.stages.run import recipe_with_overrides, start_run
 
 DEFAULT_RECIPE = Path("recipes/local-smoke.toml")
 
@@ -35,7 +35,7 @@ def up(
     """
     ctx = context(recipe=recipe or DEFAULT_RECIPE, profile=profile, quiet=json_out)
     if inject_failures is not None:
-        ctx.recipe = _with_failure_rate(ctx, inject_failures)
+        ctx.recipe = recipe_with_overrides(ctx.need_recipe(), {"inject_failure_rate": inject_failures})
     if dry_run:
         ctx.run_id = ctx.run_id if resume else "<new run>"
         _show_plan(ctx, json_out)
@@ -89,14 +89,3 @@ def _show_plan(ctx: Context, json_out: bool) -> None:
         out.print("\n[bold]exact commands[/bold]")
         for a in detailed:
             print_action(a)
-
-
-def _with_failure_rate(ctx: Context, rate: float):
-    recipe = ctx.need_recipe()
-    try:
-        sandbox = dataclasses.replace(recipe.sandbox, inject_failure_rate=rate)
-    except ValueError as e:
-        from rl360cli.errors import Rl360Error
-
-        raise Rl360Error(f"--inject-failures {rate}: {e}") from None
-    return dataclasses.replace(recipe, sandbox=sandbox)

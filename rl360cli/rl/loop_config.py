@@ -36,10 +36,9 @@ class LoopConfig:
     # Groups (tasks) per training batch, and samples per group.
     num_tasks_per_step: int = 32
     num_samples_per_task: int = 8
-    # Generation for step k+1 runs while step k trains; samples more than `max_staleness`
-    # policy versions behind are dropped. `overlap = false` runs the same loop synchronously.
+    # Generation for step k+1 runs while step k trains (samples more than `grpo.max_staleness`
+    # policy versions behind are dropped). `overlap = false` runs the same loop synchronously.
     overlap: bool = True
-    max_staleness: int = 1
     # Dynamic filtering: keep sampling until the batch holds `num_tasks_per_step` groups with
     # reward variance, at most this many generation rounds per step.
     max_generation_rounds: int = 3
@@ -50,5 +49,3 @@ class LoopConfig:
                 raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
         if self.num_samples_per_task < 2:
             raise ValueError(f"num_samples_per_task must be at least 2 for GRPO (got {self.num_samples_per_task})")
-        if self.max_staleness < 0:
-            raise ValueError(f"max_staleness must be >= 0 (got {self.max_staleness})")

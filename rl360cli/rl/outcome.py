@@ -30,6 +30,8 @@ class InfraCause(StrEnum):
     """The task's environment image failed to build."""
     SANDBOX_START = "sandbox_start"
     """The sandbox (container or process) did not start."""
+    SANDBOX_LOST = "sandbox_lost"
+    """The sandbox was killed or removed from outside while the attempt ran (a crash, a janitor)."""
     OOM_KILLED = "oom_killed"
     """The sandbox was OOM-killed at its memory limit for a reason the sandbox layer lays at the
     infrastructure's door (a reservation too small for the task's own services, say)."""

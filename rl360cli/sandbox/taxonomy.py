@@ -91,7 +91,7 @@ TABLE: tuple[Rule, ...] = (
          meaning="starting the sandbox (pull, build, create) took longer than its limit"),
     Rule(event=Event.NODE_UNREACHABLE, outcome=_INFRA, cause=InfraCause.NODE_LOST, retriable=True,
          meaning="the node's Docker daemon stopped answering (stopped, crashed, unreachable)"),
-    Rule(event=Event.SANDBOX_KILLED, outcome=_INFRA, cause=InfraCause.PROVIDER_ERROR, retriable=True,
+    Rule(event=Event.SANDBOX_KILLED, outcome=_INFRA, cause=InfraCause.SANDBOX_LOST, retriable=True,
          meaning="the sandbox was killed or removed from outside while the attempt ran"),
     Rule(event=Event.PROVIDER_FAILED, outcome=_INFRA, cause=InfraCause.PROVIDER_ERROR, retriable=True,
          meaning="the provider returned an error (daemon API error, upload or download failed)"),

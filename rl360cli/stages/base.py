@@ -126,7 +126,7 @@ def start_component(ctx: Context, spec: ComponentSpec, *, ready_timeout_s: float
     record = ctx.backend.launch(spec, str(log_path))
     record.update(
         stage=spec.stage, tier=spec.tier, name=spec.name, kind=spec.kind, run=spec.run,
-        ports=dict(spec.ports), health_url=spec.health_url, started_at=now_iso(),
+        ports=dict(spec.ports), url=spec.url, health_url=spec.health_url, started_at=now_iso(),
         status="starting" if spec.health_url else "running", exit_code=None, reason=None,
     )
     with ctx.state.update() as doc:

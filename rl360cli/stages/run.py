@@ -7,9 +7,12 @@ The run folder holds the recipe as it was started (`recipe.toml`, plus
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
+from pathlib import Path
 
+from rl360cli.config import Recipe, load_recipe
 from rl360cli.errors import Rl360Error
 from rl360cli.stages.base import Context, new_run_id
 from rl360cli.state import now_iso
@@ -33,7 +36,8 @@ def start_run(ctx: Context, *, resume: bool = False) -> str:
     run_dir.mkdir(parents=True, exist_ok=True)
     if ctx.recipe_path and not resume:
         shutil.copyfile(ctx.recipe_path, run_dir / "recipe.toml")
-    overrides = {"inject_failure_rate": recipe.sandbox.inject_failure_rate}
+    overrides = {"inject_failure_rate": recipe.sandbox.inject_failure_rate,
+                 "base_dir": str(ctx.recipe_path.parent) if ctx.recipe_path else None}
     (run_dir / "overrides.json").write_text(json.dumps(overrides))
     with ctx.state.update() as doc:
         run = doc["runs"].setdefault(ctx.run_id, {
@@ -53,3 +57,23 @@ def _last_run_of(doc: dict, name: str) -> str:
     if not runs:
         raise Rl360Error(f"there is no earlier run of recipe '{name}' to resume", "start one without --resume")
     return max(runs)[1]
+
+
+def recipe_with_overrides(recipe: Recipe, overrides: dict) -> Recipe:
+    """The recipe with the command line's overrides (`--inject-failures`) applied."""
+    rate = overrides.get("inject_failure_rate")
+    if rate is None or rate == recipe.sandbox.inject_failure_rate:
+        return recipe
+    try:
+        sandbox = dataclasses.replace(recipe.sandbox, inject_failure_rate=rate)
+    except ValueError as e:
+        raise Rl360Error(f"--inject-failures {rate}: {e}") from None
+    return dataclasses.replace(recipe, sandbox=sandbox)
+
+
+def load_run_recipe(run_dir: Path) -> Recipe:
+    """The recipe a run was started with, overrides applied."""
+    overrides_path = run_dir / "overrides.json"
+    overrides = json.loads(overrides_path.read_text()) if overrides_path.exists() else {}
+    recipe = load_recipe(run_dir / "recipe.toml", base_dir=overrides.get("base_dir"))
+    return recipe_with_overrides(recipe, overrides)
