@@ -54,15 +54,16 @@ def context(*, recipe: Path | None = None, profile: Path | None = None, run: str
     from rl360cli.stages.base import Context, resolve_profile
 
     state = state_file()
+    doc = state.read()
     loaded_recipe = load_recipe(recipe) if recipe else None
-    loaded_profile, profile_path = resolve_profile(state, profile, loaded_recipe)
+    loaded_profile, profile_path = resolve_profile(doc, profile, loaded_recipe)
     return Context(
         state=state,
         profile=loaded_profile,
         profile_path=profile_path,
         recipe=loaded_recipe,
         recipe_path=recipe.absolute() if recipe else None,
-        run_id=run or state.read().get("current_run"),
+        run_id=run or doc.get("current_run"),
         say=(lambda message: None) if quiet else say,
     )
 

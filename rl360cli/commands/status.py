@@ -11,6 +11,8 @@ from rich.table import Table
 from rl360cli.commands.common import JsonFlag, ProfileOpt, context, out, print_json
 from rl360cli.stages.status import StatusReport, reconcile
 
+# Running components of one kind in a tier beyond this many are shown as one row (`--json` has them all).
+COLLAPSE_OVER = 8
 STYLE = {"running": "green", "ready": "green", "exited": "dim", "finished": "green", "failed": "bold red",
          "stopped": "dim", "unknown": "yellow", "starting": "cyan", "pending": "cyan"}
 
@@ -46,12 +48,8 @@ def render(report: StatusReport) -> None:
     if report.components:
         table = Table("component", "status", "where", "ports", "since", "detail", title="components",
                       title_justify="left")
-        for cid, c in sorted(report.components.items()):
-            where = f"job {c['job_id']}" if c.get("job_id") else f"pid {c.get('pid')}"
-            ports = ",".join(str(p) for p in (c.get("ports") or {}).values()) or "-"
-            detail = c.get("reason") or (f"exit {c['exit_code']}" if c.get("exit_code") is not None else "")
-            table.add_row(cid, _styled(c.get("status")), f"{c.get('node', '-')} {where}", ports,
-                          (c.get("started_at") or "")[11:19], detail)
+        for row in component_rows(report.components):
+            table.add_row(*row[:1], _styled(row[1]), *row[2:])
         out.print(table)
     if report.runs:
         table = Table("run", "status", "step", "policy", "reward", "infra failures", title="runs", title_justify="left")
@@ -68,6 +66,33 @@ def render(report: StatusReport) -> None:
         out.print(f"[bold]sandboxes[/bold] {sum(report.sandboxes.values())} ({counts})")
     if not (report.tiers or report.components or report.runs):
         out.print("nothing is provisioned or running; start with `rl360 up`")
+
+
+def component_rows(components: dict[str, dict]) -> list[tuple[str, ...]]:
+    """One row per component; many running components of one kind in a tier (96 engines) share one row."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for cid, c in components.items():
+        if c.get("status") == "running":
+            groups.setdefault((c.get("tier", "?"), c.get("kind", "?")), []).append(cid)
+    collapsed = {cid for ids in groups.values() if len(ids) > COLLAPSE_OVER for cid in ids}
+    rows = []
+    for (tier, kind), ids in sorted(groups.items()):
+        if len(ids) > COLLAPSE_OVER:
+            members = [components[cid] for cid in ids]
+            ports = sorted(p for c in members for p in (c.get("ports") or {}).values())
+            nodes = {c.get("node") for c in members}
+            rows.append((f"{tier}/{kind} ×{len(ids)}", "running", f"{len(nodes)} node(s)",
+                         f"{ports[0]}–{ports[-1]}" if ports else "-",
+                         min((c.get("started_at") or "") for c in members)[11:19], ""))
+    for cid, c in sorted(components.items()):
+        if cid in collapsed:
+            continue
+        where = f"job {c['job_id']}" if c.get("job_id") else f"pid {c.get('pid')}"
+        ports = ",".join(str(p) for p in (c.get("ports") or {}).values()) or "-"
+        detail = c.get("reason") or (f"exit {c['exit_code']}" if c.get("exit_code") is not None else "")
+        rows.append((cid, c.get("status") or "unknown", f"{c.get('node', '-')} {where}", ports,
+                     (c.get("started_at") or "")[11:19], detail))
+    return rows
 
 
 def _styled(status: str | None) -> str:

@@ -91,11 +91,11 @@ def new_run_id(recipe: Recipe) -> str:
     return f"{recipe.run.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
-def resolve_profile(state: StateFile, explicit: Path | None, recipe: Recipe | None) -> tuple[ClusterProfile, Path]:
-    """The profile named on the command line, else the one the cluster was provisioned with,
-    else the recipe's, else the local one."""
+def resolve_profile(doc: dict, explicit: Path | None, recipe: Recipe | None) -> tuple[ClusterProfile, Path]:
+    """The profile named on the command line, else the one the cluster (state `doc`) was provisioned
+    with, else the recipe's, else the local one."""
     if explicit is None:
-        recorded = (state.read().get("profile") or {}).get("path")
+        recorded = (doc.get("profile") or {}).get("path")
         if recorded:
             explicit = Path(recorded)
         elif recipe is not None:

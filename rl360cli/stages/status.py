@@ -40,9 +40,9 @@ class StatusReport:
         return [cid for cid, c in self.components.items() if c.get("status") == "failed"]
 
 
-def observe(ctx: Context) -> dict[str, Observation]:
-    """What every non-final component is doing now, one batched call per backend."""
-    comps = ctx.state.read()["components"]
+def observe(ctx: Context, doc: dict) -> dict[str, Observation]:
+    """What every non-final component of `doc` is doing now, one batched call per backend."""
+    comps = doc["components"]
     by_backend: dict[str, dict[str, dict]] = {}
     for cid, rec in comps.items():
         if rec.get("status") not in FINAL:
@@ -54,8 +54,8 @@ def observe(ctx: Context) -> dict[str, Observation]:
 
 
 def reconcile(ctx: Context) -> StatusReport:
-    seen = observe(ctx)
     doc = ctx.state.read()
+    seen = observe(ctx, doc)
     changed = [cid for cid, obs in seen.items() if _differs(doc["components"].get(cid), obs)]
     runs_to_fail = _runs_whose_trainer_ended(doc, seen)
     if changed or runs_to_fail:

@@ -131,7 +131,7 @@ def start_component(state: Path, *, name: str, tier: str, argv: list[str], kind:
     from rl360cli.state import StateFile
 
     state_file = StateFile(state)
-    profile, path = resolve_profile(state_file, None, None)
+    profile, path = resolve_profile(state_file.read(), None, None)
     ctx = Context(state=state_file, profile=profile, profile_path=path)
     spec = ComponentSpec(name=name, tier=tier, stage="serve", kind=kind, argv=tuple(argv), node=node, run=run,
                          env=env or {})
@@ -147,5 +147,5 @@ def start_spec(state: Path, spec) -> dict:
     from rl360cli.state import StateFile
 
     state_file = StateFile(state)
-    profile, path = resolve_profile(state_file, None, None)
+    profile, path = resolve_profile(state_file.read(), None, None)
     return start(Context(state=state_file, profile=profile, profile_path=path), spec)

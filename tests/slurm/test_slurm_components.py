@@ -57,7 +57,7 @@ def test_logs_follow_ends_with_the_run_and_its_exit_code(rl360, small_cluster):
 
     state = StateFile(rl360.state)
     recipe_path = REPO / "recipes" / "local-smoke.toml"
-    profile, path = resolve_profile(state, None, None)
+    profile, path = resolve_profile(state.read(), None, None)
     ctx = Context(state=state, profile=profile, profile_path=path, recipe=load_recipe(recipe_path),
                   recipe_path=recipe_path)
     run = start_run(ctx)
