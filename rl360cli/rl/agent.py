@@ -48,22 +48,24 @@ class ConversationTokens:
 
     The prompt comes from the chat template once. Each generated turn is
     appended as the engine returned it (loss mask 1, with its logprobs).
-    Each observation is rendered through the template as the difference
-    between a conversation that ends after an assistant turn and the same
-    conversation with the observation and the next generation prompt, then
-    tokenized once and appended (loss mask 0).
+    Each observation is rendered through the template — the observation
+    message and the next generation prompt, as they follow a finished
+    assistant turn — then tokenized once and appended (loss mask 0).
     """
 
-    def __init__(self, tokenizer: Any, messages: list[dict], *, observation_role: str = "tool"):
+    def __init__(self, tokenizer: Any, messages: list[dict], *, observation_role: str = "tool",
+                 template_kwargs: dict[str, Any] | None = None):
         self.tokenizer = tokenizer
         self.observation_role = observation_role
-        self.token_ids: list[int] = list(_ids(tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                                             tokenize=True)))
+        self.template_kwargs = dict(template_kwargs or {})
+        self.token_ids: list[int] = list(_ids(tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, **self.template_kwargs)))
         self.num_prompt_tokens = len(self.token_ids)
         self.loss_mask: list[int] = [0] * len(self.token_ids)
         self.logprobs: list[float] = [0.0] * len(self.token_ids)
         self.turn_versions: list[int] = []
-        self._end_of_turn = _end_of_turn_ids(tokenizer)
+        self._end_of_turn = list(tokenizer.encode(_end_of_turn_text(tokenizer, self.template_kwargs),
+                                                  add_special_tokens=False))
 
     def add_generated(self, output_ids: list[int], logprobs: list[float], version: int) -> None:
         if len(output_ids) != len(logprobs):
@@ -83,31 +85,44 @@ class ConversationTokens:
         self.logprobs += [0.0] * len(ids)
 
     def observation_ids(self, text: str) -> list[int]:
-        return observation_ids(self.tokenizer, text, role=self.observation_role)
+        return observation_ids(self.tokenizer, text, role=self.observation_role, template_kwargs=self.template_kwargs)
 
     def __len__(self) -> int:
         return len(self.token_ids)
 
 
-def observation_ids(tokenizer: Any, text: str, *, role: str = "tool") -> list[int]:
+# Stands in for an assistant message when the template's own text around messages is worked out.
+_PLACEHOLDER = "\u2063rl360-turn\u2063"
+
+
+def observation_ids(tokenizer: Any, text: str, *, role: str = "tool",
+                    template_kwargs: dict[str, Any] | None = None) -> list[int]:
     """The tokens that follow a finished assistant turn: the observation message, then the next
-    generation prompt, as the chat template renders them."""
-    base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
-    before = tokenizer.apply_chat_template(base, tokenize=False)
-    after = tokenizer.apply_chat_template(base + [{"role": role, "content": text}], add_generation_prompt=True,
-                                          tokenize=False)
-    if not after.startswith(before):
-        raise ValueError("the chat template renders earlier turns differently once a turn is added")
-    return list(tokenizer.encode(after[len(before):], add_special_tokens=False))
+    generation prompt, as the chat template renders them.
+
+    Templates may render earlier turns differently once more follow (Qwen3 drops an empty think
+    block from all but the last assistant turn), so this takes what comes after the assistant
+    message's own end-of-turn text in the longer rendering, not the difference of two renderings.
+    """
+    kwargs = dict(template_kwargs or {})
+    conversation = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PLACEHOLDER},
+                    {"role": role, "content": text}]
+    rendered = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False, **kwargs)
+    at = rendered.rfind(_PLACEHOLDER)
+    if at < 0:
+        raise ValueError("the chat template does not render the assistant's message content")
+    rest = rendered[at + len(_PLACEHOLDER):]
+    end_of_turn = _end_of_turn_text(tokenizer, kwargs)
+    if not rest.startswith(end_of_turn):
+        raise ValueError(f"the chat template ends an assistant turn with {rest[:20]!r}, not {end_of_turn!r}")
+    return list(tokenizer.encode(rest[len(end_of_turn):], add_special_tokens=False))
 
 
-def _end_of_turn_ids(tokenizer: Any) -> list[int]:
-    """What the template puts after an assistant message (e.g. `<|im_end|>\\n`), as tokens."""
-    base = [{"role": "user", "content": "x"}]
-    with_reply = tokenizer.apply_chat_template(base + [{"role": "assistant", "content": "y"}], tokenize=False)
-    prompt = tokenizer.apply_chat_template(base, add_generation_prompt=True, tokenize=False)
-    tail = with_reply[len(prompt):]
-    return list(tokenizer.encode(tail[tail.index("y") + 1:], add_special_tokens=False)) if "y" in tail else []
+def _end_of_turn_text(tokenizer: Any, template_kwargs: dict[str, Any]) -> str:
+    """What the template puts right after an assistant message (e.g. `<|im_end|>\\n`)."""
+    conversation = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PLACEHOLDER}]
+    rendered = tokenizer.apply_chat_template(conversation, tokenize=False, **template_kwargs)
+    return rendered[rendered.rfind(_PLACEHOLDER) + len(_PLACEHOLDER):]
 
 
 def _ids(rendered: Any) -> list[int]:

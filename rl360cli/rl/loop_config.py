@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -15,6 +15,10 @@ class RolloutConfig:
     max_observation_chars: int = 2000
     temperature: float = 1.0
     top_p: float = 1.0
+    # The chat-template role of observations (command results), and extra template arguments
+    # (e.g. Qwen3's `enable_thinking = false`).
+    observation_role: str = "tool"
+    chat_template_kwargs: dict[str, bool | int | str] = field(default_factory=dict)
     # Ray session actors on the rollout tier, and sessions in flight across all of them.
     num_session_actors: int = 2
     max_concurrent_sessions: int = 64
@@ -28,6 +32,8 @@ class RolloutConfig:
             raise ValueError(f"temperature must be >= 0 (got {self.temperature})")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1] (got {self.top_p})")
+        if self.observation_role not in ("tool", "user", "ipython", "observation"):
+            raise ValueError(f"observation_role must be tool, user, ipython or observation (got {self.observation_role!r})")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,0 +1,91 @@
+"""The agent's format and token-in-token-out conversations, with real tokenizers and chat templates."""
+
+from __future__ import annotations
+
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+from transformers import PreTrainedTokenizerFast
+
+from rl360cli.rl.agent import ConversationTokens, format_observation, observation_ids, parse_action
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# Like Qwen3's: the last assistant turn carries an (empty) think block that earlier turns lose once
+# another message follows, and tool results go into a user turn.
+QWEN3_LIKE = (
+    "{% for m in messages %}"
+    "{% if m.role == 'assistant' %}<|im_start|>assistant\n"
+    "{% if loop.last %}<think>\n\n</think>\n\n{% endif %}{{ m.content }}<|im_end|>\n"
+    "{% elif m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
+)
+
+
+def byte_tokenizer(template: str) -> PreTrainedTokenizerFast:
+    vocab = {chr(i): i for i in range(256)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="\x00"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok)
+    fast.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    fast.chat_template = template
+    return fast
+
+
+@pytest.mark.parametrize("reply,kind,command", [
+    ("```bash\necho hi > a\n```", "bash", "echo hi > a"),
+    ("let me look\n```sh\nls -la\n```\nthen", "bash", "ls -la"),
+    ("```\ncat x\n```", "bash", "cat x"),
+    ("done", "submit", ""),
+])
+def test_parse_action(reply, kind, command):
+    action = parse_action(reply)
+    assert (action.kind, action.command) == (kind, command)
+
+
+def test_format_observation_truncates_and_says_so():
+    text = format_observation(0, "x" * 30, max_chars=10)
+    assert text == "[exit code 0]\n" + "x" * 10 + "\n[... 20 more characters]"
+    assert format_observation(None, "", timed_out=True) == "[timed out]"
+
+
+QWEN3_NEXT = "<|im_start|>user\n<tool_response>\n[exit code 0]\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.mark.parametrize("template,kwargs,next_turn", [
+    (CHATML, {}, "<|im_start|>tool\n[exit code 0]<|im_end|>\n<|im_start|>assistant\n"),
+    (QWEN3_LIKE, {}, QWEN3_NEXT),
+    (QWEN3_LIKE, {"enable_thinking": False}, QWEN3_NEXT + "<think>\n\n</think>\n\n"),
+])
+def test_conversation_tokens_follow_the_template(template, kwargs, next_turn):
+    tok = byte_tokenizer(template)
+    conv = ConversationTokens(tok, [{"role": "user", "content": "do it"}], template_kwargs=kwargs)
+    reply = "```bash\necho 1\n```"
+    reply_ids = tok.encode(reply + "<|im_end|>\n", add_special_tokens=False)
+    conv.add_generated(reply_ids, [-0.5] * len(reply_ids), version=3)
+    conv.add_observation("[exit code 0]", finished_turn=True)
+    text = tok.decode(conv.token_ids)
+    # What the engine sees next: its own reply as it generated it, the observation, a fresh generation prompt.
+    assert text.endswith(reply + "<|im_end|>\n" + next_turn)
+    # Only the generated tokens are trained on, with the engine's logprobs.
+    assert sum(conv.loss_mask) == len(reply_ids)
+    assert [lp for lp, m in zip(conv.logprobs, conv.loss_mask) if m] == [-0.5] * len(reply_ids)
+    assert conv.turn_versions == [3]
+
+
+def test_an_unfinished_turn_gets_the_end_of_turn_before_the_observation():
+    tok = byte_tokenizer(CHATML)
+    conv = ConversationTokens(tok, [{"role": "user", "content": "q"}])
+    cut = tok.encode("```bash\necho", add_special_tokens=False)
+    conv.add_generated(cut, [0.0] * len(cut), version=0)
+    conv.add_observation("[timed out]", finished_turn=False)
+    assert tok.decode(conv.token_ids).endswith("echo<|im_end|>\n<|im_start|>tool\n[timed out]<|im_end|>\n"
+                                               "<|im_start|>assistant\n")
+
+
+def test_observation_role_user():
+    tok = byte_tokenizer(CHATML)
+    ids = observation_ids(tok, "out", role="user")
+    assert tok.decode(ids) == "<|im_start|>user\nout<|im_end|>\n<|im_start|>assistant\n"
