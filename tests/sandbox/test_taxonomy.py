@@ -251,6 +251,13 @@ def test_row_verifier_oom(process_provider):
     assert "128 MB" in result.detail
 
 
+def test_printing_memoryerror_does_not_mask_a_written_reward(process_provider, tmp_path):
+    # The policy's code cannot escape a reward of 0 by making the verifier's output look like an OOM.
+    test_sh = "echo 'MemoryError: Cannot allocate memory'; echo 0 > /logs/verifier/reward.txt\n"
+    result = attempt(process_provider(), load_task(write_task(tmp_path, "t", test_sh=test_sh)))
+    assert result.outcome == Outcome.OK and result.reward == 0.0, (result.outcome, result.detail)
+
+
 def test_row_verifier_env_missing(process_provider, tmp_path, monkeypatch):
     monkeypatch.delenv("RL360_TEST_NEVER_SET", raising=False)
     toml = '[verifier.env]\nKEY = "${RL360_TEST_NEVER_SET}"\n'
