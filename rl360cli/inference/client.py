@@ -1,0 +1,215 @@
+"""The async client rollouts use to talk to the router (or to one engine) over SGLang's native API.
+
+    async with EngineClient("http://127.0.0.1:31000") as engine:
+        await engine.wait_healthy(timeout_s=60)
+        result = await engine.generate(prompt_ids, SamplingParams(temperature=1.0, max_new_tokens=64))
+        result.output_ids, result.logprobs, result.finish_reason, result.weight_version
+
+Failures are typed: every way a request can fail ends as an `EngineError`,
+which a rollout records as an `engine_error` infra failure (masked from the
+loss), never as a reward of 0. The retry policy retries only what is certain
+not to have run: a connection that could not be opened, and a 503/429 answer
+(the router has no healthy worker right now, or sheds load) — a limited number
+of times, with backoff. A request that was sent and then lost (the engine died
+under it, a 5xx, a timeout, an aborted generation) is never retried here: the
+rollout decides.
+
+Tested by tests/inference/test_client.py and test_router.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rl360cli.inference.protocol import SamplingParams
+
+Cause = Literal["connect", "unavailable", "disconnected", "timeout", "http", "rejected", "aborted", "protocol"]
+
+
+class EngineError(Exception):
+    """An engine or the router failed a request; the rollout turns it into an `engine_error` infra failure."""
+
+    infra_cause = "engine_error"
+
+    def __init__(self, message: str, *, url: str, cause: Cause, status: int | None = None):
+        self.url = url
+        self.cause = cause
+        self.status = status
+        super().__init__(f"{url}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateResult:
+    """One completion: the engine's own token ids and their logprobs (temperature 1, see sampling.py)."""
+
+    output_ids: list[int]
+    logprobs: list[float]
+    # "stop" (a stop token or string matched) or "length" (max_new_tokens or the context ran out).
+    finish_reason: str
+    weight_version: int
+    text: str
+    prompt_tokens: int
+    # The stop token id or stop string that ended the completion, if one did.
+    matched_stop: int | str | None = None
+
+    @classmethod
+    def from_answer(cls, answer: Any, *, url: str, return_logprob: bool) -> GenerateResult:
+        try:
+            meta = answer["meta_info"]
+            output_ids = [int(t) for t in answer["output_ids"]]
+            reason = meta["finish_reason"] or {}
+            kind = reason.get("type")
+            if kind == "abort":
+                raise EngineError(f"generation aborted: {reason.get('message')}", url=url, cause="aborted")
+            logprobs = [float(e[0]) for e in meta["output_token_logprobs"]] if return_logprob else []
+            if return_logprob and len(logprobs) != len(output_ids):
+                raise EngineError(f"{len(logprobs)} logprobs for {len(output_ids)} tokens", url=url, cause="protocol")
+            version = meta.get("weight_version")
+            return cls(output_ids=output_ids, logprobs=logprobs, finish_reason=str(kind),
+                       weight_version=parse_weight_version(version, url=url), text=answer.get("text", ""),
+                       prompt_tokens=int(meta.get("prompt_tokens", 0)), matched_stop=reason.get("matched"))
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise EngineError(f"malformed /generate answer ({type(e).__name__}: {e})", url=url,
+                              cause="protocol") from None
+
+
+def parse_weight_version(value: Any, *, url: str) -> int:
+    """rl360 numbers policy versions 0, 1, 2, ...; SGLang carries them as strings."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise EngineError(f"the engine reports weight version {value!r}, not an integer "
+                          "(start it with --weight-version 0)", url=url, cause="protocol") from None
+
+
+class EngineClient:
+    """Talks to one base URL (the router, or an engine). Create and use it inside one event loop."""
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 600.0,
+                 num_connect_retries: int = 3, retry_backoff_s: float = 0.5, max_connections: int = 0):
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self.num_connect_retries = num_connect_retries
+        self.retry_backoff_s = retry_backoff_s
+        self.max_connections = max_connections
+        self._session: Any = None
+
+    async def __aenter__(self) -> EngineClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _http(self) -> Any:
+        import aiohttp
+
+        if self._session is None or self._session.closed:
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            self._session = aiohttp.ClientSession(
+                headers=headers, connector=aiohttp.TCPConnector(limit=self.max_connections))
+        return self._session
+
+    # ------------------------------------------------------------------ generation
+
+    async def generate(self, input_ids: list[int], sampling_params: SamplingParams | dict | None = None, *,
+                       return_logprob: bool = True, rid: str | None = None,
+                       timeout_s: float | None = None) -> GenerateResult:
+        """Complete `input_ids`; raises EngineError on any failure (see the module docstring)."""
+        if isinstance(sampling_params, SamplingParams):
+            params = sampling_params.to_json()
+        else:
+            params = dict(sampling_params or {})
+        body: dict[str, Any] = {"input_ids": list(input_ids), "sampling_params": params,
+                                "return_logprob": return_logprob}
+        if rid is not None:
+            body["rid"] = rid
+        answer = await self.request("POST", "/generate", body, timeout_s=timeout_s)
+        return GenerateResult.from_answer(answer, url=self.base_url, return_logprob=return_logprob)
+
+    # ------------------------------------------------------------------ health and control
+
+    async def health(self, *, timeout_s: float = 5.0) -> bool:
+        """True if /health answers 200 now."""
+        import aiohttp
+
+        try:
+            async with self._http().get(self.base_url + "/health",
+                                        timeout=aiohttp.ClientTimeout(total=timeout_s)) as reply:
+                return reply.status == 200
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return False
+
+    async def wait_healthy(self, *, timeout_s: float = 120.0, interval_s: float = 0.25) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not await self.health():
+            if time.monotonic() > deadline:
+                raise EngineError(f"not healthy after {timeout_s:g}s", url=self.base_url, cause="unavailable")
+            await asyncio.sleep(interval_s)
+
+    async def weight_version(self) -> int:
+        answer = await self.request("GET", "/get_weight_version")
+        return parse_weight_version(answer.get("weight_version"), url=self.base_url)
+
+    async def request(self, method: str, path: str, body: Any = None, *, timeout_s: float | None = None,
+                      retry: bool = True) -> Any:
+        """One HTTP call; JSON in and out (text answers come back as {"text": ...}). Raises EngineError."""
+        import aiohttp
+
+        url = self.base_url + path
+        timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
+        attempts = 1 + (self.num_connect_retries if retry else 0)
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            try:
+                async with self._http().request(method, url, json=body, timeout=timeout) as reply:
+                    raw = await reply.read()
+                    if reply.status in (429, 503) and not last:
+                        await asyncio.sleep(self.retry_backoff_s * 2 ** attempt)
+                        continue
+                    if reply.status >= 400:
+                        cause: Cause = ("unavailable" if reply.status in (429, 503)
+                                        else "rejected" if reply.status < 500 else "http")
+                        raise EngineError(f"{method} {path} answered {reply.status}: {_snippet(raw)}",
+                                          url=self.base_url, cause=cause, status=reply.status)
+                    try:
+                        return _decode(raw, reply.content_type)
+                    except ValueError as e:
+                        raise EngineError(f"{method} {path}: the answer is not JSON ({e})", url=self.base_url,
+                                          cause="protocol") from None
+            except aiohttp.ClientConnectorError as e:
+                # The connection was never opened: nothing ran, a retry is safe.
+                if last:
+                    raise EngineError(f"cannot connect ({e.os_error})", url=self.base_url, cause="connect") from None
+                await asyncio.sleep(self.retry_backoff_s * 2 ** attempt)
+            except TimeoutError:
+                raise EngineError(f"{method} {path} timed out after {timeout.total:g}s", url=self.base_url,
+                                  cause="timeout") from None
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError) as e:
+                raise EngineError(f"{method} {path}: connection lost ({type(e).__name__}: {e})", url=self.base_url,
+                                  cause="disconnected") from None
+            except aiohttp.ClientError as e:
+                raise EngineError(f"{method} {path}: {type(e).__name__}: {e}", url=self.base_url,
+                                  cause="http") from None
+        raise AssertionError("unreachable")
+
+
+def _decode(raw: bytes, content_type: str) -> Any:
+    import json
+
+    if content_type == "application/json":
+        return json.loads(raw)
+    return {"text": raw.decode("utf-8", "replace")}
+
+
+def _snippet(raw: bytes) -> str:
+    text = raw.decode("utf-8", "replace").strip().replace("\n", " ")
+    return text[:300] + ("..." if len(text) > 300 else "")

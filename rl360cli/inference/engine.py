@@ -1,0 +1,504 @@
+"""rl360's CPU inference engine: continuous batching of a Hugging Face causal LM with a KV cache.
+
+One scheduler thread owns the model. Requests arrive through `submit()` from
+any thread and wait in a queue; when the engine is idle the first arrival
+waits up to `max_wait_ms` for company (up to `max_batch_size`), then the
+group is prefilled together and joins the running batch, which decodes one
+token per step for every row. Requests that arrive while a batch runs join
+at the next step. Control commands (pause, flush, weight loads) run on the
+same thread between steps, so they never race a forward pass; HTTP stays
+responsive because torch releases the GIL while it computes.
+
+Pause modes follow SGLang: `abort` ends every request (finish reason abort),
+`retract` drops the running rows' KV cache and re-queues them (their prompt
+and tokens so far are prefilled again, under whatever weights are loaded
+when they resume), `in_place` keeps everything as it is.
+
+    engine = Engine.load("path/to/model", max_batch_size=32, max_wait_ms=5)
+    engine.start()
+    answer = engine.submit(item).result()      # SGLang's {"text", "output_ids", "meta_info"}
+
+Tested by tests/inference/test_engine.py (directly) and test_server.py (over HTTP).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rl360cli.inference import protocol
+from rl360cli.inference.kv import BatchKV, left_padded
+from rl360cli.inference.protocol import GenerateItem, ProtocolError
+from rl360cli.inference.sampling import sample_next
+
+log = logging.getLogger("rl360.engine")
+
+
+@dataclass(eq=False)
+class _Seq:
+    item: GenerateItem
+    prompt: list[int]
+    future: concurrent.futures.Future
+    created: float
+    generator: torch.Generator | None
+    stop_ids: frozenset[int]
+    output: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    input_logprobs: list[float | None] | None = None
+    # Where the scan for stop strings resumes (in characters of the decoded output).
+    finish: dict | None = None
+    stop_text_end: int | None = None
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+
+class Engine:
+    """The scheduler thread, the model and the queue in front of them."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, model_path: str, max_batch_size: int = 32,
+                 max_wait_ms: float = 5.0, weight_version: str = "0", seed: int = 0):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.model_path = model_path
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_ms / 1000
+        self.weight_version = str(weight_version)
+        self.config = model.config
+        self.context_length = int(getattr(self.config, "max_position_embeddings", 0) or 1 << 30)
+        self.eos_ids = _eos_ids(model, tokenizer)
+        self.pad_id = _pad_id(model, tokenizer, self.eos_ids)
+        self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        _check_plain_cache(self.config)
+        self._generator = torch.Generator().manual_seed(seed)
+        self._lock = threading.Condition()
+        self._incoming: collections.deque[_Seq] = collections.deque()
+        self._commands: collections.deque[tuple[Callable[[], Any], concurrent.futures.Future]] = collections.deque()
+        self._waiting: collections.deque[_Seq] = collections.deque()
+        self._running: list[_Seq] = []
+        self._kv: BatchKV | None = None
+        self._paused = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.last_beat = time.monotonic()
+        self.num_generated_tokens = 0
+        self.num_finished_requests = 0
+        self.num_forward_steps = 0
+        self.failure: BaseException | None = None
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def load(cls, model_path: str | Path, *, dtype: str = "float32", **kwargs: Any) -> Engine:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path = str(model_path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError):
+            tokenizer = None  # input_ids only, and no `text` in answers (SGLang's skip_tokenizer_init)
+        return cls(model, tokenizer, model_path=path, **kwargs)
+
+    # ------------------------------------------------------------------ public, any thread
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._main, name="rl360-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopping = True
+            self._lock.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and self.failure is None
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def load_info(self) -> dict[str, int]:
+        with self._lock:
+            waiting = len(self._waiting) + len(self._incoming)
+        return {"num_running_reqs": len(self._running), "num_waiting_reqs": waiting,
+                "num_tokens": sum(len(s.prompt) + len(s.output) for s in list(self._running))}
+
+    def submit(self, item: GenerateItem) -> concurrent.futures.Future:
+        """Queue one prompt; the future resolves to SGLang's answer dict. Bad input raises ProtocolError now."""
+        prompt = self._prompt_ids(item)
+        if len(prompt) >= self.context_length:
+            raise ProtocolError(f"the prompt has {len(prompt)} tokens; the context length is {self.context_length}")
+        for tid in (*prompt, *item.params.stop_token_ids):
+            if tid >= self.config.vocab_size:
+                raise ProtocolError(f"token id {tid} is outside the vocabulary ({self.config.vocab_size})")
+        stop_ids = set(item.params.stop_token_ids)
+        if not item.params.ignore_eos:
+            stop_ids |= self.eos_ids
+        gen = None
+        if item.params.sampling_seed is not None:
+            gen = torch.Generator().manual_seed(item.params.sampling_seed)
+        seq = _Seq(item=item, prompt=prompt, future=concurrent.futures.Future(), created=time.time(),
+                   generator=gen, stop_ids=frozenset(stop_ids))
+        with self._lock:
+            if self._stopping or self.failure is not None:
+                raise RuntimeError("the engine is not running")
+            self._incoming.append(seq)
+            self._lock.notify_all()
+        return seq.future
+
+    def call(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
+        """Run `fn()` on the engine thread between two steps (even while paused)."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            self._commands.append((fn, future))
+            self._lock.notify_all()
+        return future
+
+    # Commands; each runs on the engine thread through `call`.
+
+    def pause(self, mode: str) -> int:
+        """Stop stepping. Returns how many requests were aborted or retracted."""
+        self._paused = True
+        if mode == "abort":
+            return self._abort_all("aborted by pause_generation")
+        if mode == "retract":
+            return self._retract_running()
+        return 0
+
+    def resume(self) -> None:
+        self._paused = False
+
+    def flush_cache(self) -> bool:
+        """Drop the KV cache; refused (False) while rows hold KV, as SGLang refuses with requests running."""
+        if self._running:
+            return False
+        self._kv = None
+        return True
+
+    def retract_and_flush(self) -> int:
+        """Re-queue running rows and drop all KV: what comes next is computed from scratch."""
+        n = self._retract_running()
+        self._kv = None
+        return n
+
+    def abort(self, rid: str | None, message: str = "aborted") -> int:
+        if rid is None:
+            return self._abort_all(message)
+        n = 0
+        with self._lock:
+            for queue in (self._incoming, self._waiting):
+                for seq in [s for s in queue if s.item.rid == rid]:
+                    queue.remove(seq)
+                    self._finish(seq, protocol.finish_abort(message))
+                    n += 1
+        doomed = [i for i, s in enumerate(self._running) if s.item.rid == rid]
+        for i in doomed:
+            self._finish(self._running[i], protocol.finish_abort(message))
+            n += 1
+        if doomed:
+            self._drop_rows(set(doomed))
+        return n
+
+    # ------------------------------------------------------------------ the scheduler thread
+
+    def _main(self) -> None:
+        torch.set_grad_enabled(False)
+        try:
+            while True:
+                self.last_beat = time.monotonic()
+                with self._lock:
+                    while self._incoming:
+                        self._waiting.append(self._incoming.popleft())
+                    if self._stopping:
+                        break
+                    commands = list(self._commands)
+                    self._commands.clear()
+                    if not commands and (self._paused or not (self._running or self._waiting)):
+                        self._lock.wait(timeout=0.5)
+                        continue
+                if commands:
+                    for fn, future in commands:
+                        self._run_command(fn, future)
+                    continue
+                if not self._running and len(self._waiting) < self.max_batch_size:
+                    # Idle engine: give the first arrival's companions up to max_wait to show up.
+                    deadline = self._waiting[0].created + self.max_wait_s
+                    if time.time() < deadline and self._wait_for_company(deadline):
+                        continue
+                self._step()
+        except BaseException as e:  # noqa: BLE001 - a dead scheduler must fail every request, not hang them
+            log.exception("engine thread failed")
+            self.failure = e
+            self._abort_all(f"engine failed: {e}")
+        finally:
+            self._abort_all("engine stopped")
+
+    def _wait_for_company(self, deadline: float) -> bool:
+        """Wait until the batch could be full or the deadline passes; True if something else needs a look."""
+        with self._lock:
+            while True:
+                if self._commands or self._stopping:
+                    return True
+                if len(self._waiting) + len(self._incoming) >= self.max_batch_size:
+                    return True
+                remaining = deadline - time.time()
+                if remaining <= 0:
+                    return bool(self._incoming)
+                self._lock.wait(timeout=remaining)
+
+    def _run_command(self, fn: Callable[[], Any], future: concurrent.futures.Future) -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn())
+        except BaseException as e:  # noqa: BLE001 - the caller gets the exception
+            future.set_exception(e)
+
+    def _step(self) -> None:
+        room = self.max_batch_size - len(self._running)
+        admitted: list[_Seq] = []
+        with self._lock:
+            while room > 0 and self._waiting:
+                seq = self._waiting.popleft()
+                if seq.future.cancelled():
+                    continue
+                admitted.append(seq)
+                room -= 1
+        decoding = bool(self._running)
+        if admitted:
+            self._prefill(admitted)
+        if decoding:
+            self._decode()
+
+    def _prefill(self, seqs: list[_Seq]) -> None:
+        from transformers import DynamicCache
+
+        ids, mask, positions = left_padded([s.tokens for s in seqs], self.pad_id)
+        want_prompt_logprobs = [s.item.return_logprob and s.item.logprob_start_len >= 0 and s.input_logprobs is None
+                                for s in seqs]
+        cache = DynamicCache(config=self.config)
+        kwargs = {self._cache_kw: cache, "use_cache": True}
+        if not any(want_prompt_logprobs):
+            kwargs["logits_to_keep"] = 1
+        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs).logits
+        self.num_forward_steps += 1
+        for i, seq in enumerate(seqs):
+            if want_prompt_logprobs[i]:
+                seq.input_logprobs = _prompt_logprobs(logits[i], seq.prompt, seq.item.logprob_start_len)
+        kv = BatchKV(cache=cache, mask=mask)
+        finished = self._advance(seqs, logits[:, -1, :])
+        keep = [i for i in range(len(seqs)) if i not in finished]
+        if not keep:
+            return
+        if len(keep) < len(seqs):
+            kv.select(keep)
+        if self._kv is None or not self._running:
+            self._kv = kv
+        else:
+            self._kv.join(kv)
+        self._running.extend(seqs[i] for i in keep)
+
+    def _decode(self) -> None:
+        kv = self._kv
+        ids = torch.tensor([[s.output[-1]] for s in self._running], dtype=torch.long)
+        positions = kv.next_positions()
+        mask = kv.grow_mask()
+        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                            **{self._cache_kw: kv.cache, "use_cache": True}).logits
+        self.num_forward_steps += 1
+        kv.mask = mask
+        finished = self._advance(self._running, logits[:, -1, :])
+        if finished:
+            self._drop_rows(finished)
+
+    def _advance(self, seqs: list[_Seq], logits: torch.Tensor) -> set[int]:
+        """Sample one token for each row; finish the rows that are done. Returns their indices."""
+        done: set[int] = set()
+        for i, seq in enumerate(seqs):
+            if seq.future.cancelled():  # the client went away: stop spending steps on it
+                done.add(i)
+            elif seq.item.params.max_new_tokens == 0:
+                done.add(i)
+                self._finish(seq, protocol.finish_length(0))
+        live = [i for i in range(len(seqs)) if i not in done]
+        if not live:
+            return done
+        banned = [sorted(s.stop_ids) if len(s.output) < s.item.params.min_new_tokens else () for s in seqs]
+        tokens, logprobs = sample_next(logits[live], [seqs[i].item.params for i in live],
+                                       [seqs[i].generator for i in live], self._generator, [banned[i] for i in live])
+        for j, i in enumerate(live):
+            seq = seqs[i]
+            seq.output.append(tokens[j])
+            seq.logprobs.append(logprobs[j])
+            self.num_generated_tokens += 1
+            reason = self._finish_reason(seq)
+            if reason is not None:
+                done.add(i)
+                self._finish(seq, reason)
+        return done
+
+    def _finish_reason(self, seq: _Seq) -> dict | None:
+        p = seq.item.params
+        token = seq.output[-1]
+        if token in seq.stop_ids:  # stop ids cannot be drawn before min_new_tokens (see `banned`)
+            return protocol.finish_stop(token)
+        if p.stop and self.tokenizer is not None:
+            text = self._decode_text(seq.output, p)
+            tail_from = max(0, len(text) - max(len(s) for s in p.stop) - 8)
+            hits = [(text.find(s, tail_from), s) for s in p.stop if text.find(s, tail_from) >= 0]
+            if hits:
+                at, matched = min(hits)
+                seq.stop_text_end = at + (len(matched) if p.no_stop_trim else 0)
+                return protocol.finish_stop(matched)
+        if len(seq.output) >= p.max_new_tokens:
+            return protocol.finish_length(p.max_new_tokens)
+        if len(seq.prompt) + len(seq.output) >= self.context_length:
+            return protocol.finish_length(len(seq.output))
+        return None
+
+    def _drop_rows(self, rows: set[int]) -> None:
+        keep = [i for i in range(len(self._running)) if i not in rows]
+        self._running = [self._running[i] for i in keep]
+        if not keep:
+            self._kv = None
+        elif self._kv is not None:
+            self._kv.select(keep)
+
+    def _retract_running(self) -> int:
+        seqs, self._running, self._kv = self._running, [], None
+        with self._lock:
+            # Back to the front of the queue, in their original order.
+            self._waiting.extendleft(reversed(seqs))
+        return len(seqs)
+
+    def _abort_all(self, message: str) -> int:
+        with self._lock:
+            seqs = [*self._running, *self._waiting, *self._incoming]
+            self._running, self._kv = [], None
+            self._waiting.clear()
+            self._incoming.clear()
+        for seq in seqs:
+            self._finish(seq, protocol.finish_abort(message))
+        return len(seqs)
+
+    # ------------------------------------------------------------------ answers
+
+    def _finish(self, seq: _Seq, reason: dict) -> None:
+        seq.finish = reason
+        self.num_finished_requests += 1
+        if seq.future.done():
+            return
+        try:
+            seq.future.set_result(self._answer(seq))
+        except concurrent.futures.InvalidStateError:
+            pass  # cancelled by a client that went away
+
+    def _answer(self, seq: _Seq) -> dict[str, Any]:
+        item, reason = seq.item, seq.finish
+        meta: dict[str, Any] = {
+            "id": item.rid,
+            "finish_reason": reason,
+            "prompt_tokens": len(seq.prompt),
+            "weight_version": self.weight_version,
+            "completion_tokens": len(seq.output),
+            "cached_tokens": 0,
+            "e2e_latency": time.time() - seq.created,
+        }
+        if item.return_logprob:
+            texts = None
+            if item.return_text_in_logprobs and self.tokenizer is not None:
+                texts = [self.tokenizer.decode([t]) for t in seq.output]
+            meta["output_token_logprobs"] = protocol.logprob_entries(seq.logprobs, seq.output, texts)
+            prompt_part = seq.prompt[item.logprob_start_len:] if item.logprob_start_len >= 0 else []
+            input_lps = seq.input_logprobs or []
+            in_texts = None
+            if item.return_text_in_logprobs and self.tokenizer is not None:
+                in_texts = [self.tokenizer.decode([t]) for t in prompt_part]
+            meta["input_token_logprobs"] = protocol.logprob_entries(input_lps, prompt_part, in_texts)
+        answer: dict[str, Any] = {"output_ids": list(seq.output), "meta_info": meta}
+        if self.tokenizer is not None:
+            answer = {"text": self._answer_text(seq), **answer}
+        return answer
+
+    def _answer_text(self, seq: _Seq) -> str:
+        p, reason = seq.item.params, seq.finish or {}
+        ids = seq.output
+        # As SGLang's detokenizer: a matched stop token is not part of the text (it stays in output_ids).
+        if reason.get("type") == "stop" and isinstance(reason.get("matched"), int) and not p.no_stop_trim:
+            ids = ids[:-1]
+        text = self._decode_text(ids, p)
+        return text if seq.stop_text_end is None else text[:seq.stop_text_end]
+
+    def _decode_text(self, ids: list[int], p: protocol.SamplingParams) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=p.skip_special_tokens)
+
+    def _prompt_ids(self, item: GenerateItem) -> list[int]:
+        if item.input_ids is not None:
+            return list(item.input_ids)
+        if self.tokenizer is None:
+            raise ProtocolError("this model has no tokenizer: send input_ids, not text")
+        ids = self.tokenizer.encode(item.text, add_special_tokens=True)
+        if not ids:
+            raise ProtocolError("the text tokenizes to nothing")
+        return list(ids)
+
+
+def _check_plain_cache(config: Any) -> None:
+    """The batch KV cache pads and trims full-attention layers; sliding-window layers keep other state."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    kinds = {type(layer).__name__ for layer in DynamicCache(config=config).layers if type(layer) is not DynamicLayer}
+    if kinds:
+        raise ValueError(f"the local engine serves full-attention models only; this one has {', '.join(sorted(kinds))} "
+                         "cache layers (sliding-window or linear attention): serve it with SGLang")
+
+
+def _prompt_logprobs(logits: torch.Tensor, prompt: list[int], start: int) -> list[float | None]:
+    """Logprob of each prompt token from position `start` on, given the ones before it (None for the first)."""
+    # `logits` [T_padded, V] is right-aligned: the prompt's last token is the last row.
+    offset = logits.shape[0] - len(prompt)
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    out: list[float | None] = []
+    for pos in range(start, len(prompt)):
+        if pos == 0:
+            out.append(None)
+        else:
+            out.append(float(logprobs[offset + pos - 1, prompt[pos]]))
+    return out
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config):
+        eos = getattr(source, "eos_token_id", None) if source is not None else None
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, (list, tuple)):
+            ids.update(int(e) for e in eos)
+    if not ids and tokenizer is not None and tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return frozenset(ids)
+
+
+def _pad_id(model: Any, tokenizer: Any, eos: frozenset[int]) -> int:
+    # Padding positions are masked out; any valid id will do.
+    for value in (getattr(model.config, "pad_token_id", None), getattr(tokenizer, "pad_token_id", None)):
+        if isinstance(value, int):
+            return value
+    return min(eos) if eos else 0

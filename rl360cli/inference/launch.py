@@ -1,0 +1,96 @@
+"""What the `serve` stage starts: the engines and the router as ComponentSpecs, and where to probe them.
+
+    ports = serve_ports(profile.base_port, engine.num_engines)
+    specs = [engine_spec(engine, index=i, model_path=model_dir, host="127.0.0.1", port=p, run=run_id)
+             for i, p in enumerate(ports.engines)]
+    specs.append(router_spec(engine, worker_urls=[s.health_url.removesuffix("/health") for s in specs],
+                             host="127.0.0.1", port=ports.router, prometheus_port=ports.router_metrics))
+
+Each spec's `health_url` answers 200 once the component is ready (an engine
+once its model is loaded; the router once it has a healthy engine; then
+`rl360cli.inference.router.wait_router_workers` waits for all of them). The argv comes from the
+launch templates in `stages/` (see templates.py). Tested by tests/inference/test_launch.py.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rl360cli.backends.base import ComponentSpec
+from rl360cli.inference.config import EngineConfig
+from rl360cli.inference.router import router_command, router_ready_url
+from rl360cli.inference.sglang import sglang_server_command
+from rl360cli.inference.templates import LaunchCommand, render
+
+
+@dataclass(frozen=True, slots=True)
+class ServePorts:
+    router: int
+    router_metrics: int
+    engines: tuple[int, ...]
+
+
+def serve_ports(base_port: int, num_engines: int) -> ServePorts:
+    """The router on base_port, its metrics on base_port + 1, engines from base_port + 2 on."""
+    return ServePorts(router=base_port, router_metrics=base_port + 1,
+                      engines=tuple(base_port + 2 + i for i in range(num_engines)))
+
+
+def http_url(host: str, port: int) -> str:
+    return f"http://{host}:{port}"
+
+
+def health_url(host: str, port: int) -> str:
+    """Engines (local and SGLang) and the router all answer GET /health with 200 when ready."""
+    return f"{http_url(host, port)}/health"
+
+
+def engine_command(engine: EngineConfig, *, model_path: str, host: str, port: int, weight_version: int = 0,
+                   api_key: str | None = None, dtype: str = "float32", seed: int = 0,
+                   python: str = sys.executable) -> LaunchCommand:
+    """The command line of one engine of `engine.kind` (local CPU engine or real SGLang)."""
+    if engine.kind == "sglang":
+        return sglang_server_command(engine, model_path=model_path, host=host, port=port,
+                                     weight_version=weight_version, api_key=api_key, dtype=dtype, seed=seed,
+                                     python=python)
+    values = {
+        "python": python,
+        "model_path": model_path,
+        "host": host,
+        "port": port,
+        "max_batch_size": engine.max_batch_size,
+        "max_wait_ms": engine.max_wait_ms,
+        "weight_version": weight_version,
+        "dtype": dtype,
+        "seed": seed,
+        "num_threads": engine.num_threads or None,
+        "dist_timeout_s": engine.weight_sync_timeout_s,
+        "api_key": api_key,
+        # Loopback engines keep their gloo traffic on lo.
+        "gloo_ifname": "lo" if host.startswith("127.") else None,
+    }
+    return render("local-engine", values)
+
+
+def engine_spec(engine: EngineConfig, *, index: int, model_path: str, host: str, port: int, run: str | None = None,
+                tier: str = "rollout", stage: str = "serve", node: str | None = None, weight_version: int = 0,
+                api_key: str | None = None, dtype: str = "float32", seed: int = 0) -> ComponentSpec:
+    cmd = engine_command(engine, model_path=model_path, host=host, port=port, weight_version=weight_version,
+                         api_key=api_key, dtype=dtype, seed=seed + index)
+    return ComponentSpec(name=f"engine-{index}", tier=tier, stage=stage, kind=f"engine-{engine.kind}",
+                         argv=cmd.argv, env=cmd.env, ports={"http": port}, run=run, node=node,
+                         health_url=health_url(host, port))
+
+
+def router_spec(engine: EngineConfig, *, worker_urls: Sequence[str], host: str, port: int, prometheus_port: int,
+                run: str | None = None, tier: str = "service", stage: str = "serve", node: str | None = None,
+                api_key: str | None = None) -> ComponentSpec:
+    cmd = router_command(engine, worker_urls=worker_urls, host=host, port=port, prometheus_port=prometheus_port,
+                         api_key=api_key)
+    # Ready once it has a healthy engine (its /health is up as soon as the process is);
+    # `wait_router_workers` then waits for all of them.
+    return ComponentSpec(name="router", tier=tier, stage=stage, kind="router", argv=cmd.argv, env=cmd.env,
+                         ports={"http": port, "metrics": prometheus_port}, run=run, node=node,
+                         health_url=router_ready_url(host, port))

@@ -1,0 +1,102 @@
+"""The exact command line of the real sglang-router (pip `sglang-router` 0.3.x, the Rust "SMG") in front of N engines.
+
+Rollouts talk only to the router. It runs on a CPU in the service tier, in
+front of real SGLang servers or rl360's local engines alike. Its template is
+`stages/sglang-router.toml`: dead engines are taken out of rotation by a
+health probe every `router_health_check_interval_s` seconds (one failure is
+enough) and by its circuit breaker; a request lost with its engine is not
+retried elsewhere (`router_max_retries = 1`) but fails back to the rollout,
+which records an `engine_error` infra failure.
+
+When the package is missing this says how to install it; there is no fallback.
+
+    cmd = router_command(engine, worker_urls=["http://127.0.0.1:31001"], host="127.0.0.1", port=31000,
+                         prometheus_port=31099)
+
+The router's own `/health` answers 200 as soon as it runs; `/readiness` answers
+200 once at least one engine is registered and healthy; `/workers` lists the
+engines it knows with `is_healthy` (see `router_workers`).
+
+Tested by tests/inference/test_launch.py (golden strings) and test_router.py (the real router).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+
+from rl360cli.errors import Rl360Error
+from rl360cli.inference.config import EngineConfig
+from rl360cli.inference.templates import LaunchCommand, render
+
+ROUTER_MODULE = "sglang_router.launch_router"
+
+
+def require_router() -> None:
+    """Raise Rl360Error naming the install command when sglang-router is not importable here."""
+    if importlib.util.find_spec("sglang_router") is None:
+        raise Rl360Error("the sglang-router package is not installed (rollouts reach the engines through it)",
+                         "install it with: pip install 'rl360[rollout]'")
+
+
+def router_command(engine: EngineConfig, *, worker_urls: Sequence[str], host: str, port: int, prometheus_port: int,
+                   api_key: str | None = None, worker_startup_timeout_s: int = 600, python: str = sys.executable,
+                   check_installed: bool = True) -> LaunchCommand:
+    """The router on host:port in front of `worker_urls`. `check_installed=False` builds it for another machine."""
+    if check_installed:
+        require_router()
+    if not worker_urls:
+        raise Rl360Error("the router needs at least one engine URL", "set [engine] num_engines >= 1")
+    values = {
+        "python": python,
+        "host": host,
+        "port": port,
+        "worker_urls": list(worker_urls),
+        "policy": engine.router_policy,
+        "api_key": api_key,
+        "prometheus_port": prometheus_port,
+        "health_check_interval_s": engine.router_health_check_interval_s,
+        "health_check_timeout_s": max(1, min(5, engine.router_health_check_interval_s)),
+        "max_retries": engine.router_max_retries,
+        "request_timeout_s": engine.router_request_timeout_s,
+        "worker_startup_timeout_s": worker_startup_timeout_s,
+    }
+    return render("sglang-router", values)
+
+
+def router_ready_url(host: str, port: int) -> str:
+    """200 once the router has at least one healthy engine (its /health only says the router process is up)."""
+    return f"http://{host}:{port}/readiness"
+
+
+def router_workers(router_url: str, *, api_key: str | None = None, timeout_s: float = 5.0) -> dict[str, bool]:
+    """The engines the router knows, by URL, and whether it currently counts each as healthy."""
+    request = urllib.request.Request(router_url.rstrip("/") + "/workers")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+        data = json.load(reply)
+    return {w["url"]: bool(w.get("is_healthy")) for w in data.get("workers", [])}
+
+
+def wait_router_workers(router_url: str, healthy: Sequence[str], *, unhealthy: Sequence[str] = (),
+                        api_key: str | None = None, timeout_s: float = 120.0) -> dict[str, bool]:
+    """Wait until the router counts every URL of `healthy` as healthy and none of `unhealthy` as healthy."""
+    deadline = time.monotonic() + timeout_s
+    seen: dict[str, bool] = {}
+    while True:
+        try:
+            seen = router_workers(router_url, api_key=api_key)
+            if all(seen.get(u) for u in healthy) and not any(seen.get(u) for u in unhealthy):
+                return seen
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            raise Rl360Error(f"the router at {router_url} did not reach the expected engines in {timeout_s:g}s "
+                             f"(it sees {seen})", "see the router's and the engines' logs")
+        time.sleep(0.25)

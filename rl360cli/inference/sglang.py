@@ -1,0 +1,41 @@
+"""The exact command line of the real SGLang server for one engine on a GPU node.
+
+Built from the recipe's `[engine]` table and the launch template
+`stages/sglang-server.toml`; the recipe's `extra_args` come last and win.
+SGLang itself is installed only on GPU nodes (`pip install 'rl360[gpu]'`),
+so nothing here imports it: the command is built wherever `rl360 serve` runs.
+
+    cmd = sglang_server_command(engine, model_path="/models/k2", host="10.0.0.5", port=31001)
+    cmd.argv  # ("python", "-m", "sglang.launch_server", "--model-path", "/models/k2", ...)
+    cmd.env   # {"SGLANG_RETURN_ORIGINAL_LOGPROB": "1", ...}
+
+Tested by tests/inference/test_launch.py (golden strings).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from rl360cli.inference.config import EngineConfig
+from rl360cli.inference.templates import LaunchCommand, render
+
+
+def sglang_server_command(engine: EngineConfig, *, model_path: str, host: str, port: int, weight_version: int = 0,
+                          api_key: str | None = None, dtype: str | None = None, seed: int | None = None,
+                          python: str = sys.executable, nccl_ifname: str | None = None) -> LaunchCommand:
+    """The real SGLang server serving `model_path` on host:port, starting at policy version `weight_version`."""
+    values = {
+        "python": python,
+        "model_path": model_path,
+        "host": host,
+        "port": port,
+        "tp_size": engine.tp_size,
+        "mem_fraction_static": engine.mem_fraction_static,
+        "max_batch_size": engine.max_batch_size,
+        "dtype": dtype,
+        "seed": seed,
+        "weight_version": weight_version,
+        "api_key": api_key,
+        "nccl_ifname": nccl_ifname,
+    }
+    return render("sglang-server", values, extra_args=engine.extra_args)
