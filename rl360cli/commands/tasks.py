@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 from typing import Annotated
@@ -64,6 +63,8 @@ def check(
             return await check_tasks(sandboxes, tasks, run_id=run_id, concurrency=concurrency)
         finally:
             await sandboxes.close()
+
+    import asyncio
 
     rows = asyncio.run(run())
     failed = [r for r in rows if not r.passed]

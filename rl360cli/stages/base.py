@@ -10,8 +10,6 @@ from __future__ import annotations
 import functools
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -139,6 +137,9 @@ def start_component(ctx: Context, spec: ComponentSpec, *, ready_timeout_s: float
 
 
 def wait_healthy(ctx: Context, cid: str, url: str, *, timeout_s: float) -> None:
+    import urllib.error
+    import urllib.request
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:

@@ -26,10 +26,6 @@ class ModelConfig:
     warmup_lr: float = 3e-3
     # Conversations per warm-up step.
     warmup_batch_size: int = 32
-    # Probability that each constant in a warm-up answer is replaced by a random one: the warmed-up
-    # model knows the answer format but copies constants only about 1 - 8/9 * noise of the time,
-    # which sets the pass rate RL starts from (see rl360cli/trainer/warmup.py).
-    warmup_noise: float = 0.0
     dtype: Literal["float32", "bfloat16"] = "float32"
 
     def __post_init__(self) -> None:
@@ -48,8 +44,6 @@ class ModelConfig:
             raise ValueError(f"vocab_size must be at least 262, a token per byte plus 6 special (got {self.vocab_size})")
         if self.warmup_batch_size < 1:
             raise ValueError(f"warmup_batch_size must be at least 1 (got {self.warmup_batch_size})")
-        if not 0.0 <= self.warmup_noise <= 1.0:
-            raise ValueError(f"warmup_noise must be in [0, 1] (got {self.warmup_noise})")
         if not self.warmup_lr > 0:
             raise ValueError(f"warmup_lr must be positive (got {self.warmup_lr})")
 

@@ -1,0 +1,29 @@
+"""`rl360 serve`: prepare the run's policy and start its engines and the router."""
+
+from __future__ import annotations
+
+from rl360cli.commands.common import DryRunOpt, JsonFlag, ProfileOpt, RecipeOpt, context, print_action, print_json
+from rl360cli.stages import serve as serve_stage
+from rl360cli.stages.run import ACTIVE, start_run
+
+
+def serve(recipe: RecipeOpt = None, profile: ProfileOpt = None, dry_run: DryRunOpt = False,
+          json_out: JsonFlag = False) -> None:
+    """Start the engines and the router of a run (a new run of the recipe unless one is starting).
+
+    Example: rl360 serve --recipe recipes/local-smoke.toml && rl360 train
+    """
+    from rl360cli.commands.up import DEFAULT_RECIPE
+
+    ctx = context(recipe=recipe or DEFAULT_RECIPE, profile=profile, quiet=json_out)
+    if dry_run:
+        ctx.run_id = "<new run>"
+        for action in serve_stage.plan(ctx):
+            print_action(action)
+        return
+    run = ctx.state.read()["runs"].get(ctx.run_id or "", {})
+    if run.get("status") not in ACTIVE or run.get("name") != ctx.need_recipe().run.name:
+        start_run(ctx)
+    records = serve_stage.apply(ctx)
+    if json_out:
+        print_json({"run": ctx.run_id, "components": records})

@@ -1,0 +1,220 @@
+"""The trainer component of a run: sets up Ray, the session actors, the trainer and the weight
+broadcast, runs the loop, and keeps the run's record in the state file current.
+
+    python -m rl360cli.rl.driver --state .rl360/state.json --run RUN_ID [--resume]
+
+`rl360 train` (and `rl360 up`) start it on the training tier; it finds the
+engines and the router of its run in the state file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from rl360cli.state import StateFile, now_iso
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rl360cli.rl.driver")
+    parser.add_argument("--state", required=True)
+    parser.add_argument("--run", required=True)
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--ray-address", default=None, help="join this Ray cluster instead of starting one")
+    args = parser.parse_args(argv)
+    if int(os.environ.get("RANK", "0")) > 0:
+        # A follower rank of the megatron trainer under torchrun: it runs rank 0's commands on its
+        # shard and never touches the state file (rank 0 records the run).
+        from rl360cli.trainer.megatron_trainer import follow_run
+
+        return follow_run(args.state, args.run)
+    state = StateFile(args.state)
+    try:
+        summary = run(state, args.run, resume=args.resume, ray_address=args.ray_address)
+    except Exception as e:  # noqa: BLE001 — whatever ends the run is recorded, then the component fails
+        traceback.print_exc()
+        set_run(state, args.run, status="failed", reason=f"{type(e).__name__}: {e}"[:300], ended_at=now_iso())
+        return 3
+    set_run(state, args.run, status="finished", ended_at=now_iso(), **summary)
+    return 0
+
+
+def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None) -> dict:
+    import ray
+
+    from rl360cli.metrics import MetricsLogger
+    from rl360cli.rl.loop import LoopParts, train_loop
+    from rl360cli.rl.rollouts import Rollouts
+    from rl360cli.rl.session_actor import ActorSetup, SessionActor
+    from rl360cli.sandbox.task import load_task_set
+    from rl360cli.stages.run import load_run_recipe
+    from rl360cli.trainer.broadcast import WeightBroadcaster
+    from rl360cli.trainer.torch_trainer import TorchTrainer, latest_checkpoint
+
+    doc = state.read()
+    record = doc["runs"][run_id]
+    run_dir = Path(record["run_dir"])
+    recipe = load_run_recipe(run_dir)
+    engines, router = engine_urls(doc, run_id)
+    policy_dir = run_dir / "policy" / "v0"
+    log(f"run {run_id}: {len(engines)} engines behind {router}, policy {policy_dir}")
+
+    if recipe.trainer.kind == "megatron":
+        from rl360cli.trainer.megatron_trainer import MegatronTrainer, default_device
+
+        trainer = MegatronTrainer(policy_dir, recipe.trainer, recipe.grpo, seed=recipe.run.seed,
+                                  device=default_device())
+    else:
+        trainer = TorchTrainer(policy_dir, recipe.trainer, recipe.grpo, seed=recipe.run.seed)
+    start_step = 0
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if checkpoint is not None:
+        start_step = trainer.load_checkpoint(checkpoint)["next_step"]
+        log(f"resumed from {checkpoint} at step {start_step}, policy version {trainer.version}")
+
+    profile = doc.get("profile") or {}
+    broadcaster = WeightBroadcaster(
+        engines, backend=recipe.trainer.sync_backend, master_address="127.0.0.1",
+        master_port=sync_port(profile), bucket_mb=recipe.trainer.sync_bucket_mb, group_name=f"rl360-{run_id}",
+    )
+    broadcaster.connect()
+    if trainer.version > 0:
+        broadcaster.broadcast(trainer.named_tensors(), trainer.version)  # engines start from v0
+
+    # "local" starts a private Ray instance even when another one runs on this machine.
+    ray.init(address=ray_address or "local", num_cpus=None if ray_address else max(2, os.cpu_count() or 2),
+             include_dashboard=False, log_to_driver=True, configure_logging=False)
+    remote_actor = ray.remote(SessionActor)
+    actors = [
+        remote_actor.options(num_cpus=0, max_concurrency=10_000).remote(ActorSetup(
+            run_id=run_id, run_dir=str(run_dir), policy_dir=str(policy_dir), router_url=router, actor_index=i,
+            profile_path=profile.get("path"),
+            node_images={name: node.get("images", {}) for name, node in doc["nodes"].items()}))
+        for i in range(recipe.rollout.num_session_actors)
+    ]
+    task_ids = [t.id for t in load_task_set(Path(recipe.tasks.path), include=recipe.tasks.include)]
+    rollouts = Rollouts(actors, task_ids, recipe.loop, seed=recipe.run.seed)
+    metrics = MetricsLogger(run_dir, run_name=run_id, project=recipe.metrics.wandb_project,
+                            config={"recipe": str(run_dir / "recipe.toml")}, use_wandb=recipe.metrics.wandb)
+
+    def on_step(step: int, version: int, values: dict) -> None:
+        set_run(state, run_id, step=step, policy_version=version, reward_mean=values.get("reward_mean"))
+        log(f"step {step}/{recipe.loop.num_steps}: reward {_fmt(values.get('reward_mean'))} "
+            f"pass {_fmt(values.get('pass_rate'))} infra {values['infra_failures']} "
+            f"train {values['train_s']:.2f}s sync {_fmt(values.get('weight_sync_s'))}s "
+            f"overlap {_fmt(values.get('overlap_ratio'))} step {values['step_s']:.1f}s")
+
+    set_run(state, run_id, status="running", pid=os.getpid())
+    try:
+        train_loop(LoopParts(recipe=recipe, rollouts=rollouts, trainer=trainer, broadcaster=broadcaster,
+                             log=metrics.log, on_step=on_step, checkpoint_dir=run_dir / "checkpoints",
+                             keep_samples=SampleKeeper(run_dir / "samples.jsonl", policy_dir)),
+                   start_step=start_step)
+        # Megatron: release the follower ranks (on failure torchrun ends them when rank 0 exits).
+        getattr(trainer, "close", lambda: None)()
+        versions = engine_versions(engines)
+    finally:
+        metrics.close()
+        for actor in actors:
+            try:
+                ray.get(actor.close.remote(), timeout=30)
+            except Exception:  # noqa: BLE001 — closing is best effort; the supervisor ends what is left
+                pass
+        ray.shutdown()
+        broadcaster.close()
+    return {"policy_version": trainer.version, "engine_versions": versions}
+
+
+class SampleKeeper:
+    """Writes the first few trajectories of every step, decoded, to samples.jsonl."""
+
+    def __init__(self, path: Path, tokenizer_dir: Path, per_step: int = 4):
+        from transformers import AutoTokenizer
+
+        self.path = path
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        self.per_step = per_step
+
+    def __call__(self, step: int, trajectories: list) -> None:
+        import json
+
+        with open(self.path, "a") as f:
+            for t in trajectories[: self.per_step]:
+                f.write(json.dumps({
+                    "step": step, "task": t.task_id, "group": t.group_id, "sample": t.sample_index,
+                    "outcome": t.outcome.value, "cause": t.cause.value if t.cause else None, "reward": t.reward,
+                    "versions": list(t.versions), "text": self.tokenizer.decode(t.token_ids.tolist()),
+                    "detail": t.metadata.get("detail"),
+                }) + "\n")
+
+
+def engine_urls(doc: dict, run_id: str) -> tuple[list[str], str]:
+    """The run's live engines (direct URLs, for the weight broadcast) and its router."""
+    engines, router = [], None
+    for rec in doc["components"].values():
+        if rec.get("run") != run_id or rec.get("status") in ("failed", "stopped", "exited"):
+            continue
+        if rec.get("kind", "").startswith("engine"):
+            engines.append(rec["url"])
+        elif rec.get("kind") == "router":
+            router = rec["url"]
+    if not engines or router is None:
+        raise RuntimeError(f"run {run_id} has no running engines or router; start them with `rl360 serve`")
+    return sorted(engines), router
+
+
+def engine_versions(urls: list[str]) -> dict[str, int | None]:
+    """The policy version each engine serves now (None for one that does not answer)."""
+    import asyncio
+
+    from rl360cli.inference.client import EngineClient, EngineError
+
+    async def ask(url: str) -> int | None:
+        async with EngineClient(url) as client:
+            try:
+                return await client.weight_version()
+            except EngineError:
+                return None
+
+    async def ask_all() -> list[int | None]:
+        return await asyncio.gather(*(ask(url) for url in urls))
+
+    return dict(zip(urls, asyncio.run(ask_all())))
+
+
+def sync_port(profile: dict) -> int:
+    """The profile's weight-sync port if it is free here, else any free port (two runs on one
+    machine must not meet in each other's process group)."""
+    import socket
+
+    from rl360cli.config import load_profile
+
+    preferred = load_profile(profile["path"]).sync_port if profile.get("path") else 0
+    for port in (preferred, 0) if preferred else (0,):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError("no free port for the weight sync")
+
+
+def set_run(state: StateFile, run_id: str, **fields) -> None:
+    with state.update() as doc:
+        doc["runs"].setdefault(run_id, {}).update(fields)
+
+
+def log(message: str) -> None:
+    print(f"[driver] {message}", flush=True)
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Stage `train`: start the run's trainer on the training tier.
+
+The trainer component (`python -m rl360cli.rl.driver`) sets up Ray and the
+session actors, the trainer and the weight broadcast, and runs the loop. It
+finds the run's engines and router in the state file, so `serve` comes first.
+Idempotent: a trainer of this run that is already running is left alone.
+"""
+
+from __future__ import annotations
+
+from rl360cli.backends.base import ComponentSpec
+from rl360cli.stages.base import Action, Context, python_argv, start_component
+
+NAME = "train"
+
+
+def applies(ctx: Context) -> bool:
+    return ctx.recipe is not None
+
+
+def trainer_spec(ctx: Context, *, resume: bool = False) -> ComponentSpec:
+    driver_args = ("--state", str(ctx.state.path.absolute()), "--run", ctx.run_id or "")
+    if resume:
+        driver_args += ("--resume",)
+    trainer = ctx.need_recipe().trainer
+    if trainer.kind == "megatron" and ctx.profile.backend == "local":
+        from rl360cli.trainer.megatron_launch import trainer_argv
+
+        # One rank per tensor-parallel shard on this machine; rank 0 runs the loop, the others follow.
+        ranks = trainer.tensor_parallel
+        argv = trainer_argv(driver_args, nproc_per_node=ranks, master_addr="127.0.0.1", master_port=free_port(),
+                            rdzv_id=f"rl360-{ctx.run_id}")
+        env = {**thread_env(ctx, "training", sharing=ranks), "GLOO_SOCKET_IFNAME": "lo"}
+    else:
+        argv, env = python_argv("rl360cli.rl.driver", *driver_args), thread_env(ctx, "training")
+    return ComponentSpec(name="trainer", tier="training", stage=NAME, kind="trainer", argv=argv, run=ctx.run_id,
+                         env=env)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def plan(ctx: Context) -> list[Action]:
+    recipe = ctx.need_recipe()
+    spec = trainer_spec(ctx)
+    detail = (f"{recipe.trainer.kind} trainer, {recipe.loop.num_steps} steps of {recipe.loop.num_tasks_per_step} "
+              f"tasks x {recipe.loop.num_samples_per_task} samples, overlap {'on' if recipe.loop.overlap else 'off'}, "
+              f"{recipe.rollout.num_session_actors} Ray session actors")
+    return [Action(stage=NAME, verb="start", subject=spec.id, detail=detail, command=spec.argv)]
+
+
+def apply(ctx: Context, *, resume: bool = False) -> dict:
+    resume = resume or bool(ctx.state.read()["runs"].get(ctx.run_id or "", {}).get("resumed"))
+    return start_component(ctx, trainer_spec(ctx, resume=resume))
+
+
+def thread_env(ctx: Context, tier: str, *, sharing: int = 1) -> dict[str, str]:
+    """Math-library threads for a component: its tier's CPUs shared among `sharing` components."""
+    tier_record = ctx.state.read()["tiers"].get(tier, {})
+    cpus = (tier_record.get("resources") or {}).get("cpus") or 1
+    threads = str(max(1, int(cpus // sharing)))
+    # Idle OpenMP threads that spin steal the cores other components need (decode steps 15x slower).
+    return {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OMP_WAIT_POLICY": "PASSIVE"}

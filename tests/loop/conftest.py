@@ -1,0 +1,67 @@
+"""Small end-to-end runs of the real loop: local engines behind the real sglang-router, Ray session
+actors, process sandboxes, the torch trainer and the gloo weight broadcast, all on this machine."""
+
+from __future__ import annotations
+
+import json
+import socket
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+TASKS = REPO / "recipes" / "tasks" / "arith-32"
+
+
+def free_port_block(count: int) -> int:
+    """A base port with `count` free ports after it (loopback)."""
+    for base in range(33000, 60000, 97):
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no free port block on 127.0.0.1")
+
+
+def write_run_files(folder: Path, *, recipe_body: str, name: str = "e2e") -> Path:
+    """A profile on free ports and a recipe that uses it; returns the recipe's path."""
+    base = free_port_block(20)
+    (folder / "profile.toml").write_text(textwrap.dedent(f"""
+        name = "test"
+        backend = "local"
+        base_port = {base}
+        sync_port = {base + 15}
+        [tiers.service]
+        share = 0.2
+        [tiers.training]
+        share = 0.4
+        [tiers.rollout]
+        share = 0.4
+    """))
+    recipe = folder / "recipe.toml"
+    recipe.write_text(textwrap.dedent(f"""
+        [run]
+        name = "{name}"
+        profile = "profile.toml"
+        [tasks]
+        path = "{TASKS}"
+        [metrics]
+        wandb = false
+    """) + textwrap.dedent(recipe_body))
+    return recipe
+
+
+def metrics_of(state_path: Path) -> list[dict]:
+    doc = json.loads(state_path.read_text())
+    run = doc["runs"][doc["current_run"]]
+    return [json.loads(line) for line in Path(run["metrics_path"]).read_text().splitlines()]
+
+
+@pytest.fixture
+def run_folder(tmp_path: Path) -> Path:
+    return tmp_path
