@@ -40,8 +40,10 @@ class TierSpec:
     # Slurm: CPUs and memory asked per node (None: the partition's default / the whole node if exclusive).
     cpus_per_node: int | None = None
     memory_gb_per_node: float | None = None
-    # Local backend: the fraction of this machine's CPUs and memory the tier reserves.
+    # Local backend: the fraction of this machine's CPUs and memory the tier reserves, and
+    # optionally the CPUs its components are pinned to (so tiers do not compete for cores).
     share: float = 1 / 3
+    cpu_list: tuple[int, ...] = ()
     # Slurm: per-tier overrides of the profile's [slurm] options.
     partition: str | None = None
     constraint: str | None = None
@@ -56,6 +58,8 @@ class TierSpec:
             raise ValueError(f"cpus_per_node must be at least 1 (got {self.cpus_per_node})")
         if not 0 < self.share <= 1:
             raise ValueError(f"share must be in (0, 1] (got {self.share})")
+        if any(c < 0 for c in self.cpu_list):
+            raise ValueError(f"cpu_list holds CPU numbers >= 0 (got {list(self.cpu_list)})")
         if self.time_limit is not None:
             check_time_limit(self.time_limit)
 

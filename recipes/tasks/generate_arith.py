@@ -22,7 +22,7 @@ from rl360cli.trainer import arith
 
 SEED = 360
 # Tasks of one, two and three steps.
-NUM_BY_LENGTH = {1: 8, 2: 12, 3: 12}
+NUM_BY_LENGTH = {1: 12, 2: 14, 3: 6}
 IMAGE = "127.0.0.1:5000/rl360/python:3.11"
 DEFAULT_OUT = Path(__file__).resolve().parent / "arith-32"
 

@@ -72,7 +72,8 @@ class LocalBackend:
                 "backend": "local",
                 "status": "ready",
                 "nodes": [NODE],
-                "resources": {"cpus": tier_cpus, "memory_mb": tier_mb, "gpus": 0},
+                "resources": {"cpus": float(len(spec.cpu_list)) if spec.cpu_list else tier_cpus,
+                              "memory_mb": tier_mb, "gpus": 0, "cpu_list": list(spec.cpu_list)},
             }
         node = {
             "address": "127.0.0.1",
@@ -97,6 +98,7 @@ class LocalBackend:
         status_path = log.with_suffix(".status.json")
         status_path.unlink(missing_ok=True)
         env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
+        cpus = self._cpus_of(spec.tier)
         with open(log.with_suffix(".supervisor.log"), "ab") as out:
             supervisor = subprocess.Popen(
                 self.command_line(spec, log_path),
@@ -105,6 +107,8 @@ class LocalBackend:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
+                # The tier's CPUs, inherited by everything the component starts.
+                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
             )
         status = _wait_for_status(status_path, supervisor)
         return {
@@ -119,6 +123,17 @@ class LocalBackend:
             "log_path": str(log),
             "command": list(spec.argv),
         }
+
+    def _cpus_of(self, tier: str) -> set[int]:
+        spec = self.profile.tiers.get(tier) if self.profile else None
+        if not spec or not spec.cpu_list:
+            return set()
+        available = os.sched_getaffinity(0)
+        cpus = set(spec.cpu_list) & available
+        if not cpus:
+            raise Rl360Error(f"tier {tier}'s cpu_list {list(spec.cpu_list)} names no CPU of this machine "
+                             f"(it has {sorted(available)})", "fix cpu_list in the profile")
+        return cpus
 
     def observe(self, records: dict[str, dict]) -> dict[str, Observation]:
         return {cid: self._observe_one(rec) for cid, rec in records.items()}

@@ -88,10 +88,12 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     ray.init(address=ray_address or "local", num_cpus=None if ray_address else max(2, os.cpu_count() or 2),
              include_dashboard=False, log_to_driver=True, configure_logging=False)
     remote_actor = ray.remote(SessionActor)
+    # In a Ray cluster across the tiers the actors go to the rollout tier's nodes, spread out.
+    placement = ({"resources": {"tier_rollout": 0.001}, "scheduling_strategy": "SPREAD"} if ray_address else {})
     actors = [
-        remote_actor.options(num_cpus=0, max_concurrency=10_000).remote(ActorSetup(
+        remote_actor.options(num_cpus=0, max_concurrency=10_000, **placement).remote(ActorSetup(
             run_id=run_id, run_dir=str(run_dir), policy_dir=str(policy_dir), router_url=router, actor_index=i,
-            profile_path=profile.get("path"),
+            profile_path=profile.get("path"), cpu_list=rollout_cpus(profile),
             node_images={name: node.get("images", {}) for name, node in doc["nodes"].items()}))
         for i in range(recipe.rollout.num_session_actors)
     ]
@@ -183,6 +185,15 @@ def engine_versions(urls: list[str]) -> dict[str, int | None]:
         return await asyncio.gather(*(ask(url) for url in urls))
 
     return dict(zip(urls, asyncio.run(ask_all())))
+
+
+def rollout_cpus(profile: dict) -> tuple[int, ...]:
+    """The CPUs the profile pins the rollout tier to (local backend), for the actors and their sandboxes."""
+    from rl360cli.config import load_profile
+
+    if not profile.get("path") or profile.get("backend") != "local":
+        return ()
+    return load_profile(profile["path"]).tiers["rollout"].cpu_list
 
 
 def sync_port(profile: dict) -> int:

@@ -79,10 +79,11 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
     return last
 
 
-def _hidden_seconds(generation: Generation | None, start: float, end: float) -> float:
-    """How much of [start, end] (training and weight sync) ran while the next step was generating."""
+def _hidden_seconds(generation: Generation | None, start: float, end: float) -> float | None:
+    """How much of [start, end] (training and weight sync) ran while the next step was generating
+    (None when no next step was generating: the last step, or the loop without overlap)."""
     if generation is None:
-        return 0.0
+        return None
     finished = generation.finished_at()
     if finished is None:
         return end - start
@@ -90,7 +91,7 @@ def _hidden_seconds(generation: Generation | None, start: float, end: float) -> 
 
 
 def step_metrics(trajectories: list[Trajectory], batch: dict, gen, train: dict, sync, *, waited_s: float,
-                 train_s: float, busy_s: float, hidden_s: float, step_s: float, version: int) -> dict:
+                 train_s: float, busy_s: float, hidden_s: float | None, step_s: float, version: int) -> dict:
     """One step's figures, as `metrics.jsonl`, W&B and the live view show them."""
     infra = Counter(t.cause.value for t in trajectories if t.cause is not None)
     injected = sum(1 for t in trajectories if t.metadata.get("injected"))
@@ -113,7 +114,7 @@ def step_metrics(trajectories: list[Trajectory], batch: dict, gen, train: dict, 
         "train_s": train_s,
         "weight_sync_s": sync.seconds if sync is not None else None,
         "weight_sync_failed_engines": list(getattr(sync, "failed", []) or []),
-        "overlap_ratio": hidden_s / busy_s if busy_s > 0 else None,
+        "overlap_ratio": hidden_s / busy_s if hidden_s is not None and busy_s > 0 else None,
         "step_s": step_s,
         "tokens_per_s": generated_tokens / step_s if step_s > 0 else None,
         "samples_per_s": len(trajectories) / step_s if step_s > 0 else None,

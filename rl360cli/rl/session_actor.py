@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,8 @@ class ActorSetup:
     # cache holds (for warm-first placement), as the state file records them.
     profile_path: str | None = None
     node_images: dict | None = None
+    # The rollout tier's CPUs on a machine whose tiers are pinned (the sandboxes inherit them).
+    cpu_list: tuple[int, ...] = ()
 
 
 class SessionActor:
@@ -45,6 +48,8 @@ class SessionActor:
         from rl360cli.stages.run import load_run_recipe
 
         self.setup = setup
+        if setup.cpu_list:
+            os.sched_setaffinity(0, set(setup.cpu_list))
         self.recipe = load_run_recipe(Path(setup.run_dir))
         self.tasks = {t.id: t for t in load_task_set(Path(self.recipe.tasks.path), include=self.recipe.tasks.include)}
         self.tokenizer = AutoTokenizer.from_pretrained(setup.policy_dir)

@@ -9,6 +9,7 @@ them. Idempotent: components of this run that already run are left alone.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import socket
 from pathlib import Path
@@ -80,7 +81,9 @@ def apply(ctx: Context) -> list[dict]:
     for spec in specs:
         _check_port_free(ctx, spec)
     ctx.say(f"policy v0: preparing ({recipe.model.kind})")
-    prepare_policy(recipe.model, tasks_dir=Path(recipe.tasks.path), out_dir=policy_dir(ctx), seed=recipe.run.seed)
+    with _quiet_transformers():
+        prepare_policy(recipe.model, tasks_dir=Path(recipe.tasks.path), out_dir=policy_dir(ctx),
+                       seed=recipe.run.seed)
     ctx.event(NAME, "prepare", "policy v0", path=str(policy_dir(ctx)))
     # Engines first: the router is given their URLs and checks them as it starts.
     records = [start_component(ctx, spec, ready_timeout_s=300.0) for spec in specs]
@@ -102,3 +105,18 @@ def _check_port_free(ctx: Context, spec: ComponentSpec) -> None:
             except OSError:
                 raise Rl360Error(f"port {port} for {spec.id} is already in use",
                                  f"stop what holds it, or set base_port in {ctx.profile_path}") from None
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """No progress bars or info chatter from transformers in the middle of the CLI's own output."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        hf_logging.enable_progress_bar()

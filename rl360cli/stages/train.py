@@ -8,6 +8,8 @@ Idempotent: a trainer of this run that is already running is left alone.
 
 from __future__ import annotations
 
+import dataclasses
+
 from rl360cli.backends.base import ComponentSpec
 from rl360cli.stages.base import Action, Context, python_argv, start_component
 
@@ -56,7 +58,25 @@ def plan(ctx: Context) -> list[Action]:
 
 def apply(ctx: Context, *, resume: bool = False) -> dict:
     resume = resume or bool(ctx.state.read()["runs"].get(ctx.run_id or "", {}).get("resumed"))
-    return start_component(ctx, trainer_spec(ctx, resume=resume))
+    spec = trainer_spec(ctx, resume=resume)
+    if ctx.profile.backend == "slurm":
+        # The session actors live on the rollout tier: a Ray cluster across the allocations
+        # (head on the service tier), which the trainer joins as the driver.
+        from rl360cli.backends.slurm_ray import ray_address, ray_cluster_specs, ray_env
+
+        doc = ctx.state.read()
+        token = ctx.run_dir / "ray" / "auth_token"
+        port = ray_port(ctx)
+        for ray_spec in ray_cluster_specs(doc=doc, run=ctx.run_id, token_path=token, port=port):
+            start_component(ctx, ray_spec)
+        spec = dataclasses.replace(spec, argv=(*spec.argv, "--ray-address", ray_address(doc, port=port)),
+                                   env={**spec.env, **ray_env(token)})
+    return start_component(ctx, spec)
+
+
+def ray_port(ctx: Context) -> int:
+    """The Ray head's port: the profile's ports, so two clusters on one machine do not meet."""
+    return ctx.profile.base_port + 90
 
 
 def thread_env(ctx: Context, tier: str, *, sharing: int = 1) -> dict[str, str]:

@@ -128,7 +128,7 @@ def supervised_warmup(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        block.append(float(loss))
+        block.append(loss.item())
         if on_step is not None:
             on_step(len(losses) * log_every + len(block), model)
         if len(block) == log_every:

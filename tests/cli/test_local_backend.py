@@ -157,3 +157,18 @@ def _wait_for_line(proc: subprocess.Popen, text: str, timeout: float) -> bool:
             if not line:
                 return False
     return False
+
+
+def test_a_tier_with_a_cpu_list_pins_its_components(state_path, tmp_path):
+    profile_path = tmp_path / "pinned.toml"
+    profile_path.write_text('name = "pinned"\n[tiers.service]\nshare = 0.2\ncpu_list = [0]\n'
+                            '[tiers.training]\nshare = 0.4\n[tiers.rollout]\nshare = 0.4\n')
+    ctx = Context(state=StateFile(state_path), profile=load_profile(profile_path), profile_path=profile_path,
+                  run_id="r1")
+    rec = spawn(ctx, "pinned", "sleep 300")
+    try:
+        status = Path(f"/proc/{rec['pid']}/status").read_text()
+        allowed = next(line.split()[1] for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
+        assert allowed == "0"
+    finally:
+        ctx.backend.stop({"pinned": rec}, grace_s=1)

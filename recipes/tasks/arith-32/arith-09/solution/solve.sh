@@ -1,4 +1,4 @@
 #!/bin/bash
 # Oracle of rl360/arith-09: writes the canonical answer.
 cd /app
-echo '(x**2)*7' > answer.py
+echo 'x//6' > answer.py

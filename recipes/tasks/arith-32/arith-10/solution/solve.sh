@@ -1,4 +1,4 @@
 #!/bin/bash
 # Oracle of rl360/arith-10: writes the canonical answer.
 cd /app
-echo '(x*5)*9' > answer.py
+echo 'x**2' > answer.py

@@ -1,4 +1,4 @@
 #!/bin/bash
 # Oracle of rl360/arith-11: writes the canonical answer.
 cd /app
-echo '(x*-1)**2' > answer.py
+echo 'x*7' > answer.py

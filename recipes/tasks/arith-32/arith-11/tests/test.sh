@@ -57,7 +57,7 @@ def check_answer(src: str, cases: Sequence[Sequence[int]]) -> bool:
             return False
     return True
 
-CASES = [[-9, 81], [-4, 16], [-1, 1], [0, 0], [1, 1], [2, 4], [5, 25], [7, 49], [12, 144], [25, 625]]
+CASES = [[-9, -63], [-4, -28], [-1, -7], [0, 0], [1, 7], [2, 14], [5, 35], [7, 49], [12, 84], [25, 175]]
 
 answer_path, reward_path = sys.argv[1], sys.argv[2]
 os.makedirs(os.path.dirname(reward_path) or ".", exist_ok=True)

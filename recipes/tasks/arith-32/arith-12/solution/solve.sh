@@ -1,4 +1,4 @@
 #!/bin/bash
 # Oracle of rl360/arith-12: writes the canonical answer.
 cd /app
-echo '(x//8)*3' > answer.py
+echo '(x*5)*9' > answer.py

@@ -57,7 +57,7 @@ def check_answer(src: str, cases: Sequence[Sequence[int]]) -> bool:
             return False
     return True
 
-CASES = [[-9, 1], [-4, 0], [-1, 1], [0, 0], [1, 1], [2, 0], [5, 1], [7, 1], [12, 0], [25, 1]]
+CASES = [[-9, -6], [-4, -3], [-1, -3], [0, 0], [1, 0], [2, 0], [5, 0], [7, 0], [12, 3], [25, 9]]
 
 answer_path, reward_path = sys.argv[1], sys.argv[2]
 os.makedirs(os.path.dirname(reward_path) or ".", exist_ok=True)

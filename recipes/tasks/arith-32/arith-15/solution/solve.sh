@@ -1,4 +1,4 @@
 #!/bin/bash
 # Oracle of rl360/arith-15: writes the canonical answer.
 cd /app
-echo '(x**2)+1' > answer.py
+echo '(x*7)*4' > answer.py

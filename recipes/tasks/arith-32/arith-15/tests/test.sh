@@ -57,7 +57,7 @@ def check_answer(src: str, cases: Sequence[Sequence[int]]) -> bool:
             return False
     return True
 
-CASES = [[-9, 82], [-4, 17], [-1, 2], [0, 1], [1, 2], [2, 5], [5, 26], [7, 50], [12, 145], [25, 626]]
+CASES = [[-9, -252], [-4, -112], [-1, -28], [0, 0], [1, 28], [2, 56], [5, 140], [7, 196], [12, 336], [25, 700]]
 
 answer_path, reward_path = sys.argv[1], sys.argv[2]
 os.makedirs(os.path.dirname(reward_path) or ".", exist_ok=True)

@@ -1,4 +1,4 @@
 #!/bin/bash
 # Oracle of rl360/arith-20: writes the canonical answer.
 cd /app
-echo '((x+8)+5)%2' > answer.py
+echo '(x*-1)-8' > answer.py

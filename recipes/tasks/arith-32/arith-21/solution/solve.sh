@@ -1,4 +1,4 @@
 #!/bin/bash
 # Oracle of rl360/arith-21: writes the canonical answer.
 cd /app
-echo '((x**2)*-1)//5' > answer.py
+echo '(x+8)+5' > answer.py

@@ -57,7 +57,7 @@ def check_answer(src: str, cases: Sequence[Sequence[int]]) -> bool:
             return False
     return True
 
-CASES = [[-9, 7056], [-4, 361], [-1, 16], [0, 9], [1, 16], [2, 49], [5, 784], [7, 2704], [12, 21609], [25, 394384]]
+CASES = [[-9, 1], [-4, 0], [-1, 0], [0, 0], [1, -1], [2, -1], [5, -1], [7, -2], [12, -3], [25, -5]]
 
 answer_path, reward_path = sys.argv[1], sys.argv[2]
 os.makedirs(os.path.dirname(reward_path) or ".", exist_ok=True)

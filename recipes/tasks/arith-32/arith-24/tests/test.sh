@@ -57,7 +57,7 @@ def check_answer(src: str, cases: Sequence[Sequence[int]]) -> bool:
             return False
     return True
 
-CASES = [[-9, 0], [-4, 1], [-1, 1], [0, 0], [1, 2], [2, 1], [5, 1], [7, 2], [12, 0], [25, 2]]
+CASES = [[-9, 27], [-4, 5], [-1, 0], [0, 0], [1, 0], [2, 1], [5, 8], [7, 16], [12, 48], [25, 208]]
 
 answer_path, reward_path = sys.argv[1], sys.argv[2]
 os.makedirs(os.path.dirname(reward_path) or ".", exist_ok=True)

@@ -1,4 +1,4 @@
 #!/bin/bash
 # Oracle of rl360/arith-25: writes the canonical answer.
 cd /app
-echo '((x-5)%9)%4' > answer.py
+echo '(x*2)*-1' > answer.py

@@ -57,7 +57,7 @@ def check_answer(src: str, cases: Sequence[Sequence[int]]) -> bool:
             return False
     return True
 
-CASES = [[-9, 0], [-4, 0], [-1, 3], [0, 0], [1, 1], [2, 2], [5, 0], [7, 2], [12, 3], [25, 2]]
+CASES = [[-9, 18], [-4, 8], [-1, 2], [0, 0], [1, -2], [2, -4], [5, -10], [7, -14], [12, -24], [25, -50]]
 
 answer_path, reward_path = sys.argv[1], sys.argv[2]
 os.makedirs(os.path.dirname(reward_path) or ".", exist_ok=True)

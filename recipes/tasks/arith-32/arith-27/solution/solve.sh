@@ -1,4 +1,4 @@
 #!/bin/bash
 # Oracle of rl360/arith-27: writes the canonical answer.
 cd /app
-echo '((x-7)//6)*8' > answer.py
+echo '((x%9)%4)*2' > answer.py

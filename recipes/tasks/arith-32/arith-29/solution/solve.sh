@@ -1,4 +1,4 @@
 #!/bin/bash
 # Oracle of rl360/arith-29: writes the canonical answer.
 cd /app
-echo '((x*2)*-1)-3' > answer.py
+echo '((x//6)*8)//2' > answer.py
