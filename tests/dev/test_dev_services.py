@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import need
+
 DEV_SCRIPTS = Path(__file__).resolve().parents[2] / "cluster" / "dev"
 
 # ---------------------------------------------------------------- docker
@@ -238,8 +240,7 @@ def test_docker_sdk_over_ssh_with_own_adapter(ssh_nodes, docker_nodes):
     api.base_url = "http+docker://ssh"
     try:
         want = {n["name"]: n["data_root"] for n in docker_nodes["nodes"]}.get(node["name"])
-        if want is None:
-            pytest.skip(f"no docker node {node['name']}")
+        need(want is not None, f"no docker node {node['name']}: bash cluster/dev/docker-nodes.sh up")
         assert api.info()["DockerRootDir"] == want
     finally:
         api.close()

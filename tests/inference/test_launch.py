@@ -13,6 +13,7 @@ from rl360cli.inference.launch import engine_command, engine_spec, router_spec, 
 from rl360cli.inference.router import require_router, router_command
 from rl360cli.inference.sglang import sglang_server_command
 from rl360cli.inference.templates import render
+from tests.conftest import need
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,8 +73,7 @@ def test_router_command_golden():
 
 def test_router_flags_parse_with_the_installed_router():
     """The router's own parser accepts every flag the template writes (catches renamed flags on upgrade)."""
-    if importlib.util.find_spec("sglang_router") is None:
-        pytest.skip("sglang-router is not installed")
+    need(importlib.util.find_spec("sglang_router") is not None, "sglang-router is not installed: pip install -e '.[rollout]'")
     from sglang_router.launch_router import parse_router_args
 
     cmd = router_command(EngineConfig(), worker_urls=["http://127.0.0.1:1"], host="127.0.0.1", port=2,

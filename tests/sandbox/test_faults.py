@@ -92,7 +92,7 @@ def test_a_container_killed_from_outside_mid_attempt(docker_provider, docker_nod
         return await job
 
     result = run(go())
-    assert result.outcome == Outcome.INFRA_FAILURE and result.cause == InfraCause.PROVIDER_ERROR
+    assert result.outcome == Outcome.INFRA_FAILURE and result.cause == InfraCause.SANDBOX_LOST
     assert result.retriable and "killed from outside" in result.detail and result.node == "n1"
 
 

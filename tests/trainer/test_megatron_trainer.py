@@ -23,7 +23,7 @@ import pytest
 
 from tests.conftest import need
 
-torch = pytest.importorskip("torch")
+import torch
 
 REPO = Path(__file__).resolve().parents[2]
 # (case name, model folder name, tensor_parallel); the world has two ranks, so TP=1 means DP=2.

@@ -14,7 +14,7 @@ from rl360cli.trainer import arith
 from rl360cli.trainer.config import ModelConfig
 from tests.conftest import REPO
 
-torch = pytest.importorskip("torch")
+import torch
 
 TASKS = REPO / "recipes" / "tasks" / "arith-32"
 # Small enough to build in a second or two; the recipe's own model is tested in test_model_warmup.py.
