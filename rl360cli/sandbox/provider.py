@@ -268,22 +268,16 @@ class FaultInjector(SandboxProvider):
         await self.inner.close()
 
 
-class _InjectedSandbox(Sandbox):
-    def __init__(self, inner: Sandbox, injector: FaultInjector):
+class WrappedSandbox(Sandbox):
+    """A sandbox that adds one behaviour to another and hands every other call through to it."""
+
+    def __init__(self, inner: Sandbox):
         self.inner = inner
-        self.injector = injector
         self.id, self.node, self.provider = inner.id, inner.node, inner.provider
         self.task, self.attempt_id = inner.task, inner.attempt_id
-        self._execs = 0
 
     async def exec(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None,
                    user: str | None = None) -> ExecResult:
-        self._execs += 1
-        operation = f"exec{self._execs}"
-        if injection_fires(self.injector.seed, self.injector.rate, self.attempt_id, operation):
-            self.injector.injected.append((self.attempt_id, operation))
-            raise SandboxError(Event.INJECTED, f"injected failure of exec #{self._execs}", node=self.node,
-                               injected=True)
         return await self.inner.exec(command, timeout_s=timeout_s, env=env, user=user)
 
     async def upload(self, local_path, remote_path):
@@ -309,6 +303,23 @@ class _InjectedSandbox(Sandbox):
 
     def info(self):
         return self.inner.info()
+
+
+class _InjectedSandbox(WrappedSandbox):
+    def __init__(self, inner: Sandbox, injector: FaultInjector):
+        super().__init__(inner)
+        self.injector = injector
+        self._execs = 0
+
+    async def exec(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None,
+                   user: str | None = None) -> ExecResult:
+        self._execs += 1
+        operation = f"exec{self._execs}"
+        if injection_fires(self.injector.seed, self.injector.rate, self.attempt_id, operation):
+            self.injector.injected.append((self.attempt_id, operation))
+            raise SandboxError(Event.INJECTED, f"injected failure of exec #{self._execs}", node=self.node,
+                               injected=True)
+        return await super().exec(command, timeout_s=timeout_s, env=env, user=user)
 
 
 # ----------------------------------------------------------------------------- factory

@@ -37,7 +37,7 @@ from typing import Any
 
 from rl360cli.errors import Rl360Error
 from rl360cli.sandbox.config import SandboxConfig
-from rl360cli.sandbox.provider import NodeCapacity, Sandbox, SandboxProvider
+from rl360cli.sandbox.provider import NodeCapacity, Sandbox, SandboxProvider, WrappedSandbox
 from rl360cli.sandbox.taxonomy import Event, InfraError, SandboxError
 
 
@@ -355,42 +355,16 @@ class AdmissionController(SandboxProvider):
             self.wave_history.append((self.clock(), size))
 
 
-class _Admitted(Sandbox):
+class _Admitted(WrappedSandbox):
     """A sandbox the controller admitted: stopping it gives its reservation back."""
 
     def __init__(self, inner: Sandbox, controller: AdmissionController, cpus: float, memory_mb: int,
                  record: StartRecord):
-        self.inner = inner
+        super().__init__(inner)
         self.controller = controller
         self.cpus, self.memory_mb = cpus, memory_mb
         self.record = record
-        self.id, self.node, self.provider = inner.id, inner.node, inner.provider
-        self.task, self.attempt_id = inner.task, inner.attempt_id
         self._released = False
-
-    async def exec(self, command, *, timeout_s, env=None, user=None):
-        return await self.inner.exec(command, timeout_s=timeout_s, env=env, user=user)
-
-    async def upload(self, local_path, remote_path):
-        await self.inner.upload(local_path, remote_path)
-
-    async def download(self, remote_path, local_path):
-        await self.inner.download(remote_path, local_path)
-
-    async def read_file(self, remote_path, *, max_bytes=1 << 20):
-        return await self.inner.read_file(remote_path, max_bytes=max_bytes)
-
-    async def reset_dir(self, remote_path):
-        await self.inner.reset_dir(remote_path)
-
-    async def end_agent_processes(self):
-        await self.inner.end_agent_processes()
-
-    async def prepare_verifier(self):
-        await self.inner.prepare_verifier()
-
-    def info(self):
-        return self.inner.info()
 
     async def stop(self) -> None:
         try:

@@ -20,17 +20,10 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
-import shutil
 from pathlib import Path
 
 from rl360cli.errors import Rl360Error
-
-DONE = "rl360-converted"
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("RL360_CACHE_DIR") or Path.home() / ".cache" / "rl360")
-
+from rl360cli.trainer.cache import built_once, cache_root
 
 def find_gguf(package: str, gguf_file: str) -> Path:
     """The GGUF file inside an installed package, without importing the package."""
@@ -55,26 +48,14 @@ def cached_hf_folder(package: str, gguf_file: str) -> Path:
     """The dequantised Hugging Face folder of `gguf_file` from `package`, converting it on first use."""
     source = find_gguf(package, gguf_file)
     module = package.replace("-", "_")
-    version = _version(module)
-    folder = cache_root() / "models" / f"{module}-{version}" / Path(gguf_file).stem
-    if (folder / DONE).is_file():
-        return folder
-    staging = folder.with_name(f".{folder.name}.staging-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
+
+    def convert(staging: Path) -> dict:
         model, tokenizer = load_gguf(source)
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        (staging / DONE).write_text(f"{source}\n")
-        try:
-            staging.rename(folder)
-        except OSError:
-            # Another process converted it meanwhile; theirs is as good as ours.
-            if not (folder / DONE).is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        return {"source": str(source)}
+
+    folder, _ = built_once(cache_root() / "models" / f"{module}-{_version(module)}" / Path(gguf_file).stem, convert)
     return folder
 
 

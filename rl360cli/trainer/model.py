@@ -10,7 +10,8 @@ mixing policies. The folder is built beside `out_dir` and renamed into place, so
 leaves a half-written policy. By `ModelConfig.kind`:
 - `tiny`: a byte-level BPE tokenizer trained here (`tokenizer.py`) on synthetic arith
   conversations and the task set's instructions, a small Llama from scratch, and a supervised
-  warm-up (`warmup.py`); deterministic for a seed. `warmup.json` records the warm-up.
+  warm-up (`warmup.py`); deterministic for a seed, so built once per machine under
+  `$RL360_CACHE_DIR` (`cache.py`) and linked. `warmup.json` records the warm-up.
 - `gguf-package`: a GGUF file shipped in a pip package, dequantised once into a cache
   (`gguf.py`) and linked here.
 - `huggingface`: a saved Hugging Face folder, validated and linked here (hard links where the
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from rl360cli.errors import Rl360Error
+from rl360cli.trainer.cache import DONE, built_once, cache_root
 from rl360cli.trainer.config import ModelConfig
 
 MARKER = "rl360-policy.json"
@@ -65,7 +67,12 @@ def prepare_policy(model: ModelConfig, *, tasks_dir: Path, out_dir: Path, seed: 
     staging.mkdir(parents=True)
     try:
         if model.kind == "tiny":
-            details = _prepare_tiny(model, tasks_dir=tasks_dir, out=staging, seed=seed)
+            # Deterministic for its settings and the code that builds it (one thread, a seed):
+            # built once per machine, then linked.
+            key = hashlib.sha256(json.dumps([recipe, _tiny_code_digest()], sort_keys=True).encode()).hexdigest()[:16]
+            source, details = built_once(cache_root() / "models" / f"tiny-{key}",
+                                         lambda staging: _prepare_tiny(model, tasks_dir=tasks_dir, out=staging, seed=seed))
+            _link_files(source, staging, fallback="copy")
         elif model.kind == "gguf-package":
             from rl360cli.trainer.gguf import cached_hf_folder
 
@@ -192,10 +199,22 @@ def _tasks_digest(tasks_dir: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def _tiny_code_digest() -> str:
+    """A digest of the modules that build the tiny policy: a change to any of them rebuilds it."""
+    from rl360cli.rl import agent
+    from rl360cli.trainer import arith, tokenizer, warmup
+
+    digest = hashlib.sha256()
+    for module in (agent, arith, tokenizer, warmup):
+        digest.update(Path(module.__file__).read_bytes())
+    digest.update(Path(__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def _link_files(source: Path, dest: Path, *, fallback: str) -> None:
     """Hard-link every file of `source` into `dest`; across filesystems copy or symlink instead."""
     for item in sorted(source.iterdir()):
-        if not item.is_file() or item.name == MARKER:
+        if not item.is_file() or item.name in (MARKER, DONE):
             continue
         target = dest / item.name
         try:

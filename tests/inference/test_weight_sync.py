@@ -163,7 +163,7 @@ def test_dead_engines_are_dropped_and_the_others_get_the_weights(start_engine, t
 
     engines = start_engine(tiny_model, count=3)
     urls = [e.url for e in engines]
-    with WeightBroadcaster(urls, master_port=free_port(), bucket_mb=0.1, timeout_s=30) as sync:
+    with WeightBroadcaster(urls, master_port=free_port(), bucket_mb=0.1, timeout_s=8) as sync:
         sync.connect()
         assert sync.broadcast(trainer_model.named_parameters(), version=1).failed == {}
 

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.slow
 RECIPE = """
 [model]
 kind = "tiny"
-warmup_steps = 60
+# local-smoke's policy v0: built once per machine (rl360cli/trainer/cache.py), shared with the other tests
+warmup_steps = 170
 [loop]
 num_steps = 3
 num_tasks_per_step = 6

@@ -159,14 +159,29 @@ def test_prepare_policy_refuses_a_folder_made_from_other_settings(prepared):
                                    warmup_batch_size=4), tasks_dir=TASKS, out_dir=prepared, seed=7)  # fmt: skip
 
 
-def test_prepare_policy_is_deterministic(prepared, tmp_path):
+def test_prepare_policy_is_deterministic(prepared, tmp_path, monkeypatch):
     from rl360cli.trainer.model import prepare_policy
 
+    monkeypatch.setenv("RL360_CACHE_DIR", str(tmp_path / "empty-cache"))  # built again, not linked
     same = prepare_policy(SMALL, tasks_dir=TASKS, out_dir=tmp_path / "same", seed=7)
     other = prepare_policy(SMALL, tasks_dir=TASKS, out_dir=tmp_path / "other", seed=8)
     for name in ("model.safetensors", "tokenizer.json", "config.json"):
         assert (same / name).read_bytes() == (prepared / name).read_bytes(), name
     assert (other / "model.safetensors").read_bytes() != (prepared / "model.safetensors").read_bytes()
+
+
+def test_a_tiny_policy_is_built_once_per_cache_and_linked(tmp_path, monkeypatch):
+    from rl360cli.trainer.model import prepare_policy
+
+    monkeypatch.setenv("RL360_CACHE_DIR", str(tmp_path / "cache"))
+    first = prepare_policy(SMALL, tasks_dir=TASKS, out_dir=tmp_path / "run1" / "v0", seed=7)
+    second = prepare_policy(SMALL, tasks_dir=TASKS, out_dir=tmp_path / "run2" / "v0", seed=7)
+    other_seed = prepare_policy(SMALL, tasks_dir=TASKS, out_dir=tmp_path / "run3" / "v0", seed=8)
+    cached = list((tmp_path / "cache" / "models").glob("tiny-*"))
+    assert len(cached) == 2  # one per seed
+    assert (first / "model.safetensors").stat().st_ino == (second / "model.safetensors").stat().st_ino
+    assert (other_seed / "model.safetensors").stat().st_ino != (first / "model.safetensors").stat().st_ino
+    assert json.loads((second / "warmup.json").read_text())["num_steps"] == SMALL.warmup_steps
 
 
 def test_prepare_policy_refuses_missing_or_foreign_tasks(tmp_path):

@@ -1,0 +1,93 @@
+"""Benchmark: the README's first command, `rl360 up` on recipes/local-smoke.toml, end to end.
+
+Runs the recipe as the README does (its own profile, cluster/local.toml), once clean and once with
+`--inject-failures 0.2` (and with `--slurm` once more with its tiers on the dev Slurm, three fake
+nodes), each in a fresh state file, and records the wall time of the whole command
+(policy preparation included), the reward curve, and for the faulty run that every injected failure
+was masked (never a reward of 0) — the acceptance figures of the local loop.
+
+    .venv/bin/python bench/bench_local_smoke.py [--inject 0.2] [--slurm]
+    # writes the "Local smoke" section of docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.report import write_section  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = REPO / "recipes" / "local-smoke.toml"
+
+
+def run(extra: list[str], *, cache: Path) -> dict:
+    folder = Path(tempfile.mkdtemp(prefix="rl360-local-smoke-"))
+    env = {**os.environ, "RL360_STATE": str(folder / "state.json"), "RL360_CACHE_DIR": str(cache)}
+    rl360 = [sys.executable, "-m", "rl360cli"]
+    started = time.monotonic()
+    proc = subprocess.run([*rl360, "up", "--recipe", str(RECIPE), *extra], cwd=folder, env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    wall_s = time.monotonic() - started
+    subprocess.run([*rl360, "down"], cwd=folder, env=env, capture_output=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"rl360 up {' '.join(extra)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    doc = json.loads((folder / "state.json").read_text())
+    rows = [json.loads(line) for line in Path(doc["runs"][doc["current_run"]]["metrics_path"]).read_text().splitlines()]
+    return {"wall_s": wall_s, "rows": rows}
+
+
+def describe(name: str, result: dict) -> list[str]:
+    rows = result["rows"]
+    rewards = [row["reward_mean"] for row in rows]
+    first_090 = next((i for i, r in enumerate(rewards) if r >= 0.90), None)
+    injected = sum(row["injected_failures"] for row in rows)
+    masked = sum(row["batch"].get("masked/injected", 0) for row in rows)
+    minutes, seconds = divmod(round(result["wall_s"]), 60)
+    line = (f"| {name} | {minutes}m{seconds:02d}s | {len(rows)} | {rewards[0]:.3f} | {max(rewards):.3f} | "
+            f"{rewards[-1]:.3f} | {first_090 if first_090 is not None else '-'} | ")
+    line += f"{injected} / {masked} |" if injected else "- |"
+    return [line]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inject", type=float, default=0.2, help="failure rate of the second run")
+    parser.add_argument("--slurm", action="store_true",
+                        help="a third run with the tiers on the dev Slurm (start it: bash cluster/dev/slurm.sh up)")
+    args = parser.parse_args()
+    # An empty cache for the first run: it pays for the policy's warm-up, as on a fresh machine.
+    cache = Path(tempfile.mkdtemp(prefix="rl360-cache-"))
+    runs = {"clean": run([], cache=cache),
+            f"{args.inject:.0%} injected failures": run(["--inject-failures", str(args.inject)], cache=cache)}
+    if args.slurm:
+        runs["tiers on the dev Slurm"] = run(["--profile", str(REPO / "cluster" / "dev-slurm.toml")], cache=cache)
+    lines = [
+        "`rl360 up --recipe recipes/local-smoke.toml` (the README's first command after installing), "
+        "whole command timed, in a fresh state file (`bench/bench_local_smoke.py`).",
+        "",
+        "| run | wall time | steps | reward at step 0 | best | last | first step >= 0.90 | injected / masked |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, result in runs.items():
+        lines += describe(name, result)
+    lines += ["", "Mean reward per step (first generation round):", ""]
+    for name, result in runs.items():
+        lines.append(f"- {name}: " + " ".join(f"{row['reward_mean']:.2f}" for row in result["rows"]))
+    lines += ["", f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores. The clean run starts from an "
+              "empty cache and pays for the policy's warm-up, as on a fresh machine; the second reuses it "
+              "(`rl360cli/trainer/cache.py`)."]
+    write_section("Local smoke", "\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
