@@ -60,14 +60,15 @@ def describe(name: str, result: dict) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--inject", type=float, default=0.2, help="failure rate of the second run")
+    parser.add_argument("--inject", type=float, default=0.2, help="failure rate of the second run (0: no second run)")
     parser.add_argument("--slurm", action="store_true",
                         help="a third run with the tiers on the dev Slurm (start it: bash cluster/dev/slurm.sh up)")
     args = parser.parse_args()
     # An empty cache for the first run: it pays for the policy's warm-up, as on a fresh machine.
     cache = Path(tempfile.mkdtemp(prefix="rl360-cache-"))
-    runs = {"clean": run([], cache=cache),
-            f"{args.inject:.0%} injected failures": run(["--inject-failures", str(args.inject)], cache=cache)}
+    runs = {"clean": run([], cache=cache)}
+    if args.inject > 0:
+        runs[f"{args.inject:.0%} injected failures"] = run(["--inject-failures", str(args.inject)], cache=cache)
     if args.slurm:
         runs["tiers on the dev Slurm"] = run(["--profile", str(REPO / "cluster" / "dev-slurm.toml")], cache=cache)
     lines = [

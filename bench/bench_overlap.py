@@ -49,12 +49,13 @@ cpu_list = [1]
 RECIPE = """
 [run]
 name = "overlap-{mode}"
+seed = 3
 profile = "profile.toml"
 [tasks]
 path = "{tasks}"
 [model]
 kind = "tiny"
-warmup_steps = 170
+warmup_steps = 172
 [rollout]
 max_new_tokens = 48
 max_total_tokens = 512

@@ -42,7 +42,7 @@ def _global_options(
 
 
 def _register() -> None:
-    from rl360cli.commands import down, logs, provision, status, up
+    from rl360cli.commands import down, logs, prewarm_images, provision, sandboxes, serve, status, tasks, train, up
 
     app.command("up")(up.up)
     app.command("plan")(up.plan)
@@ -50,26 +50,11 @@ def _register() -> None:
     app.command("status")(status.status)
     app.command("provision")(provision.provision)
     app.command("logs")(logs.logs)
-    for name, attr in (("serve", "serve"), ("train", "train"), ("prewarm_images", "prewarm_images")):
-        module = _optional(f"rl360cli.commands.{name}")
-        if module is not None:
-            app.command(name.replace("_", "-"))(getattr(module, attr))
-    for name in ("sandboxes", "tasks"):
-        module = _optional(f"rl360cli.commands.{name}")
-        if module is not None:
-            app.add_typer(module.app, name=name)
-
-
-def _optional(module_name: str):
-    """A command module that is not built yet is absent from the CLI, never faked."""
-    import importlib
-
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if e.name != module_name:
-            raise
-        return None
+    app.command("serve")(serve.serve)
+    app.command("train")(train.train)
+    app.command("prewarm-images")(prewarm_images.prewarm_images)
+    app.add_typer(sandboxes.app, name="sandboxes")
+    app.add_typer(tasks.app, name="tasks")
 
 
 _register()

@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from rl360cli.config import load_recipe
 from tests.conftest import REPO
 
 TASKS = REPO / "recipes" / "tasks" / "arith-32"
+# recipes/local-smoke.toml's [run] seed: tests that warm up as it does share its cached policy v0.
+LOCAL_SMOKE_SEED = load_recipe(REPO / "recipes" / "local-smoke.toml").run.seed
 
 
 def free_port_block(count: int) -> int:
@@ -28,7 +31,7 @@ def free_port_block(count: int) -> int:
     raise RuntimeError("no free port block on 127.0.0.1")
 
 
-def write_run_files(folder: Path, *, recipe_body: str, name: str = "e2e") -> Path:
+def write_run_files(folder: Path, *, recipe_body: str, name: str = "e2e", seed: int = 0) -> Path:
     """A profile on free ports and a recipe that uses it; returns the recipe's path."""
     base = free_port_block(20)
     (folder / "profile.toml").write_text(textwrap.dedent(f"""
@@ -47,6 +50,7 @@ def write_run_files(folder: Path, *, recipe_body: str, name: str = "e2e") -> Pat
     recipe.write_text(textwrap.dedent(f"""
         [run]
         name = "{name}"
+        seed = {seed}
         profile = "profile.toml"
         [tasks]
         path = "{TASKS}"

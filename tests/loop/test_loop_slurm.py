@@ -10,15 +10,16 @@ import subprocess
 import pytest
 
 from tests.conftest import REPO, run_cli
-from tests.loop.conftest import metrics_of, write_run_files
+from tests.loop.conftest import LOCAL_SMOKE_SEED, metrics_of, write_run_files
 
 pytestmark = pytest.mark.slow
 
 RECIPE = """
 [model]
 kind = "tiny"
-# local-smoke's policy v0: built once per machine (rl360cli/trainer/cache.py), shared with the other tests
-warmup_steps = 170
+# local-smoke's policy v0 (with its seed, below): built once per machine (rl360cli/trainer/cache.py)
+# and shared with the other tests that use it
+warmup_steps = 172
 [loop]
 num_steps = 3
 num_tasks_per_step = 6
@@ -33,7 +34,7 @@ memory_mb = 256
 
 
 def test_a_run_on_the_dev_slurm_tiers(slurm_cluster, run_folder, state_path):
-    recipe = write_run_files(run_folder, recipe_body=RECIPE)
+    recipe = write_run_files(run_folder, recipe_body=RECIPE, seed=LOCAL_SMOKE_SEED)
     text = recipe.read_text().replace('profile = "profile.toml"', f'profile = "{REPO}/cluster/dev-slurm.toml"')
     recipe.write_text(text)
     up = run_cli("up", "--recipe", str(recipe), state=state_path, cwd=run_folder, timeout=900)

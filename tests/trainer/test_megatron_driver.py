@@ -1,32 +1,27 @@
-"""The trainer component with the megatron trainer at TP=2: `trainer_argv`'s torchrun command runs
-`python -m rl360cli.rl.driver` on two ranks against a real run (local engine, real sglang-router,
-Ray session actors, process sandboxes, the gloo weight broadcast). Rank 0 drives the loop, rank 1
-follows; the engine ends on the trainer's last policy version.
-
-Until `rl360 train` launches the megatron trainer itself, this test starts the component the way
-the train stage will: `rl360 provision`, `rl360 serve`, then `trainer_argv(...)`.
+"""`rl360 up` with `[trainer] kind = "megatron"` at TP=2: the train stage starts the trainer
+component under torchrun (`trainer_argv`), two ranks of `python -m rl360cli.rl.driver` against a real
+run (local engine, real sglang-router, Ray session actors, process sandboxes, the gloo weight
+broadcast). Rank 0 drives the loop, rank 1 follows; the engine ends on the trainer's last policy version.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, need, run_cli
-from tests.loop.conftest import free_port_block, metrics_of, write_run_files
+from tests.conftest import need, run_cli
+from tests.loop.conftest import LOCAL_SMOKE_SEED, metrics_of, write_run_files
 
 pytestmark = pytest.mark.slow
 
 RECIPE = """
 [model]
 kind = "tiny"
-# local-smoke's policy v0: built once per machine (rl360cli/trainer/cache.py), shared with the other tests
-warmup_steps = 170
+# local-smoke's policy v0 (with its seed, below): built once per machine (rl360cli/trainer/cache.py)
+# and shared with the other tests that use it
+warmup_steps = 172
 [trainer]
 kind = "megatron"
 tensor_parallel = 2
@@ -44,25 +39,20 @@ num_engines = 1
 """
 
 
-def test_the_driver_runs_the_megatron_trainer_under_torchrun(tmp_path, state_path):
+def test_up_runs_the_megatron_trainer_under_torchrun(tmp_path, state_path):
     import importlib.util
 
     need(importlib.util.find_spec("megatron") is not None,
          "megatron-core is not installed; pip install -e '.[megatron]'")
-    from rl360cli.trainer.megatron_launch import trainer_argv
 
-    recipe = write_run_files(tmp_path, recipe_body=RECIPE, name="megatron")
+    recipe = write_run_files(tmp_path, recipe_body=RECIPE, name="megatron", seed=LOCAL_SMOKE_SEED)
     try:
-        for command in (("provision", "--profile", str(tmp_path / "profile.toml")), ("serve", "--recipe", str(recipe))):
-            done = run_cli(*command, state=state_path, cwd=tmp_path, timeout=600)
-            assert done.returncode == 0, done.stdout + done.stderr
-        run_id = json.loads(state_path.read_text())["current_run"]
-        argv = trainer_argv(["--state", str(state_path), "--run", run_id], nproc_per_node=2,
-                            master_port=free_port_block(1), python=sys.executable)  # fmt: skip
-        env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(REPO)}
-        trainer = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
-        log = trainer.stdout + trainer.stderr
-        assert trainer.returncode == 0, log[-6000:]
+        up = run_cli("up", "--recipe", str(recipe), state=state_path, cwd=tmp_path, timeout=900)
+        doc = json.loads(state_path.read_text())
+        run_id = doc["current_run"]
+        log_file = Path(doc["runs"][run_id]["run_dir"]) / "logs" / "training.trainer.log"
+        log = log_file.read_text() if log_file.is_file() else ""
+        assert up.returncode == 0, up.stdout[-3000:] + log[-6000:]
 
         run = json.loads(state_path.read_text())["runs"][run_id]
         assert run["status"] == "finished" and run["step"] == 3
