@@ -66,6 +66,7 @@ class StateFile:
         # The document this object last wrote, keyed by the file's identity: a process that updates
         # the state repeatedly (the trainer, a fleet of sandboxes) skips re-parsing its own write.
         self._last_written: tuple[tuple[int, int, int], dict[str, Any]] | None = None
+        self._last_snapshot: tuple[tuple[int, int, int], dict[str, Any]] | None = None
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self.backup_path = self.path.with_name(self.path.name + ".bak")
         self.events_path = self.path.with_name("events.jsonl")
@@ -85,6 +86,20 @@ class StateFile:
         except OSError as e:
             raise StateError(f"state file {self.path} cannot be read ({e.strerror})", "check its permissions") from None
         return self._parse(raw)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The current document, for reading only: parsed once per version of the file and shared,
+        so the readers of one command (its context, then `status`'s reconcile) pay for one parse of
+        a 3 MB file, not one each. Never modify it; `update()` gives a document to change."""
+        try:
+            key = _identity(self.path)
+        except FileNotFoundError:
+            return empty_state()
+        if self._last_snapshot is not None and self._last_snapshot[0] == key:
+            return self._last_snapshot[1]
+        doc = self.read()
+        self._last_snapshot = (key, doc)
+        return doc
 
     @contextlib.contextmanager
     def update(self) -> Iterator[dict[str, Any]]:

@@ -54,7 +54,7 @@ def context(*, recipe: Path | None = None, profile: Path | None = None, run: str
     from rl360cli.stages.base import Context, resolve_profile
 
     state = state_file()
-    doc = state.read()
+    doc = state.snapshot()
     loaded_recipe = load_recipe(recipe) if recipe else None
     loaded_profile, profile_path = resolve_profile(doc, profile, loaded_recipe)
     return Context(

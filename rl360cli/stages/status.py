@@ -54,7 +54,7 @@ def observe(ctx: Context, doc: dict) -> dict[str, Observation]:
 
 
 def reconcile(ctx: Context) -> StatusReport:
-    doc = ctx.state.read()
+    doc = ctx.state.snapshot()
     seen = observe(ctx, doc)
     changed = [cid for cid, obs in seen.items() if _differs(doc["components"].get(cid), obs)]
     runs_to_fail = _runs_whose_trainer_ended(doc, seen)

@@ -41,6 +41,21 @@ def test_an_exception_in_the_body_writes_nothing(tmp_path):
     assert set(state.read()["runs"]) == {"a"}
 
 
+def test_a_snapshot_is_parsed_once_per_version_of_the_file(tmp_path):
+    state = StateFile(tmp_path / "state.json")
+    assert state.snapshot()["components"] == {}  # no file yet: an empty cluster
+    with state.update() as doc:
+        doc["components"]["a"] = {"status": "running"}
+    first = state.snapshot()
+    assert first is state.snapshot()  # the same version: one parse, shared
+    other = StateFile(tmp_path / "state.json")  # another process's write makes a new version
+    with other.update() as doc:
+        doc["components"]["b"] = {"status": "running"}
+    second = state.snapshot()
+    assert second is not first and set(second["components"]) == {"a", "b"}
+    assert state.read() is not state.read()  # read() stays a fresh copy to change freely
+
+
 def test_corrupt_file_is_an_error_naming_file_and_fix_and_is_left_untouched(tmp_path):
     path = tmp_path / "state.json"
     path.write_text('{"schema_version": 1, "tiers": {')
