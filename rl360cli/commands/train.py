@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -27,8 +28,6 @@ def train(
     record = ctx.state.read()["runs"].get(ctx.run_id or "")
     if record is None:
         raise Rl360Error("there is no run to train", "start one with `rl360 serve --recipe FILE` (or `rl360 up`)")
-    from pathlib import Path
-
     ctx.recipe = load_run_recipe(Path(record["run_dir"]))
     if dry_run:
         for action in train_stage.plan(ctx):

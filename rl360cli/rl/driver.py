@@ -199,19 +199,10 @@ def rollout_cpus(profile: dict) -> tuple[int, ...]:
 def sync_port(profile: dict) -> int:
     """The profile's weight-sync port if it is free here, else any free port (two runs on one
     machine must not meet in each other's process group)."""
-    import socket
-
     from rl360cli.config import load_profile
+    from rl360cli.stages.train import free_port
 
-    preferred = load_profile(profile["path"]).sync_port if profile.get("path") else 0
-    for port in (preferred, 0) if preferred else (0,):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
-    raise RuntimeError("no free port for the weight sync")
+    return free_port(load_profile(profile["path"]).sync_port if profile.get("path") else 0)
 
 
 def set_run(state: StateFile, run_id: str, **fields) -> None:

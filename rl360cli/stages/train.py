@@ -39,12 +39,18 @@ def trainer_spec(ctx: Context, *, resume: bool = False) -> ComponentSpec:
                          env=env)
 
 
-def free_port() -> int:
+def free_port(preferred: int = 0) -> int:
+    """`preferred` if it is free on 127.0.0.1, else any free port there."""
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for port in (preferred, 0) if preferred else (0,):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError("no free port on 127.0.0.1")
 
 
 def plan(ctx: Context) -> list[Action]:
