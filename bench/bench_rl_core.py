@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from rl360cli.rl.batch import build_batch  # noqa: E402
-from rl360cli.rl.outcome import InfraCause, Outcome  # noqa: E402
+from rl360cli.outcome import InfraCause, Outcome  # noqa: E402
 from rl360cli.rl.trajectory import Trajectory  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

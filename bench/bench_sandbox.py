@@ -31,10 +31,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rl360cli.config import NodeSpec  # noqa: E402
+from rl360cli.nodes.config import NodeSpec  # noqa: E402
 from rl360cli.sandbox.attempt import run_attempt  # noqa: E402
 from rl360cli.sandbox.config import SandboxConfig  # noqa: E402
-from rl360cli.sandbox.provider import make_provider  # noqa: E402
+from rl360cli.sandbox.providers import make_provider  # noqa: E402
 from rl360cli.sandbox.task import load_task  # noqa: E402
 
 DEV_ROOT = Path(os.environ.get("RL360_DEV_ROOT", "/tmp/rl360-dev"))

@@ -36,7 +36,7 @@ import torch  # noqa: E402
 from bench.bench_inference import free_port, start_server  # noqa: E402
 from rl360cli.inference.testing import build_tiny_test_model, smollm2_test_model  # noqa: E402
 from rl360cli.trainer.broadcast import WeightBroadcaster  # noqa: E402
-from rl360cli.trainer.process_group import StatelessGroup  # noqa: E402
+from rl360cli.inference.process_group import StatelessGroup  # noqa: E402
 
 REPEATS = 3
 

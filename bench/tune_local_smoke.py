@@ -4,7 +4,7 @@
     .venv/bin/python bench/tune_local_smoke.py --hidden 96 --lr 2e-3 --staleness 1 --out /tmp/t.json
 
 What it keeps from the real loop: policy v0 from `prepare_policy` (tokenizer, tiny Llama,
-warm-up), the agent conversation of `rl360cli.rl.agent`, `build_batch` (dynamic filtering,
+warm-up), the agent conversation of `rl360cli.agent.conversation`, `build_batch` (dynamic filtering,
 GRPO advantages) and the trainer's update (`policy_loss` over micro-batches, AdamW, gradient
 clipping, as `rl360cli.trainer.torch_trainer` does it), with the recipe's [model], [trainer],
 [grpo], [loop] and [rollout] values as defaults. What it replaces: the engine (sampling with the
@@ -72,9 +72,9 @@ def run_seed(args: argparse.Namespace, seed: int, root: Path) -> dict:
 
     from rl360cli.rl.batch import build_batch
     from rl360cli.rl.grpo import policy_loss
-    from rl360cli.rl.outcome import Outcome
+    from rl360cli.outcome import Outcome
     from rl360cli.rl.trajectory import Trajectory
-    from rl360cli.trainer.arith_rollout import load_tasks, run_tasks
+    from rl360cli.tasks.arith_rollout import load_tasks, run_tasks
     from rl360cli.trainer.config import ModelConfig
     from rl360cli.trainer.model import load_policy, prepare_policy
 

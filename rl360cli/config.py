@@ -4,101 +4,44 @@ A *cluster profile* (`cluster/*.toml`) says where things run: the backend
 (local or slurm), the three tiers and their resources, the nodes' Docker
 daemons and the registry. A *recipe* (`recipes/*.toml`) says what runs: the
 model, the tasks, the engines, the sandboxes, the trainer, GRPO and the loop.
-Each section's dataclass lives beside the component it configures.
+Each section's dataclass lives beside the component it configures, in that
+package's `config.py`; this module composes them and owns only the recipe's
+own tables (`[run]`, `[tasks]`, `[metrics]`).
 
     recipe = load_recipe(Path("recipes/local-smoke.toml"))
     profile = load_profile(recipe.run.profile)
+
+A run folder keeps the recipe it was started with (`save_run_recipe`), so the
+processes of the run (the driver, the trainer's ranks) read it back with
+`load_run_recipe(run_dir)`, the command line's overrides applied.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
+import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from rl360cli.backends.slurm_options import SlurmOptions, check_time_limit
-from rl360cli.configload import ConfigError, load_toml
+from rl360cli.agent.config import RolloutConfig
+from rl360cli.backends.config import TIERS, SlurmOptions, TierSpec
+from rl360cli.configload import NAME, ConfigError, load_toml
+from rl360cli.images.config import RegistrySpec
 from rl360cli.inference.config import EngineConfig
+from rl360cli.loop.config import LoopConfig
+from rl360cli.nodes.config import NodeSpec
 from rl360cli.rl.config import GRPOConfig
-from rl360cli.rl.loop_config import LoopConfig, RolloutConfig
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.trainer.config import ModelConfig, TrainerConfig
 
-TIERS = ("service", "training", "rollout")
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+# The files of a run folder that hold the recipe it was started with.
+RUN_RECIPE = "recipe.toml"
+RUN_OVERRIDES = "overrides.json"
 
 
 # ----------------------------------------------------------------------------- cluster profile
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TierSpec:
-    num_nodes: int = 1
-    gpus_per_node: int = 0
-    # Slurm: CPUs and memory asked per node (None: the partition's default / the whole node if exclusive).
-    cpus_per_node: int | None = None
-    memory_gb_per_node: float | None = None
-    # Local backend: the fraction of this machine's CPUs and memory the tier reserves, and
-    # optionally the CPUs its components are pinned to (so tiers do not compete for cores).
-    share: float = 1 / 3
-    cpu_list: tuple[int, ...] = ()
-    # Slurm: per-tier overrides of the profile's [slurm] options.
-    partition: str | None = None
-    constraint: str | None = None
-    time_limit: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.num_nodes < 1:
-            raise ValueError(f"num_nodes must be at least 1 (got {self.num_nodes})")
-        if self.gpus_per_node < 0:
-            raise ValueError(f"gpus_per_node must be >= 0 (got {self.gpus_per_node})")
-        if self.cpus_per_node is not None and self.cpus_per_node < 1:
-            raise ValueError(f"cpus_per_node must be at least 1 (got {self.cpus_per_node})")
-        if not 0 < self.share <= 1:
-            raise ValueError(f"share must be in (0, 1] (got {self.share})")
-        if any(c < 0 for c in self.cpu_list):
-            raise ValueError(f"cpu_list holds CPU numbers >= 0 (got {list(self.cpu_list)})")
-        if self.time_limit is not None:
-            check_time_limit(self.time_limit)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class NodeSpec:
-    """A node whose Docker daemon rl360 reaches directly (sandboxes, image prewarming)."""
-
-    name: str
-    tier: Literal["service", "training", "rollout"] = "rollout"
-    # `unix:///path/docker.sock`, or `ssh://user@host:port` (then key_path is used through paramiko).
-    docker_host: str = "unix:///var/run/docker.sock"
-    key_path: str | None = None
-    # ssh:// only: the known_hosts file holding the node's host key (None: ~/.ssh/known_hosts); unknown keys are refused.
-    known_hosts: str | None = None
-    cpus: float = 2.0
-    memory_mb: int = 4096
-    # Disk the image cache may use on this node.
-    disk_budget_gb: float = 50.0
-
-    def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
-            raise ValueError(f"node name {self.name!r} must be lowercase letters, digits, '.', '_' or '-'")
-        if not self.docker_host.startswith(("unix://", "ssh://", "tcp://")):
-            raise ValueError(f"docker_host must start with unix://, ssh:// or tcp:// (got {self.docker_host!r})")
-        if self.cpus <= 0 or self.memory_mb <= 0 or self.disk_budget_gb <= 0:
-            raise ValueError("cpus, memory_mb and disk_budget_gb must be positive")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RegistrySpec:
-    address: str = "127.0.0.1:5000"
-    # Image pulls in flight at once across all nodes, to stay within the registry's capacity.
-    max_concurrent_pulls: int = 8
-    insecure: bool = True
-
-    def __post_init__(self) -> None:
-        if self.max_concurrent_pulls < 1:
-            raise ValueError(f"max_concurrent_pulls must be at least 1 (got {self.max_concurrent_pulls})")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -121,7 +64,7 @@ class ClusterProfile:
     images: str = "images/images.toml"
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
+        if not NAME.match(self.name):
             raise ValueError(f"name {self.name!r} must be lowercase letters, digits, '.', '_' or '-'")
         missing = [t for t in TIERS if t not in self.tiers]
         unknown = [t for t in self.tiers if t not in TIERS]
@@ -160,7 +103,7 @@ class RunSpec:
     profile: str = "../cluster/local.toml"
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
+        if not NAME.match(self.name):
             raise ValueError(f"name {self.name!r} must be lowercase letters, digits, '.', '_' or '-'")
 
 
@@ -213,3 +156,33 @@ def load_recipe(path: Path | str, *, base_dir: Path | str | None = None) -> Reci
 
 def load_profile(path: Path | str) -> ClusterProfile:
     return load_toml(ClusterProfile, Path(path))
+
+
+def save_run_recipe(run_dir: Path, recipe: Recipe, recipe_path: Path | None, *, copy_recipe: bool) -> None:
+    """Keep in `run_dir` what `load_run_recipe` reads back: the recipe file (when `copy_recipe`) and
+    the command line's overrides, with the folder relative paths in the recipe are taken from."""
+    if recipe_path and copy_recipe:
+        shutil.copyfile(recipe_path, run_dir / RUN_RECIPE)
+    overrides = {"inject_failure_rate": recipe.sandbox.inject_failure_rate,
+                 "base_dir": str(recipe_path.parent) if recipe_path else None}
+    (run_dir / RUN_OVERRIDES).write_text(json.dumps(overrides))
+
+
+def recipe_with_overrides(recipe: Recipe, overrides: dict) -> Recipe:
+    """The recipe with the command line's overrides (`--inject-failures`) applied."""
+    rate = overrides.get("inject_failure_rate")
+    if rate is None or rate == recipe.sandbox.inject_failure_rate:
+        return recipe
+    try:
+        sandbox = dataclasses.replace(recipe.sandbox, inject_failure_rate=rate)
+    except ValueError as e:
+        raise ConfigError(f"--inject-failures {rate}: {e}") from None
+    return dataclasses.replace(recipe, sandbox=sandbox)
+
+
+def load_run_recipe(run_dir: Path) -> Recipe:
+    """The recipe a run was started with, overrides applied."""
+    overrides_path = run_dir / RUN_OVERRIDES
+    overrides = json.loads(overrides_path.read_text()) if overrides_path.exists() else {}
+    recipe = load_recipe(run_dir / RUN_RECIPE, base_dir=overrides.get("base_dir"))
+    return recipe_with_overrides(recipe, overrides)

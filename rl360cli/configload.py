@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import tomllib
 import types
 import typing
@@ -22,6 +23,9 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 from rl360cli.errors import Rl360Error
 
 T = TypeVar("T")
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+"""What a run, profile, node or image name may be: lowercase letters, digits, '.', '_' and '-'."""
 
 
 class ConfigError(Rl360Error):

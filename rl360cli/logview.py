@@ -12,16 +12,18 @@ from __future__ import annotations
 import heapq
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from rl360cli.errors import Rl360Error
+from rl360cli.state import RUN_FINAL, RunStatus
 
 STAMP = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z) ")
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
-FINAL_RUN = {"finished": 0, "stopped": 0, "failed": 3}
+# The exit code of a command that followed a run to its end, by the run's final status (every one of RUN_FINAL).
+FINAL_RUN: dict[RunStatus, int] = {RunStatus.FINISHED: 0, RunStatus.STOPPED: 0, RunStatus.FAILED: 3}
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,14 +150,8 @@ def follow(follower: Follower, run_status: Callable[[], str | None], *, interval
         now = time.monotonic()
         if now >= next_check:
             status = run_status()
-            if status in FINAL_RUN:
+            if status in RUN_FINAL:
                 follower.poll(final=True)  # drain what the last writers left
                 return status
             next_check = now + check_every_s
         time.sleep(interval_s)
-
-
-def iter_lines(paths: Iterator[Path]) -> Iterator[LogLine]:
-    """Every line of the given files (for tests and one-shot reads)."""
-    for path in paths:
-        yield from Tail(path).read(final=True)

@@ -10,36 +10,370 @@ kept as `state.json.bak` (a hard link, so it costs no copy).
 A missing file is an empty cluster. A corrupt file, or one written by a newer
 rl360, is an error that names the file and the fix; it is never rewritten.
 
-The document (schema version 1):
+The schema is the types of this module: `StateDoc` is the document, with one
+record type per section (`TierRecord`, `NodeRecord` with its `NodeImage`s,
+`ComponentRecord`, `RunRecord`, `SandboxRecord`, and `ProfileRecord`); each
+field says what it holds and, where only some writers set it, which. Statuses
+are the enums `TierStatus`, `NodeStatus`, `ComponentStatus`, `RunStatus` and
+`SandboxStatus` (a docstring per value), with the sets code tests against
+beside them (`COMPONENT_FINAL`, `RUN_ACTIVE`, `RUN_FINAL`, `TIER_FINAL`).
+The records stay plain dicts at run time (a TypedDict describes a dict and
+builds no object), so a 3 MB state parses as fast as the JSON does; a status
+enum member equals its string and is written as one. The lookups several
+modules share (the recorded profile path, a node's images, a run's live
+components, records by backend) are the functions at the end.
 
-    schema_version, created_at, updated_at
-    profile      the cluster profile in use: {name, path, backend}
-    tiers        name -> {kind, backend, status, job_id, nodes, resources, ...}
-    nodes        name -> {address, tier, cpus, memory_mb, reserved_cpus, reserved_memory_mb,
-                          docker_host, images: {ref: {digest, size, pulled_at, seconds}}}
-    components   id -> {stage, tier, node, name, kind, backend, pid, start_time, job_id, step,
-                        ports, log_path, started_at, status, exit_code, reason, run}
-    runs         id -> {recipe, status, step, policy_version, run_dir, metrics_path, started_at}
-    sandboxes    id -> {run, node, provider, image, container_id, pid, status, started_at, ...}
+Schema versions: `SCHEMA_VERSION` is the one this code writes. A file of an
+older version is migrated in memory as it is read (`_MIGRATIONS`, one step per
+version), and the next write stores it in the current version; readers that
+never write leave the file as it is. A change of shape bumps `SCHEMA_VERSION`
+and adds its step (tests/cli/test_state.py loads a file of each old version).
+Version 2 (from 1): a node image is always a record `{"digest": ...}`;
+version 1 also allowed the bare digest string, which becomes `{"digest": d}`.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: TypedDicts built from evaluated annotations import in half the
+# time (every CLI command imports this module).
 import contextlib
 import fcntl
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timezone
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NotRequired, Required, TypedDict, TypeVar
 
 from rl360cli.errors import Rl360Error
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_PATH = Path(".rl360/state.json")
 SECTIONS = ("tiers", "nodes", "components", "runs", "sandboxes")
+
+
+# ----------------------------------------------------------------------------- statuses
+
+
+class TierStatus(StrEnum):
+    """Where a tier's allocation stands (`tiers[name]["status"]`)."""
+
+    READY = "ready"
+    """Its allocation holds its nodes (local: this machine, once provisioned); components may start on it."""
+    REQUEUEING = "requeueing"
+    """It lost a node; a replacement allocation without that node is submitted and awaited (Slurm,
+    backends/slurm_requeue.py)."""
+    FAILED = "failed"
+    """It lost a node with no requeue left, or its requeue failed; `reason` says which."""
+    ENDED = "ended"
+    """Its allocation ended for another reason (time limit, cancelled by hand); `reason` names the job's state."""
+
+
+# A tier in one of these holds no allocation any more: it is never alive again, `rl360 provision` allocates anew.
+TIER_FINAL: frozenset[TierStatus] = frozenset({TierStatus.FAILED, TierStatus.ENDED})
+
+
+class NodeStatus(StrEnum):
+    """What became of a node in a requeue (`nodes[name]["status"]`; absent on a node as provisioned)."""
+
+    READY = "ready"
+    """It holds its tier's replacement allocation (set by the requeue that brought it in)."""
+    LOST = "lost"
+    """It was lost (slurmd or its allocation's holder stopped answering) and replaced; kept for the record."""
+
+
+class ComponentStatus(StrEnum):
+    """What a component (an engine, the router, the trainer, a Ray node) is doing, as last observed
+    (`components[id]["status"]`; `rl360 status` observes every one not in `COMPONENT_FINAL`)."""
+
+    STARTING = "starting"
+    """Launched, and its health URL has not answered yet (or its Slurm job step is still pending)."""
+    RUNNING = "running"
+    """Its process (every task of its job step) is alive, and its health URL answered if it has one."""
+    EXITED = "exited"
+    """It ended by itself with exit code 0 (every task of its step, on Slurm)."""
+    FAILED = "failed"
+    """It ended with another exit code or a signal, vanished, lost its node, or ended before it was ready;
+    `reason` says which (`node_lost` for a lost node)."""
+    STOPPED = "stopped"
+    """rl360 stopped it (`rl360 down`, or the end of its run)."""
+    UNKNOWN = "unknown"
+    """Its fate cannot be told now (Slurm did not answer, not healthy in time, its supervisor is still writing
+    the exit code); never taken for an end: the next observation looks again."""
+
+
+# A component in one of these will never run again: it is observed no more, and counts as no load.
+COMPONENT_FINAL: frozenset[ComponentStatus] = frozenset(
+    {ComponentStatus.EXITED, ComponentStatus.FAILED, ComponentStatus.STOPPED})
+
+
+class RunStatus(StrEnum):
+    """Where a training run stands (`runs[id]["status"]`)."""
+
+    STARTING = "starting"
+    """Created (or reopened with --resume) by `rl360 up` / `rl360 serve`; its trainer has not started the loop."""
+    RUNNING = "running"
+    """Its trainer runs the loop (loop/driver.py), or restarts after a lost node to resume it (Slurm requeue)."""
+    FINISHED = "finished"
+    """Its trainer ran the last step, or its trainer component exited 0 without saying so (`rl360 status`)."""
+    FAILED = "failed"
+    """Its trainer raised, or its trainer component failed without saying so; `reason` says why."""
+    STOPPED = "stopped"
+    """`rl360 down` stopped it before it ended."""
+
+
+# A run in one of these is under way: no other run starts beside it (`rl360 serve` joins it), `rl360 down` stops it.
+RUN_ACTIVE: frozenset[RunStatus] = frozenset({RunStatus.STARTING, RunStatus.RUNNING})
+# A run in one of these has ended: `rl360 up`'s watch and `rl360 logs --follow` stop there (logview.FINAL_RUN
+# maps each to the command's exit code).
+RUN_FINAL: frozenset[RunStatus] = frozenset({RunStatus.FINISHED, RunStatus.FAILED, RunStatus.STOPPED})
+
+
+class SandboxStatus(StrEnum):
+    """What a recorded sandbox (a fleet member) is doing, as `rl360 sandboxes list` last checked
+    (`sandboxes[id]["status"]`)."""
+
+    RUNNING = "running"
+    """Its container runs (docker), or its keeper process is alive (process)."""
+    EXITED = "exited"
+    """Its container stopped, or its keeper process ended and its folder is still there."""
+    MISSING = "missing"
+    """Its daemon no longer has its container, or its folder is gone."""
+    UNKNOWN = "unknown"
+    """Its daemon did not answer, or the record names neither a daemon nor a process to ask."""
+
+
+# ----------------------------------------------------------------------------- records
+
+
+class ProfileRecord(TypedDict):
+    """`profile`: the cluster profile the tiers were provisioned with (stages/provision.py)."""
+
+    name: str
+    path: str  # the profile file, absolute
+    backend: Literal["local", "slurm"]
+
+
+class TierResources(TypedDict):
+    """What each node of a tier gives it."""
+
+    cpus: float | None  # local: the tier's share of this machine (or its cpu_list's length); Slurm: per node
+    memory_mb: int | None
+    gpus: int
+    cpu_list: NotRequired[list[int]]  # local: the CPUs the tier is pinned to ([]: none)
+
+
+class PendingAllocation(TypedDict):
+    """A submitted allocation a requeue waits for (backends/slurm.py `submit_group`)."""
+
+    group: list[str]  # the tiers it holds (one, or every tier of a het job); a tuple until written
+    job_id: str  # the job (a het job's leader)
+    script: str  # the sbatch script it was submitted with
+    submitted_at: float  # time.time()
+    het: bool
+    exclude: list[str]  # the nodes it must not get
+
+
+class TierRecord(TypedDict):
+    """`tiers[name]`: one tier's allocation (backends/local.py or backends/slurm.py `provision`)."""
+
+    kind: str  # the tier's name: service | training | rollout
+    backend: Literal["local", "slurm"]
+    status: TierStatus
+    nodes: list[str]  # the nodes it holds (local: ["local"])
+    resources: TierResources
+    # Slurm only (backends/slurm.py `_tier_record`): the allocation.
+    mode: NotRequired[Literal["per-tier", "hetjob"]]
+    job_id: NotRequired[str]
+    het_leader: NotRequired[str | None]  # the het job's leader id (None: a job of its own)
+    het_group: NotRequired[int | None]  # its index among the het job's components
+    partition: NotRequired[str]
+    script: NotRequired[str]  # the sbatch script
+    holder_log: NotRequired[str]  # the allocation holder's log
+    submitted_at: NotRequired[str]
+    requeues: NotRequired[int]  # requeues used so far (of the profile's max_requeues)
+    lost_nodes: NotRequired[list[str]]  # nodes lost so far, excluded from every new allocation
+    # Slurm requeue (backends/slurm_requeue.py).
+    reason: NotRequired[str | None]  # why it failed or ended
+    requeued_at: NotRequired[str]
+    replaced_nodes: NotRequired[list[str]]  # its nodes before the requeue, in order
+    pending: NotRequired[PendingAllocation | None]  # the replacement allocation, until it holds its nodes
+    previous_job_ids: NotRequired[list[str]]  # allocations it had before (`rl360 down` cancels them too)
+
+
+class NodeImage(TypedDict, total=False):
+    """`nodes[name]["images"][ref]`: what the node's image cache holds for one fully qualified tag reference
+    (images/cache.py `set_pulled` / `set_found`, from `rl360 prewarm-images`). Every field but `digest` is
+    missing on an entry migrated from version 1's bare digest."""
+
+    digest: Required[str]  # the manifest digest the tag points at on the node
+    size: int | None  # bytes on disk
+    pulled_at: str | None  # when it was pulled (or first seen tagged on the node)
+    seconds: float  # how long the pull took (0 for one found on the node)
+    started_at: str | None  # when the pull began (None for one found)
+    attempts: int  # pull attempts (0 for one found)
+    image_id: str | None
+    source: Literal["prewarm", "found"]  # pulled by rl360, or already on the node
+    superseded: list[str]  # digests this ref held before that are still on the node's disk
+
+
+class NodePrewarm(TypedDict):
+    """`nodes[name]["prewarm"]`: how the node's last prewarm went (stages/prewarm_images.py)."""
+
+    status: Literal["ok", "failed"]
+    reason: str | None
+    at: str
+
+
+class NodeRecord(TypedDict):
+    """`nodes[name]`: one machine (the provisioning backend, or images/cache.py `node_record` for a node
+    of the profile that `rl360 prewarm-images` reaches before any provision)."""
+
+    address: str  # where its services are reached
+    tier: str  # the tier it belongs to (local: "all")
+    cpus: float
+    memory_mb: int
+    images: dict[str, NodeImage]  # its image cache: fully qualified tag reference -> what it holds
+    reserved_cpus: NotRequired[float]  # what its tiers reserve (set by the provisioning backend)
+    reserved_memory_mb: NotRequired[int]
+    gpus: NotRequired[int]  # Slurm
+    status: NotRequired[NodeStatus]  # set by a Slurm requeue; absent on a node as provisioned
+    docker_host: NotRequired[str]  # its Docker daemon (images/cache.py, from the profile's [[nodes]])
+    disk_budget_gb: NotRequired[float | None]  # images/cache.py, from the profile
+    prewarm: NotRequired[NodePrewarm]
+
+
+class ComponentRecord(TypedDict):
+    """`components[tier/name]`: one long-running process: the backend's launch record (pid or job step),
+    completed by stages/base.py `start_component`, its status kept by `rl360 status`."""
+
+    backend: Literal["local", "slurm"]
+    node: str  # where it runs (Slurm: its first node)
+    pid: int | None  # the component's own process (the supervisor's child; Slurm: on its first node)
+    start_time: int | None  # the pid's start time, so a reused pid is never taken for it
+    status_path: str  # the supervisor's status file (its exit code once it ends)
+    log_path: str
+    command: list[str]  # its argv
+    stage: str  # the stage that started it: serve | train
+    tier: str
+    name: str
+    kind: str  # engine-local | engine-sglang | router | trainer | ray-head | ray-worker | ...
+    run: str | None  # the run it belongs to (None: the cluster's)
+    ports: dict[str, int]
+    url: str | None  # where clients reach it, if it serves
+    health_url: str | None
+    started_at: str
+    status: ComponentStatus
+    exit_code: int | None
+    reason: str | None  # why it failed, or why its status is unknown
+    # Local only (backends/local.py): the supervisor and the process group.
+    supervisor_pid: NotRequired[int]
+    supervisor_start_time: NotRequired[int | None]
+    pgid: NotRequired[int]
+    # Slurm only (backends/slurm.py `start_step`): the job step.
+    nodes: NotRequired[list[str]]  # every node of the step
+    num_tasks: NotRequired[int]
+    job_id: NotRequired[str]
+    het_leader: NotRequired[str | None]
+    het_group: NotRequired[int | None]
+    step: NotRequired[str]  # the step id
+    step_key: NotRequired[str]  # `job_id.step`, what scancel and sacct take
+    srun_pid: NotRequired[int]
+    srun_start_time: NotRequired[int | None]
+    step_path: NotRequired[str]
+    srun_log: NotRequired[str]
+    env: NotRequired[dict[str, str]]
+    requested_node: NotRequired[str | None]
+    launched_at: NotRequired[float]  # time.time()
+    restarts: NotRequired[int]  # restarts after node loss (backends/slurm_requeue.py)
+    restart: NotRequired[bool]  # to be restarted once its tier's replacement allocation holds its nodes
+
+
+class RunRecord(TypedDict):
+    """`runs[id]`: one training run (stages/run.py `start_run`), kept current by its trainer
+    (loop/driver.py) and by `rl360 status` / `rl360 down`."""
+
+    name: str  # the recipe's run name
+    recipe: str  # the recipe file it was started from
+    run_dir: str
+    metrics_path: str
+    started_at: str
+    num_steps: int
+    step: int  # the last step done
+    policy_version: int
+    status: RunStatus
+    resumed: bool  # reopened with --resume
+    pid: NotRequired[int]  # the trainer's driver process (loop/driver.py)
+    reward_mean: NotRequired[float | None]  # of the last step (loop/driver.py)
+    ended_at: NotRequired[str]  # loop/driver.py
+    engine_versions: NotRequired[dict[str, int | None]]  # policy version each engine serves at the end
+    reason: NotRequired[str | None]  # why it failed (or why it runs again after a lost node)
+
+
+class SandboxRecord(TypedDict):
+    """`sandboxes[id]`: one fleet sandbox left running by `rl360 sandboxes launch` (stages/sandboxes.py): the
+    provider's `info()` plus the launch's fields; `rl360 down` and `rl360 sandboxes stop` remove it."""
+
+    run: str  # the fleet's run id (also the container's `rl360.run` label)
+    node: str
+    provider: Literal["process", "docker"]
+    task: str
+    attempt: str
+    image: str
+    container_id: str | None  # docker
+    pid: int | None  # process: the keeper that holds it (docker: None)
+    status: SandboxStatus
+    started_at: str
+    start_latency_s: float
+    queued_s: float  # seconds it waited for admission
+    warm: NotRequired[bool]  # its node's cache held the image (the admission controller, the docker provider)
+    # Docker only (sandbox/docker_provider.py).
+    name: NotRequired[str]
+    image_id: NotRequired[str | None]
+    docker_host: NotRequired[str]
+    network: NotRequired[str | None]
+    network_denied: NotRequired[bool]
+    # Process only (sandbox/process.py).
+    folder: NotRequired[str]
+    uid: NotRequired[int | None]
+    pid_start: NotRequired[int | None]
+
+
+class PrewarmImage(TypedDict):
+    """`prewarm["images"][name]`: where the last prewarm pinned one image of the list."""
+
+    ref: str
+    digest: str
+    nodes: list[str]
+    rule: str
+    size: int
+    capacity: int
+
+
+class PrewarmRecord(TypedDict):
+    """`prewarm`: the last `rl360 prewarm-images` (stages/prewarm_images.py)."""
+
+    at: str
+    images_file: str
+    wave_size: int
+    images: dict[str, PrewarmImage]
+    failed_nodes: dict[str, str]  # node -> why
+
+
+class StateDoc(TypedDict):
+    """The whole document."""
+
+    schema_version: int
+    created_at: str
+    updated_at: str  # set by every write
+    profile: ProfileRecord | None  # None until the first provision
+    current_run: NotRequired[str | None]  # the run commands act on by default (stages/run.py `start_run`)
+    tiers: dict[str, TierRecord]
+    nodes: dict[str, NodeRecord]
+    components: dict[str, ComponentRecord]  # by `tier/name`
+    runs: dict[str, RunRecord]
+    sandboxes: dict[str, SandboxRecord]
+    prewarm: NotRequired[PrewarmRecord]  # stages/prewarm_images.py
 
 
 class StateError(Rl360Error):
@@ -50,12 +384,10 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def empty_state() -> dict[str, Any]:
+def empty_state() -> StateDoc:
     stamp = now_iso()
-    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "created_at": stamp, "updated_at": stamp, "profile": None}
-    for section in SECTIONS:
-        doc[section] = {}
-    return doc
+    return {"schema_version": SCHEMA_VERSION, "created_at": stamp, "updated_at": stamp, "profile": None,
+            "tiers": {}, "nodes": {}, "components": {}, "runs": {}, "sandboxes": {}}
 
 
 class StateFile:
@@ -65,8 +397,8 @@ class StateFile:
         self.path = Path(path)
         # The document this object last wrote, keyed by the file's identity: a process that updates
         # the state repeatedly (the trainer, a fleet of sandboxes) skips re-parsing its own write.
-        self._last_written: tuple[tuple[int, int, int], dict[str, Any]] | None = None
-        self._last_snapshot: tuple[tuple[int, int, int], dict[str, Any]] | None = None
+        self._last_written: tuple[tuple[int, int, int], StateDoc] | None = None
+        self._last_snapshot: tuple[tuple[int, int, int], StateDoc] | None = None
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self.backup_path = self.path.with_name(self.path.name + ".bak")
         self.events_path = self.path.with_name("events.jsonl")
@@ -77,7 +409,7 @@ class StateFile:
         """The folder that holds the state file; run folders live below it by default."""
         return self.path.parent
 
-    def read(self) -> dict[str, Any]:
+    def read(self) -> StateDoc:
         """The current document (an empty cluster when there is no file yet). Takes no lock."""
         try:
             raw = self.path.read_bytes()
@@ -87,7 +419,7 @@ class StateFile:
             raise StateError(f"state file {self.path} cannot be read ({e.strerror})", "check its permissions") from None
         return self._parse(raw)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> StateDoc:
         """The current document, for reading only: parsed once per version of the file and shared,
         so the readers of one command (its context, then `status`'s reconcile) pay for one parse of
         a 3 MB file, not one each. Never modify it; `update()` gives a document to change."""
@@ -102,7 +434,7 @@ class StateFile:
         return doc
 
     @contextlib.contextmanager
-    def update(self) -> Iterator[dict[str, Any]]:
+    def update(self) -> Iterator[StateDoc]:
         """Lock, read, let the caller modify the document in place, write it back atomically.
 
         If the body raises, nothing is written.
@@ -146,7 +478,7 @@ class StateFile:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
 
-    def _own_last_write(self) -> dict[str, Any] | None:
+    def _own_last_write(self) -> StateDoc | None:
         if self._last_written is None:
             return None
         key, doc = self._last_written
@@ -155,7 +487,7 @@ class StateFile:
         except FileNotFoundError:
             return None
 
-    def _write(self, doc: dict[str, Any]) -> None:
+    def _write(self, doc: StateDoc) -> None:
         doc["updated_at"] = now_iso()
         data = _dumps(doc)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
@@ -173,8 +505,9 @@ class StateFile:
         _fsync_dir(self.path.parent)
         self._last_written = (_identity(self.path), doc)
 
-    def _parse(self, raw: bytes) -> dict[str, Any]:
-        fix = f"restore the last good copy with `cp {self.backup_path} {self.path}`, or move the file aside to start empty"
+    def _parse(self, raw: bytes) -> StateDoc:
+        fix = (f"restore the last good copy with `cp {self.backup_path} {self.path}`, "
+               "or move the file aside to start empty")
         try:
             doc = _loads(raw)
         except ValueError as e:  # json's and orjson's decode errors are both ValueErrors
@@ -190,7 +523,26 @@ class StateFile:
         for section in SECTIONS:
             if not isinstance(doc.setdefault(section, {}), dict):
                 raise StateError(f"state file {self.path}: '{section}' must be an object", fix)
+        doc.setdefault("profile", None)
+        for step in range(version, SCHEMA_VERSION):
+            if step in _MIGRATIONS:
+                _MIGRATIONS[step](doc)
+            doc["schema_version"] = step + 1
         return doc
+
+
+def _node_images_as_records(doc: dict[str, Any]) -> None:
+    """Version 1 -> 2: a node image recorded as its bare digest string becomes `{"digest": digest}`."""
+    for node in doc["nodes"].values():
+        images = node.get("images") if isinstance(node, dict) else None
+        if isinstance(images, dict):
+            for ref, entry in images.items():
+                if isinstance(entry, str):
+                    images[ref] = {"digest": entry}
+
+
+# Schema version -> the step that brings a document of that version to the next one, in place.
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], None]] = {1: _node_images_as_records}
 
 
 def _identity(path: Path) -> tuple[int, int, int]:
@@ -201,12 +553,12 @@ def _identity(path: Path) -> tuple[int, int, int]:
 try:  # orjson parses and writes the 3 MB state of a full cluster several times faster
     import orjson
 
-    def _dumps(doc: dict) -> bytes:
+    def _dumps(doc: Mapping[str, Any]) -> bytes:
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2, default=str)
 
     _loads = orjson.loads
 except ImportError:  # pragma: no cover - orjson is a dependency; this keeps a broken install usable
-    def _dumps(doc: dict) -> bytes:
+    def _dumps(doc: Mapping[str, Any]) -> bytes:
         return json.dumps(doc, indent=1, default=str).encode()
 
     _loads = json.loads
@@ -226,3 +578,41 @@ def _own_command() -> str:
         return " ".join(a.decode(errors="replace") for a in args if a)[:200]
     except OSError:
         return ""
+
+
+# ----------------------------------------------------------------------------- lookups several modules share
+
+
+def profile_path(doc: StateDoc) -> str | None:
+    """The profile file the cluster was provisioned with (None before the first provision)."""
+    profile = doc["profile"]
+    return profile["path"] if profile else None
+
+
+def node_images(doc: StateDoc, node: str) -> dict[str, NodeImage]:
+    """The image cache recorded for `node` (empty when the state does not know the node)."""
+    rec = doc["nodes"].get(node)
+    return rec.get("images", {}) if rec else {}
+
+
+def live_components(doc: StateDoc, *, run: str | None = None) -> dict[str, ComponentRecord]:
+    """The components that may still run (their status is not in `COMPONENT_FINAL`); only those of `run`
+    when it is given."""
+    return {cid: rec for cid, rec in doc["components"].items()
+            if rec["status"] not in COMPONENT_FINAL and (run is None or rec["run"] == run)}
+
+
+def component_run(doc: StateDoc, rec: ComponentRecord) -> RunRecord | None:
+    """The run the component belongs to, if it belongs to one the state still has."""
+    return doc["runs"].get(rec["run"] or "")
+
+
+Managed = TypeVar("Managed", ComponentRecord, TierRecord)
+
+
+def by_backend(records: Mapping[str, Managed]) -> dict[str, dict[str, Managed]]:
+    """`records` (components or tiers) grouped by the backend that manages them, each group in their order."""
+    grouped: dict[str, dict[str, Managed]] = {}
+    for key, rec in records.items():
+        grouped.setdefault(rec["backend"], {})[key] = rec
+    return grouped

@@ -4,10 +4,10 @@
     .venv/bin/python recipes/tasks/generate_arith.py --check    # exit 1 if the committed tasks differ
 
 Deterministic: the programs come from a fixed seed, so the committed folders are exactly what
-this script writes (tests/trainer/test_model_tasks.py checks it). Each task folder holds
+this script writes (tests/tasks/test_arith.py checks it). Each task folder holds
 task.toml, instruction.md, tests/test.sh (the verifier: evaluates /app/answer.py as one Python
 expression on ten inputs and writes /logs/verifier/reward.txt) and solution/solve.sh (the oracle).
-The verifier's logic is `rl360cli.trainer.arith.check_answer`, copied in as source.
+The verifier's logic is `rl360cli.tasks.arith.check_answer`, copied in as source.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import random
 import sys
 from pathlib import Path
 
-from rl360cli.trainer import arith
+from rl360cli.tasks import arith
 
 SEED = 360
 # Tasks of one, two and three steps.

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Protocol
 
-Status = Literal["starting", "running", "exited", "failed", "stopped", "unknown"]
-# Statuses after which a component will never run again.
-FINAL: frozenset[str] = frozenset({"exited", "failed", "stopped"})
+from rl360cli.state import ComponentRecord, ComponentStatus
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -36,7 +35,9 @@ class ComponentSpec:
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    status: Status
+    """What a backend sees a component doing now (the statuses and `COMPONENT_FINAL` are the state's)."""
+
+    status: ComponentStatus
     exit_code: int | None = None
     reason: str | None = None
 
@@ -45,10 +46,11 @@ class Backend(Protocol):
     name: str
 
     def launch(self, spec: ComponentSpec, log_path: str) -> dict:
-        """Start the component; return its state record (pid or job step, ports, log path, ...)."""
+        """Start the component; return the backend's part of its state record (pid or job step, log path, ...),
+        which `start_component` completes into a `ComponentRecord`."""
 
-    def observe(self, records: dict[str, dict]) -> dict[str, Observation]:
+    def observe(self, records: Mapping[str, ComponentRecord]) -> dict[str, Observation]:
         """What each recorded component is doing now, found with as few calls as possible."""
 
-    def stop(self, records: dict[str, dict], *, grace_s: float) -> None:
+    def stop(self, records: Mapping[str, ComponentRecord], *, grace_s: float) -> None:
         """Stop the components (TERM, then KILL after `grace_s`); already stopped ones are fine."""

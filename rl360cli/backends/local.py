@@ -18,9 +18,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from collections.abc import Mapping
+
 from rl360cli.backends import procinfo
 from rl360cli.backends.base import ComponentSpec, Observation
 from rl360cli.errors import Rl360Error
+from rl360cli.state import ComponentRecord, ComponentStatus, NodeRecord, TierRecord, TierStatus
 
 if TYPE_CHECKING:
     from rl360cli.config import ClusterProfile
@@ -51,17 +54,18 @@ class LocalBackend:
         return [(name, f"{t['resources']['cpus']:g} CPUs, {t['resources']['memory_mb']} MB on this machine", ())
                 for name, t in tiers.items()]
 
-    def tiers_alive(self, tiers: dict[str, dict]) -> dict[str, bool]:
+    def tiers_alive(self, tiers: Mapping[str, TierRecord]) -> dict[str, bool]:
         # This machine is the allocation: a recorded local tier is there as long as it is recorded.
-        return {name: t.get("backend") == "local" and t.get("status") == "ready" for name, t in tiers.items()}
+        return {name: t["backend"] == "local" and t["status"] == TierStatus.READY for name, t in tiers.items()}
 
-    def release(self, tiers: dict[str, dict]) -> None:
+    def release(self, tiers: Mapping[str, TierRecord]) -> None:
         """Nothing to give back: the tiers are shares of this machine."""
 
-    def provision(self) -> tuple[dict, dict]:
+    def provision(self) -> tuple[dict[str, TierRecord], dict[str, NodeRecord]]:
         """The tiers and the one node as the state records them."""
         cpus, memory_mb = machine_resources()
-        tiers, reserved_cpus, reserved_mb = {}, 0.0, 0
+        tiers: dict[str, TierRecord] = {}
+        reserved_cpus, reserved_mb = 0.0, 0
         for name, spec in self.profile.tiers.items():
             tier_cpus = round(cpus * spec.share, 2)
             tier_mb = int(memory_mb * spec.share)
@@ -70,12 +74,12 @@ class LocalBackend:
             tiers[name] = {
                 "kind": name,
                 "backend": "local",
-                "status": "ready",
+                "status": TierStatus.READY,
                 "nodes": [NODE],
                 "resources": {"cpus": float(len(spec.cpu_list)) if spec.cpu_list else tier_cpus,
                               "memory_mb": tier_mb, "gpus": 0, "cpu_list": list(spec.cpu_list)},
             }
-        node = {
+        node: NodeRecord = {
             "address": "127.0.0.1",
             "tier": "all",
             "cpus": cpus,
@@ -135,27 +139,27 @@ class LocalBackend:
                              f"(it has {sorted(available)})", "fix cpu_list in the profile")
         return cpus
 
-    def observe(self, records: dict[str, dict]) -> dict[str, Observation]:
+    def observe(self, records: Mapping[str, ComponentRecord]) -> dict[str, Observation]:
         return {cid: self._observe_one(rec) for cid, rec in records.items()}
 
-    def _observe_one(self, rec: dict) -> Observation:
-        if rec.get("status") == "stopped":
-            return Observation("stopped", rec.get("exit_code"))
-        if procinfo.is_alive(rec.get("pid"), rec.get("start_time")):
-            return Observation("running")
-        ended = _read_status(rec.get("status_path"))
+    def _observe_one(self, rec: ComponentRecord) -> Observation:
+        if rec["status"] == ComponentStatus.STOPPED:
+            return Observation(ComponentStatus.STOPPED, rec["exit_code"])
+        if procinfo.is_alive(rec["pid"], rec["start_time"]):
+            return Observation(ComponentStatus.RUNNING)
+        ended = _read_status(rec["status_path"])
         code = ended.get("exit_code")
         if code is None:
             if procinfo.is_alive(rec.get("supervisor_pid"), rec.get("supervisor_start_time")):
                 # The supervisor is still writing the exit code: the component just ended.
-                return Observation("unknown", None, "ending")
-            return Observation("failed", None, "the process vanished without an exit code")
+                return Observation(ComponentStatus.UNKNOWN, None, "ending")
+            return Observation(ComponentStatus.FAILED, None, "the process vanished without an exit code")
         if code == 0:
-            return Observation("exited", 0)
+            return Observation(ComponentStatus.EXITED, 0)
         how = f"killed by {ended['signal']}" if ended.get("signal") else f"exit code {code}"
-        return Observation("failed", code, how)
+        return Observation(ComponentStatus.FAILED, code, how)
 
-    def stop(self, records: dict[str, dict], *, grace_s: float = 10.0) -> None:
+    def stop(self, records: Mapping[str, ComponentRecord], *, grace_s: float = 10.0) -> None:
         """TERM every process of every component, KILL what is left after `grace_s`."""
         targets = self._family_of(records)
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
@@ -169,11 +173,11 @@ class LocalBackend:
                 return
         raise Rl360Error(f"processes {targets} did not end after SIGKILL", "check them with `ps` (uninterruptible I/O?)")
 
-    def _family_of(self, records: dict[str, dict]) -> list[int]:
+    def _family_of(self, records: Mapping[str, ComponentRecord]) -> list[int]:
         pids: set[int] = set()
         for rec in records.values():
             supervisor_ours = procinfo.is_alive(rec.get("supervisor_pid"), rec.get("supervisor_start_time"))
-            child_ours = procinfo.is_alive(rec.get("pid"), rec.get("start_time"))
+            child_ours = procinfo.is_alive(rec["pid"], rec["start_time"])
             if supervisor_ours:
                 pids.update(procinfo.family(rec["supervisor_pid"], rec.get("pgid")))
             elif child_ours:

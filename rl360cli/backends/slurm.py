@@ -24,19 +24,22 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rl360cli.backends import procinfo, slurm_cmd, slurm_script
-from rl360cli.backends.base import FINAL, ComponentSpec, Observation
+from rl360cli.backends.base import ComponentSpec, Observation
 from rl360cli.backends.slurm_cmd import ACTIVE, ENDED
 from rl360cli.backends.slurm_launch import StepFiles, srun_argv
 from rl360cli.backends.slurm_observe import observe_component, read_json
-from rl360cli.backends.slurm_options import SlurmOptions
+from rl360cli.backends.config import SlurmOptions
 from rl360cli.backends.slurm_poll import Poller, Snapshot
+from rl360cli.backends.slurm_requeue import TierRecovery
 from rl360cli.backends.slurm_step import rank_path
 from rl360cli.errors import Rl360Error
-from rl360cli.state import now_iso
+from rl360cli.state import (COMPONENT_FINAL, TIER_FINAL, ComponentRecord, ComponentStatus, NodeRecord, TierRecord,
+                            TierStatus, live_components, now_iso)
 
 if TYPE_CHECKING:
     from rl360cli.config import ClusterProfile, Recipe
@@ -51,6 +54,7 @@ class SlurmBackend:
         self.state = state
         self.options = profile.slurm or SlurmOptions()
         self.poller = Poller(state.home, self.options)
+        self.recovery = TierRecovery(self)
 
     # ------------------------------------------------------------------ paths
 
@@ -114,7 +118,7 @@ class SlurmBackend:
 
     # ------------------------------------------------------------------ tiers
 
-    def provision(self) -> tuple[dict, dict]:
+    def provision(self) -> tuple[dict[str, TierRecord], dict[str, NodeRecord]]:
         """Submit every tier, wait until each holds its nodes, and return the tiers and nodes to record.
 
         On any failure (a refusal, a timeout, Ctrl-C) what was submitted is cancelled before the error
@@ -135,7 +139,8 @@ class SlurmBackend:
             with contextlib.suppress(Rl360Error):
                 self.cancel_jobs([s["job_id"] for s in submitted], confirm=False)
             raise
-        tiers, nodes = {}, {}
+        tiers: dict[str, TierRecord] = {}
+        nodes: dict[str, NodeRecord] = {}
         for sub, alloc in zip(submitted, allocated):
             for tier, (job_id, tier_nodes) in alloc.items():
                 tiers[tier] = self._tier_record(tier, sub, job_id, tier_nodes, partitions[tier], info)
@@ -222,11 +227,11 @@ class SlurmBackend:
         except FileNotFoundError:
             return "(no holder log)"
 
-    def _tier_record(self, tier: str, sub: dict, job_id: str, nodes: list[str], partition: str, info) -> dict:
+    def _tier_record(self, tier: str, sub: dict, job_id: str, nodes: list[str], partition: str, info) -> TierRecord:
         spec = self.profile.tiers[tier]
         first = info.nodes.get(nodes[0], {}) if info is not None else {}
         return {
-            "kind": tier, "backend": "slurm", "status": "ready", "mode": self.options.mode,
+            "kind": tier, "backend": "slurm", "status": TierStatus.READY, "mode": self.options.mode,
             "job_id": job_id, "het_leader": sub["job_id"] if sub["het"] else None,
             "het_group": sub["group"].index(tier) if sub["het"] else None,
             "nodes": nodes, "partition": partition,
@@ -238,7 +243,7 @@ class SlurmBackend:
             "submitted_at": now_iso(), "requeues": 0, "lost_nodes": list(sub.get("exclude", [])),
         }
 
-    def _node_record(self, tier: str, node: str, info) -> dict:
+    def _node_record(self, tier: str, node: str, info) -> NodeRecord:
         spec = self.profile.tiers[tier]
         known = info.nodes.get(node, {}) if info is not None else {}
         cpus = known.get("cpus") or spec.cpus_per_node or 0
@@ -250,29 +255,29 @@ class SlurmBackend:
             "gpus": spec.gpus_per_node, "images": {},
         }
 
-    def tiers_alive(self, tiers: dict[str, dict]) -> dict[str, bool]:
+    def tiers_alive(self, tiers: Mapping[str, TierRecord]) -> dict[str, bool]:
         """Whether each recorded tier still holds (or waits for) its allocation; a tier Slurm cannot tell
         about counts as alive, so a silent scheduler never causes a second allocation."""
-        ours = {n: t for n, t in tiers.items() if t.get("backend") == "slurm" and t.get("job_id")}
+        ours = {n: t for n, t in tiers.items() if t["backend"] == "slurm" and t.get("job_id")}
         if not ours:
             return {name: False for name in tiers}
         snap = self.snapshot()
         lost_nodes = self.lost_nodes(snap, self.holders_of(*ours.values()))
         alive = {}
         for name, tier in tiers.items():
-            if name not in ours or tier.get("status") in ("failed", "ended"):
+            if name not in ours or tier["status"] in TIER_FINAL:
                 alive[name] = False
                 continue
             state, _ = snap.job(str(tier["job_id"]))
-            lost = any(n in lost_nodes for n in tier.get("nodes") or [])
+            lost = any(n in lost_nodes for n in tier["nodes"])
             alive[name] = (state is None or state in ACTIVE) and not lost
         return alive
 
-    def release(self, tiers: dict[str, dict]) -> None:
+    def release(self, tiers: Mapping[str, TierRecord]) -> None:
         """scancel every tier's job and wait until sacct shows each ended and squeue no longer runs it."""
         ids = []
         for tier in tiers.values():
-            if tier.get("backend") == "slurm":
+            if tier["backend"] == "slurm":
                 pending = (tier.get("pending") or {}).get("job_id")  # a requeue's replacement, maybe pending
                 ids += [str(j) for j in (tier.get("het_leader"), tier.get("job_id"), pending) if j]
                 ids += [str(j) for j in tier.get("previous_job_ids") or []]
@@ -319,19 +324,20 @@ class SlurmBackend:
     def launch(self, spec: ComponentSpec, log_path: str) -> dict:
         doc = self.state.read()
         tier = doc["tiers"].get(spec.tier)
-        if not tier or tier.get("backend") != "slurm":
+        if not tier or tier["backend"] != "slurm":
             raise Rl360Error(f"tier {spec.tier} is not provisioned on Slurm",
                              "run `rl360 provision --profile PROFILE.toml` first")
-        if tier.get("status") != "ready":
-            raise Rl360Error(f"tier {spec.tier} is {tier.get('status')}, not ready",
+        if tier["status"] != TierStatus.READY:
+            raise Rl360Error(f"tier {spec.tier} is {tier['status']}, not ready",
                              "wait for it (`rl360 status`) or provision it again")
         nodes = self.choose_nodes(spec, tier, doc["components"])
         return self.start_step(spec, tier, nodes, log_path)
 
-    def choose_nodes(self, spec: ComponentSpec, tier: dict, components: dict) -> list[str]:
+    def choose_nodes(self, spec: ComponentSpec, tier: TierRecord,
+                     components: Mapping[str, ComponentRecord]) -> list[str]:
         """The nodes of the step: those `spec.node` names (a hostlist, or `*` for all of the tier's),
         else the tier's node with the fewest live components."""
-        tier_nodes = list(tier.get("nodes") or [])
+        tier_nodes = list(tier["nodes"])
         if spec.node == "*":
             return tier_nodes
         if spec.node:
@@ -343,13 +349,13 @@ class SlurmBackend:
             return wanted
         load = {n: 0 for n in tier_nodes}
         for rec in components.values():
-            if rec.get("backend") == "slurm" and rec.get("status") not in FINAL:
-                for n in rec.get("nodes") or [rec.get("node")]:
+            if rec["backend"] == "slurm" and rec["status"] not in COMPONENT_FINAL:
+                for n in rec.get("nodes") or [rec["node"]]:
                     if n in load:
                         load[n] += 1
         return [min(tier_nodes, key=lambda n: (load[n], tier_nodes.index(n)))]
 
-    def start_step(self, spec: ComponentSpec, tier: dict, nodes: list[str], log_path: str) -> dict:
+    def start_step(self, spec: ComponentSpec, tier: TierRecord, nodes: list[str], log_path: str) -> dict:
         """Start the component as a job step on `nodes` and wait until its first task has started."""
         files = StepFiles.for_log(log_path)
         files.log.parent.mkdir(parents=True, exist_ok=True)
@@ -419,12 +425,12 @@ class SlurmBackend:
         job_ids: set[str] = set()
         nodes: set[str] = set()
         for tier in doc["tiers"].values():
-            if tier.get("backend") == "slurm":
+            if tier["backend"] == "slurm":
                 pending = (tier.get("pending") or {}).get("job_id")
                 job_ids.update(str(j) for j in (tier.get("job_id"), tier.get("het_leader"), pending) if j)
-                nodes.update(tier.get("nodes") or [])
-        for rec in doc["components"].values():
-            if rec.get("backend") == "slurm" and rec.get("status") not in FINAL:
+                nodes.update(tier["nodes"])
+        for rec in live_components(doc).values():
+            if rec["backend"] == "slurm":
                 job_ids.update(str(j) for j in (rec.get("job_id"),) if j)
                 nodes.update(rec.get("nodes") or [])
         return self.poller.snapshot(job_ids, nodes, newer_than=newer_than, force=force)
@@ -453,7 +459,7 @@ class SlurmBackend:
         return lost
 
     @staticmethod
-    def holders_of(*records: dict) -> dict[str, str]:
+    def holders_of(*records: ComponentRecord | TierRecord) -> dict[str, str]:
         """node -> holder job id for component or tier records."""
         out = {}
         for rec in records:
@@ -464,7 +470,7 @@ class SlurmBackend:
                         out[node] = str(holder)
         return out
 
-    def observe(self, records: dict[str, dict]) -> dict[str, Observation]:
+    def observe(self, records: Mapping[str, ComponentRecord]) -> dict[str, Observation]:
         if not records:
             return {}
         newer_than = max((float(r.get("launched_at") or 0) for r in records.values()), default=0.0)
@@ -477,14 +483,16 @@ class SlurmBackend:
                 snap = self.poller.snapshot(set(snap.job_ids) | extra_ids, set(snap.node_names) | extra_nodes,
                                             newer_than=newer_than)
         except Rl360Error as e:
-            return {cid: Observation("unknown", None, f"Slurm did not answer ({e.problem})") for cid in records}
-        lost = self.lost_nodes(snap, self.holders_of(*(r for r in records.values() if r.get("status") not in FINAL)))
+            return {cid: Observation(ComponentStatus.UNKNOWN, None, f"Slurm did not answer ({e.problem})")
+                    for cid in records}
+        live = (r for r in records.values() if r["status"] not in COMPONENT_FINAL)
+        lost = self.lost_nodes(snap, self.holders_of(*live))
         return {cid: observe_component(rec, snap, lost) for cid, rec in records.items()}
 
-    def stop(self, records: dict[str, dict], *, grace_s: float = 10.0) -> None:
+    def stop(self, records: Mapping[str, ComponentRecord], *, grace_s: float = 10.0) -> None:
         """SIGTERM every live step, scancel what is left after `grace_s`, and confirm each ended."""
         live = {cid: rec for cid, rec in records.items()
-                if rec.get("status") not in FINAL and rec.get("step_key")}
+                if rec["status"] not in COMPONENT_FINAL and rec.get("step_key")}
         if live:
             targets = [rec["step_key"] for rec in live.values()]
             self._scancel(targets, sig="TERM")
@@ -501,7 +509,7 @@ class SlurmBackend:
             if procinfo.is_alive(rec.get("srun_pid"), rec.get("srun_start_time")):
                 _signal(rec["srun_pid"], signal.SIGTERM)
 
-    def _wait_steps_end(self, live: dict[str, dict], timeout_s: float) -> list[str]:
+    def _wait_steps_end(self, live: Mapping[str, ComponentRecord], timeout_s: float) -> list[str]:
         """The components whose step has not ended after `timeout_s` (polling sacct twice a second)."""
         deadline = time.monotonic() + timeout_s
         left = dict(live)
@@ -510,8 +518,8 @@ class SlurmBackend:
                                         {n for r in left.values() for n in r.get("nodes") or []}, force=True)
             lost = self.lost_nodes(snap, self.holders_of(*left.values()))
             for cid, rec in list(left.items()):
-                obs = observe_component({**rec, "status": "running"}, snap, lost)
-                if obs.status in FINAL:
+                obs = observe_component({**rec, "status": ComponentStatus.RUNNING}, snap, lost)
+                if obs.status in COMPONENT_FINAL:
                     del left[cid]
             if not left or time.monotonic() > deadline:
                 break
@@ -522,9 +530,7 @@ class SlurmBackend:
 
     def heal(self) -> list[str]:
         """Advance the recovery of tiers that lost a node (see slurm_requeue); returns progress lines."""
-        from rl360cli.backends.slurm_requeue import heal
-
-        return heal(self)
+        return self.recovery.heal()
 
     def _export_conf(self) -> None:
         # submitit runs sbatch with this process's environment.

@@ -22,6 +22,7 @@ from rl360cli.backends.base import Observation
 from rl360cli.backends.slurm_cmd import ENDED
 from rl360cli.backends.slurm_poll import Snapshot
 from rl360cli.backends.slurm_step import rank_path
+from rl360cli.state import ComponentRecord, ComponentStatus
 
 NODE_LOST = "node_lost"
 
@@ -35,7 +36,7 @@ def read_json(path: str | Path | None) -> dict:
         return {}
 
 
-def rank_statuses(rec: dict) -> list[dict]:
+def rank_statuses(rec: ComponentRecord) -> list[dict]:
     """The supervisor status of every task of the step (an empty dict where none was written yet)."""
     path = rec.get("status_path")
     return [read_json(rank_path(path, r)) if path else {} for r in range(int(rec.get("num_tasks") or 1))]
@@ -55,43 +56,47 @@ def ended_reason(statuses: list[dict], nodes: list[str]) -> tuple[int | None, st
     return status["exit_code"], f"{how} on {where}{suffix}"
 
 
-def observe_component(rec: dict, snap: Snapshot, lost_nodes: set[str] | frozenset[str] = frozenset()) -> Observation:
+def observe_component(rec: ComponentRecord, snap: Snapshot,
+                      lost_nodes: set[str] | frozenset[str] = frozenset()) -> Observation:
     """What the component does, from `snap`, its status files, and the nodes known lost
     (Slurm's view, or a stale heartbeat of the allocation's holder)."""
-    if rec.get("status") == "stopped":
-        return Observation("stopped", rec.get("exit_code"), rec.get("reason"))
-    nodes = list(rec.get("nodes") or [rec.get("node")])
+    if rec["status"] == ComponentStatus.STOPPED:
+        return Observation(ComponentStatus.STOPPED, rec.get("exit_code"), rec.get("reason"))
+    nodes = list(rec.get("nodes") or [rec["node"]])
     statuses = rank_statuses(rec)
     if statuses and all(s.get("exit_code") is not None for s in statuses):
         code, reason = ended_reason(statuses, nodes)
-        return Observation("exited", 0) if code == 0 else Observation("failed", code, reason)
+        if code == 0:
+            return Observation(ComponentStatus.EXITED, 0)
+        return Observation(ComponentStatus.FAILED, code, reason)
     code, reason = ended_reason(statuses, nodes)
     if reason:
         # One task failed: --kill-on-bad-exit is taking the rest of the step down.
-        return Observation("failed", code, reason)
+        return Observation(ComponentStatus.FAILED, code, reason)
 
     if any(n in lost_nodes or snap.node_lost(n) for n in nodes):
-        return Observation("failed", None, NODE_LOST)
+        return Observation(ComponentStatus.FAILED, None, NODE_LOST)
 
     step = (snap.acct_steps or {}).get(rec.get("step_key") or "")
     if step and step["state"] in ENDED:
         if step["state"] == "NODE_FAIL":
-            return Observation("failed", None, NODE_LOST)
-        return Observation("failed", step.get("exit_code"), f"job step {step['state']} without an exit code")
+            return Observation(ComponentStatus.FAILED, None, NODE_LOST)
+        return Observation(ComponentStatus.FAILED, step.get("exit_code"),
+                           f"job step {step['state']} without an exit code")
 
     job_state, _ = snap.job(str(rec.get("job_id") or ""))
     if job_state in ENDED or job_state == "COMPLETING":
         if job_state == "NODE_FAIL":
-            return Observation("failed", None, NODE_LOST)
-        return Observation("failed", None, f"allocation {rec.get('job_id')} {job_state}")
+            return Observation(ComponentStatus.FAILED, None, NODE_LOST)
+        return Observation(ComponentStatus.FAILED, None, f"allocation {rec.get('job_id')} {job_state}")
 
     if step and step["state"] == "RUNNING":
-        return Observation("running")
+        return Observation(ComponentStatus.RUNNING)
     if step and step["state"] == "PENDING":
-        return Observation("starting")
+        return Observation(ComponentStatus.STARTING)
     supervisor_started = bool(statuses and statuses[0].get("pid"))
     if job_state == "RUNNING" and supervisor_started:
-        return Observation("running")
+        return Observation(ComponentStatus.RUNNING)
     if snap.errors:
-        return Observation("unknown", None, f"Slurm did not answer ({', '.join(sorted(snap.errors))})")
-    return Observation("unknown", None, f"neither squeue nor sacct knows step {rec.get('step_key')}")
+        return Observation(ComponentStatus.UNKNOWN, None, f"Slurm did not answer ({', '.join(sorted(snap.errors))})")
+    return Observation(ComponentStatus.UNKNOWN, None, f"neither squeue nor sacct knows step {rec.get('step_key')}")

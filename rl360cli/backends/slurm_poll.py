@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rl360cli.backends import slurm_cmd
-from rl360cli.backends.slurm_options import SlurmOptions
+from rl360cli.backends.config import SlurmOptions
 from rl360cli.errors import Rl360Error
 
 CACHE_NAME = "slurm-poll.json"
@@ -169,10 +169,6 @@ class Poller:
             return Snapshot.from_json(json.loads(self.cache_path.read_text()))
         except (FileNotFoundError, json.JSONDecodeError, TypeError, KeyError):
             return None
-
-    def read_cached(self) -> Snapshot | None:
-        """The cached snapshot as it is (for measurements and tests); no poll, no lock."""
-        return self._read()
 
     def _write(self, snap: Snapshot) -> None:
         self.cache_path.parent.mkdir(parents=True, exist_ok=True)

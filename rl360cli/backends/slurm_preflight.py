@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rl360cli.backends import slurm_cmd
-from rl360cli.backends.slurm_options import check_time_limit, time_limit_minutes
+from rl360cli.backends.config import check_time_limit, time_limit_minutes
 from rl360cli.errors import Rl360Error
 
 if TYPE_CHECKING:

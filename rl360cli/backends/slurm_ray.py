@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from rl360cli.backends.base import ComponentSpec
+from rl360cli.state import StateDoc
 
 HEAD_PORT = 6379
 
@@ -50,8 +51,8 @@ def ray_env(token_path: Path) -> dict[str, str]:
             "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 
 
-def head_node(doc: dict, head_tier: str = "service") -> str:
-    nodes = doc["tiers"][head_tier].get("nodes") or []
+def head_node(doc: StateDoc, head_tier: str = "service") -> str:
+    nodes = doc["tiers"][head_tier]["nodes"]
     if not nodes:
         from rl360cli.errors import Rl360Error
 
@@ -59,13 +60,17 @@ def head_node(doc: dict, head_tier: str = "service") -> str:
     return nodes[0]
 
 
-def ray_address(doc: dict, *, head_tier: str = "service", port: int = HEAD_PORT) -> str:
+def ray_address(doc: StateDoc, *, head_tier: str = "service", port: int = HEAD_PORT) -> str:
     """`host:port` of the head's GCS, from the head node's address in the state file."""
-    node = head_node(doc, head_tier)
-    return f"{doc['nodes'].get(node, {}).get('address') or node}:{port}"
+    return f"{_address(doc, head_node(doc, head_tier))}:{port}"
 
 
-def ray_cluster_specs(*, doc: dict, run: str | None, token_path: Path, stage: str = "train",
+def _address(doc: StateDoc, node: str) -> str:
+    """The node's recorded address (its name when the state does not know it)."""
+    return doc["nodes"].get(node, {}).get("address") or node
+
+
+def ray_cluster_specs(*, doc: StateDoc, run: str | None, token_path: Path, stage: str = "train",
                       head_tier: str = "service", worker_tiers: tuple[str, ...] = ("training", "rollout"),
                       port: int = HEAD_PORT, ray_bin: str | None = None,
                       num_cpus: dict[str, int] | None = None) -> list[ComponentSpec]:
@@ -85,19 +90,17 @@ def ray_cluster_specs(*, doc: dict, run: str | None, token_path: Path, stage: st
             args.append(f"--num-cpus={num_cpus[tier]}")
         return args
 
-    def ip(node: str) -> str:
-        return doc["nodes"].get(node, {}).get("address") or node
-
     specs = [ComponentSpec(
         name="ray-head", tier=head_tier, stage=stage, kind="ray-head", run=run, node=head, env=env,
         ports={"gcs": port},
-        argv=(ray, "start", "--head", f"--port={port}", f"--node-ip-address={ip(head)}", "--include-dashboard=false",
-              *common, *extra(head_tier)),
+        argv=(ray, "start", "--head", f"--port={port}", f"--node-ip-address={_address(doc, head)}",
+              "--include-dashboard=false", *common, *extra(head_tier)),
     )]
     for tier in worker_tiers:
         for node in doc["tiers"].get(tier, {}).get("nodes") or []:
             specs.append(ComponentSpec(
                 name=f"ray-worker-{node}", tier=tier, stage=stage, kind="ray-worker", run=run, node=node, env=env,
-                argv=(ray, "start", f"--address={address}", f"--node-ip-address={ip(node)}", *common, *extra(tier)),
+                argv=(ray, "start", f"--address={address}", f"--node-ip-address={_address(doc, node)}", *common,
+                      *extra(tier)),
             ))
     return specs

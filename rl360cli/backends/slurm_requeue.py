@@ -3,8 +3,8 @@
 A node whose slurmd stopped answering (sinfo `*`, DOWN, FAIL), whose
 allocation holder stopped its heartbeat, or a job that ended NODE_FAIL makes
 its tier *lost*. Every reconcile (`rl360 status`,
-`rl360 logs --follow`, the `up`/`train` watcher) calls `heal`, which moves
-each tier one step along:
+`rl360 logs --follow`, the `up`/`train` watcher) calls `SlurmBackend.heal`,
+whose `TierRecovery` moves each tier one step along:
 
     ready --(node lost)--> requeueing --(new allocation runs)--> ready (components restarted)
                       \\--(max_requeues used)--> failed
@@ -31,11 +31,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from rl360cli import events
-from rl360cli.backends.base import FINAL, ComponentSpec
+from rl360cli.backends.base import ComponentSpec
 from rl360cli.backends.slurm_cmd import ENDED
 from rl360cli.backends.slurm_observe import NODE_LOST
 from rl360cli.errors import Rl360Error
-from rl360cli.state import now_iso
+from rl360cli.state import (COMPONENT_FINAL, ComponentRecord, ComponentStatus, NodeStatus, RunStatus, StateDoc,
+                            TierRecord, TierStatus, component_run, node_images, now_iso)
 
 if TYPE_CHECKING:
     from rl360cli.backends.slurm import SlurmBackend
@@ -45,30 +46,177 @@ LOCK_NAME = "slurm-heal.lock"
 REQUEUED = "tier requeued after node_lost"
 
 
-def heal(backend: SlurmBackend) -> list[str]:
-    doc = backend.state.read()
-    tiers = {n: t for n, t in doc["tiers"].items() if t.get("backend") == "slurm" and t.get("job_id")}
-    if not tiers:
-        return []
-    with _try_lock(backend.state.home / LOCK_NAME) as locked:
-        if not locked:
+class TierRecovery:
+    """Moves each Slurm tier that lost a node one step along its recovery (see the module docstring).
+    `SlurmBackend.heal` drives it; it works through the backend's public methods only."""
+
+    def __init__(self, backend: SlurmBackend):
+        self.backend = backend
+
+    def heal(self) -> list[str]:
+        doc = self.backend.state.read()
+        tiers = {n: t for n, t in doc["tiers"].items() if t["backend"] == "slurm" and t.get("job_id")}
+        if not tiers:
             return []
-        snap = backend.snapshot()
-        messages: list[str] = []
-        for group in _groups(tiers):
-            statuses = {tiers[t].get("status") for t in group}
-            if "requeueing" in statuses:
-                messages += _finish(backend, group, snap)
-            elif statuses == {"ready"}:
-                lost = _lost_nodes(backend, group, tiers, snap)
-                if lost is not None:
-                    messages += _requeue(backend, group, lost)
-                else:
-                    messages += _note_ended(backend, group, tiers, snap)
+        with _try_lock(self.backend.state.home / LOCK_NAME) as locked:
+            if not locked:
+                return []
+            snap = self.backend.snapshot()
+            messages: list[str] = []
+            for group in tier_groups(tiers):
+                statuses = {tiers[t]["status"] for t in group}
+                if TierStatus.REQUEUEING in statuses:
+                    messages += self._finish(group, snap)
+                elif statuses == {TierStatus.READY}:
+                    lost = self._lost_nodes(group, tiers, snap)
+                    if lost is not None:
+                        messages += self.requeue(group, lost)
+                    else:
+                        messages += self._note_ended(group, tiers, snap)
+            return messages
+
+    def _lost_nodes(self, group: tuple[str, ...], tiers: dict[str, TierRecord],
+                    snap: Snapshot) -> list[str] | None:
+        """The group's nodes that are lost, or None when the group lost none (and no job ended NODE_FAIL)."""
+        nodes = [n for t in group for n in tiers[t]["nodes"]]
+        known_lost = self.backend.lost_nodes(snap, self.backend.holders_of(*(tiers[t] for t in group)))
+        lost = [n for n in nodes if n in known_lost]
+        node_fail = any(snap.job(str(tiers[t]["job_id"]))[0] == "NODE_FAIL" for t in group)
+        return lost if lost or node_fail else None
+
+    def requeue(self, group: tuple[str, ...], lost: list[str]) -> list[str]:
+        opts = self.backend.options
+        tiers = self.backend.state.read()["tiers"]
+        used = max(int(tiers[t].get("requeues") or 0) for t in group)
+        old_ids = _group_job_ids(group, tiers)
+        names = "+".join(group)
+        lost_text = ", ".join(lost) or "a node (job NODE_FAIL)"
+        if used >= opts.max_requeues:
+            reason = f"{NODE_LOST} ({lost_text}); all {opts.max_requeues} requeues used"
+            self._fail_group(group, old_ids, lost, reason)
+            return [f"tier {names}: lost {lost_text}; no requeue left (max_requeues = {opts.max_requeues})"]
+        exclude = tuple(sorted(set(lost) | {n for t in group for n in tiers[t].get("lost_nodes") or []}))
+        try:
+            self.backend.cancel_jobs(old_ids, confirm=False)
+            sub = self.backend.submit_group(group, exclude=exclude)
+        except Rl360Error as e:
+            self._fail_group(group, old_ids, lost, f"{NODE_LOST} ({lost_text}); requeue failed: {e}")
+            return [f"tier {names}: lost {lost_text}; requeue failed: {e}"]
+        with self.backend.state.update() as doc:
+            for t in group:
+                tier = doc["tiers"][t]
+                tier.update(status=TierStatus.REQUEUEING, requeues=used + 1, lost_nodes=list(exclude),
+                            requeued_at=now_iso(), replaced_nodes=list(tier["nodes"]), pending=sub,
+                            previous_job_ids=sorted(set(tier.get("previous_job_ids") or []) | set(old_ids)))
+            mark_for_restart(doc, group, old_ids, lost)
+        events.record(self.backend.state, stage="status", action="requeue", subject=f"tier {names}", outcome="requeued",
+                      lost_nodes=lost, old_jobs=old_ids, job=sub["job_id"], requeue=used + 1)
+        return [f"tier {names}: lost {lost_text}; requeued as job {sub['job_id']} "
+                f"({used + 1}/{opts.max_requeues}, excluding {', '.join(exclude) or 'none'})"]
+
+    def _fail_group(self, group: tuple[str, ...], old_ids: list[str], lost: list[str],
+                    reason: str) -> None:
+        with contextlib.suppress(Rl360Error):
+            self.backend.cancel_jobs(old_ids, confirm=False)
+        with self.backend.state.update() as doc:
+            for t in group:
+                doc["tiers"][t].update(status=TierStatus.FAILED, reason=reason, pending=None)
+            for rec in doc["components"].values():
+                if rec["backend"] == "slurm" and rec["tier"] in group and rec["status"] not in COMPONENT_FINAL:
+                    on_lost = any(n in lost for n in rec.get("nodes") or [rec["node"]])
+                    rec.update(status=ComponentStatus.FAILED, reason=NODE_LOST if on_lost else f"tier failed: {reason}")
+                if rec["tier"] in group:
+                    rec.pop("restart", None)
+        events.record(self.backend.state, stage="status", action="requeue", subject=f"tier {'+'.join(group)}",
+                      outcome="failed", reason=reason)
+
+    def _note_ended(self, group: tuple[str, ...], tiers: dict[str, TierRecord], snap: Snapshot) -> list[str]:
+        """A ready tier whose allocation ended for another reason (time limit, cancelled by hand) says so."""
+        ended = {t: snap.job(str(tiers[t]["job_id"]))[0] for t in group}
+        ended = {t: s for t, s in ended.items() if s in ENDED}
+        if not ended:
+            return []
+        with self.backend.state.update() as doc:
+            for t, state in ended.items():
+                tier = doc["tiers"].get(t)
+                if tier is not None and tier["status"] == TierStatus.READY:
+                    tier.update(status=TierStatus.ENDED, reason=f"allocation {tier.get('job_id')} {state}")
+        return [f"tier {t}: allocation {tiers[t]['job_id']} ended {s}" for t, s in ended.items()]
+
+    def _finish(self, group: tuple[str, ...], snap: Snapshot) -> list[str]:
+        tiers = self.backend.state.read()["tiers"]
+        sub = tiers[group[0]].get("pending") or {}
+        names = "+".join(group)
+        if not sub:
+            return []
+        try:
+            alloc = self.backend.allocation_of(sub, snap)
+        except Rl360Error as e:
+            self._fail_group(group, [sub["job_id"]], [], f"replacement allocation failed: {e.problem}")
+            return [f"tier {names}: replacement allocation failed: {e.problem}"]
+        if alloc is None:
+            if time.time() - float(sub.get("submitted_at") or 0) > self.backend.options.allocation_timeout_s:
+                self._fail_group(group, [sub["job_id"]], [],
+                            f"replacement job {sub['job_id']} did not start within "
+                            f"{self.backend.options.allocation_timeout_s:g}s")
+                return [f"tier {names}: replacement job {sub['job_id']} did not start in time; tier failed"]
+            return [f"tier {names}: waiting for replacement job {sub['job_id']}"]
+        with self.backend.state.update() as doc:
+            for t in group:
+                tier = doc["tiers"][t]
+                job_id, nodes = alloc[t]
+                old_nodes = list(tier.get("replaced_nodes") or [])
+                tier.update(status=TierStatus.READY, job_id=job_id, nodes=nodes, script=sub["script"], pending=None,
+                            het_leader=sub["job_id"] if sub["het"] else None,
+                            het_group=group.index(t) if sub["het"] else None, reason=None,
+                            holder_log=str(self.backend.jobs_dir / sub["job_id"] / f"{sub['job_id']}_0_log.out"))
+                template = next((doc["nodes"][n] for n in old_nodes if n in doc["nodes"]), {})
+                for old, new in zip(old_nodes, nodes):
+                    if old in doc["nodes"] and old in tier.get("lost_nodes", []):
+                        doc["nodes"][old]["status"] = NodeStatus.LOST
+                    record = dict(doc["nodes"].get(new) or template)
+                    record.update(tier=t, status=NodeStatus.READY, images=node_images(doc, new))
+                    doc["nodes"][new] = record
+        events.record(self.backend.state, stage="status", action="requeue", subject=f"tier {names}",
+                      outcome="allocated", job=sub["job_id"], nodes={t: alloc[t][1] for t in group})
+        return [f"tier {names}: back on {', '.join(n for t in group for n in alloc[t][1])} (job {sub['job_id']})",
+                *self._restart_components(group)]
+
+    def _restart_components(self, group: tuple[str, ...]) -> list[str]:
+        doc = self.backend.state.read()
+        messages = []
+        for cid, rec in sorted(doc["components"].items()):
+            if rec["tier"] not in group or not rec.get("restart"):
+                continue
+            tier = doc["tiers"][rec["tier"]]
+            node_map = dict(zip(tier.get("replaced_nodes") or [], tier["nodes"]))
+            spec = restart_spec(rec, node_map)
+            try:
+                nodes = self.backend.choose_nodes(spec, tier, doc["components"])
+                new = self.backend.start_step(spec, tier, nodes, rec["log_path"])
+            except Rl360Error as e:
+                with self.backend.state.update() as d:
+                    if cid in d["components"]:
+                        d["components"][cid].update(status=ComponentStatus.FAILED, restart=False,
+                                                    reason=f"restart failed: {e.problem}")
+                messages.append(f"{cid}: restart failed: {e.problem}")
+                continue
+            with self.backend.state.update() as d:
+                old = d["components"].get(cid)
+                if old is None:
+                    continue  # brought down meanwhile
+                keep = {k: old.get(k) for k in ("stage", "tier", "name", "kind", "run", "ports", "url", "health_url")}
+                new.update(keep, command=list(spec.argv), started_at=now_iso(), exit_code=None, reason=None,
+                           status=ComponentStatus.STARTING if spec.health_url else ComponentStatus.RUNNING,
+                           restart=False, restarts=int(old.get("restarts") or 0) + 1)
+                d["components"][cid] = new
+            events.record(self.backend.state, stage="status", action="restart", subject=cid, job=new["job_id"],
+                          step=new["step"], node=new["node"])
+            messages.append(f"{cid}: restarted on {', '.join(new['nodes'])} (job {new['job_id']} step {new['step']})")
         return messages
 
 
-def _groups(tiers: dict[str, dict]) -> list[tuple[str, ...]]:
+def tier_groups(tiers: dict[str, TierRecord]) -> list[tuple[str, ...]]:
     """Tiers that share a fate: a het job's tiers together, every other tier alone."""
     groups: dict[str, list[str]] = {}
     for name, tier in tiers.items():
@@ -77,143 +225,32 @@ def _groups(tiers: dict[str, dict]) -> list[tuple[str, ...]]:
     return [tuple(sorted(g, key=lambda t: tiers[t].get("het_group") or 0)) for g in groups.values()]
 
 
-def _lost_nodes(backend: SlurmBackend, group: tuple[str, ...], tiers: dict[str, dict],
-                snap: Snapshot) -> list[str] | None:
-    """The group's nodes that are lost, or None when the group lost none (and no job ended NODE_FAIL)."""
-    nodes = [n for t in group for n in tiers[t].get("nodes") or []]
-    known_lost = backend.lost_nodes(snap, backend.holders_of(*(tiers[t] for t in group)))
-    lost = [n for n in nodes if n in known_lost]
-    node_fail = any(snap.job(str(tiers[t]["job_id"]))[0] == "NODE_FAIL" for t in group)
-    return lost if lost or node_fail else None
-
-
-def _group_job_ids(group: tuple[str, ...], tiers: dict[str, dict]) -> list[str]:
+def _group_job_ids(group: tuple[str, ...], tiers: dict[str, TierRecord]) -> list[str]:
     ids = set()
     for t in group:
         ids.update(str(j) for j in (tiers[t].get("het_leader"), tiers[t].get("job_id")) if j)
     return sorted(ids)
 
 
-def _requeue(backend: SlurmBackend, group: tuple[str, ...], lost: list[str]) -> list[str]:
-    opts = backend.options
-    tiers = backend.state.read()["tiers"]
-    used = max(int(tiers[t].get("requeues") or 0) for t in group)
-    old_ids = _group_job_ids(group, tiers)
-    names = "+".join(group)
-    lost_text = ", ".join(lost) or "a node (job NODE_FAIL)"
-    if used >= opts.max_requeues:
-        reason = f"{NODE_LOST} ({lost_text}); all {opts.max_requeues} requeues used"
-        _fail_group(backend, group, old_ids, lost, reason)
-        return [f"tier {names}: lost {lost_text}; no requeue left (max_requeues = {opts.max_requeues})"]
-    exclude = tuple(sorted(set(lost) | {n for t in group for n in tiers[t].get("lost_nodes") or []}))
-    try:
-        backend.cancel_jobs(old_ids, confirm=False)
-        sub = backend.submit_group(group, exclude=exclude)
-    except Rl360Error as e:
-        _fail_group(backend, group, old_ids, lost, f"{NODE_LOST} ({lost_text}); requeue failed: {e}")
-        return [f"tier {names}: lost {lost_text}; requeue failed: {e}"]
-    with backend.state.update() as doc:
-        for t in group:
-            tier = doc["tiers"][t]
-            tier.update(status="requeueing", requeues=used + 1, lost_nodes=list(exclude), requeued_at=now_iso(),
-                        replaced_nodes=list(tier.get("nodes") or []), pending=sub,
-                        previous_job_ids=sorted(set(tier.get("previous_job_ids") or []) | set(old_ids)))
-        _mark_for_restart(doc, group, old_ids, lost)
-    events.record(backend.state, stage="status", action="requeue", subject=f"tier {names}", outcome="requeued",
-                  lost_nodes=lost, old_jobs=old_ids, job=sub["job_id"], requeue=used + 1)
-    return [f"tier {names}: lost {lost_text}; requeued as job {sub['job_id']} "
-            f"({used + 1}/{opts.max_requeues}, excluding {', '.join(exclude) or 'none'})"]
-
-
-def _mark_for_restart(doc: dict, group: tuple[str, ...], old_ids: list[str], lost: list[str]) -> None:
+def mark_for_restart(doc: StateDoc, group: tuple[str, ...], old_ids: list[str], lost: list[str]) -> None:
     """The group's components that the loss (or the cancel of the old allocation) ends, marked for restart;
     a run whose trainer is among them is running again (it resumes), not failed."""
     for rec in doc["components"].values():
-        if rec.get("backend") != "slurm" or rec.get("tier") not in group or str(rec.get("job_id")) not in old_ids:
+        if rec["backend"] != "slurm" or rec["tier"] not in group or str(rec.get("job_id")) not in old_ids:
             continue
-        was_live = rec.get("status") not in FINAL or (rec.get("status") == "failed" and rec.get("reason") == NODE_LOST)
+        status = rec["status"]
+        was_live = status not in COMPONENT_FINAL or (status == ComponentStatus.FAILED and rec["reason"] == NODE_LOST)
         if not was_live:
             continue  # it had ended on its own before the loss: leave it be
-        on_lost = any(n in lost for n in rec.get("nodes") or [rec.get("node")])
-        rec.update(status="failed", reason=NODE_LOST if on_lost else REQUEUED, restart=True)
-        run = doc["runs"].get(rec.get("run") or "")
-        if rec.get("kind") == "trainer" and run and run.get("status") == "failed" and \
+        on_lost = any(n in lost for n in rec.get("nodes") or [rec["node"]])
+        rec.update(status=ComponentStatus.FAILED, reason=NODE_LOST if on_lost else REQUEUED, restart=True)
+        run = component_run(doc, rec)
+        if rec["kind"] == "trainer" and run and run["status"] == RunStatus.FAILED and \
                 NODE_LOST in str(run.get("reason") or ""):
-            run.update(status="running", reason=f"trainer restarting after {NODE_LOST}")
+            run.update(status=RunStatus.RUNNING, reason=f"trainer restarting after {NODE_LOST}")
 
 
-def _fail_group(backend: SlurmBackend, group: tuple[str, ...], old_ids: list[str], lost: list[str],
-                reason: str) -> None:
-    with contextlib.suppress(Rl360Error):
-        backend.cancel_jobs(old_ids, confirm=False)
-    with backend.state.update() as doc:
-        for t in group:
-            doc["tiers"][t].update(status="failed", reason=reason, pending=None)
-        for rec in doc["components"].values():
-            if rec.get("backend") == "slurm" and rec.get("tier") in group and rec.get("status") not in FINAL:
-                on_lost = any(n in lost for n in rec.get("nodes") or [rec.get("node")])
-                rec.update(status="failed", reason=NODE_LOST if on_lost else f"tier failed: {reason}")
-            if rec.get("tier") in group:
-                rec.pop("restart", None)
-    events.record(backend.state, stage="status", action="requeue", subject=f"tier {'+'.join(group)}",
-                  outcome="failed", reason=reason)
-
-
-def _note_ended(backend: SlurmBackend, group: tuple[str, ...], tiers: dict[str, dict], snap: Snapshot) -> list[str]:
-    """A ready tier whose allocation ended for another reason (time limit, cancelled by hand) says so."""
-    ended = {t: snap.job(str(tiers[t]["job_id"]))[0] for t in group}
-    ended = {t: s for t, s in ended.items() if s in ENDED}
-    if not ended:
-        return []
-    with backend.state.update() as doc:
-        for t, state in ended.items():
-            tier = doc["tiers"].get(t)
-            if tier is not None and tier.get("status") == "ready":
-                tier.update(status="ended", reason=f"allocation {tier.get('job_id')} {state}")
-    return [f"tier {t}: allocation {tiers[t]['job_id']} ended {s}" for t, s in ended.items()]
-
-
-def _finish(backend: SlurmBackend, group: tuple[str, ...], snap: Snapshot) -> list[str]:
-    tiers = backend.state.read()["tiers"]
-    sub = tiers[group[0]].get("pending") or {}
-    names = "+".join(group)
-    if not sub:
-        return []
-    try:
-        alloc = backend.allocation_of(sub, snap)
-    except Rl360Error as e:
-        _fail_group(backend, group, [sub["job_id"]], [], f"replacement allocation failed: {e.problem}")
-        return [f"tier {names}: replacement allocation failed: {e.problem}"]
-    if alloc is None:
-        if time.time() - float(sub.get("submitted_at") or 0) > backend.options.allocation_timeout_s:
-            _fail_group(backend, group, [sub["job_id"]], [],
-                        f"replacement job {sub['job_id']} did not start within "
-                        f"{backend.options.allocation_timeout_s:g}s")
-            return [f"tier {names}: replacement job {sub['job_id']} did not start in time; tier failed"]
-        return [f"tier {names}: waiting for replacement job {sub['job_id']}"]
-    with backend.state.update() as doc:
-        for t in group:
-            tier = doc["tiers"][t]
-            job_id, nodes = alloc[t]
-            old_nodes = list(tier.get("replaced_nodes") or [])
-            tier.update(status="ready", job_id=job_id, nodes=nodes, script=sub["script"], pending=None,
-                        het_leader=sub["job_id"] if sub["het"] else None,
-                        het_group=group.index(t) if sub["het"] else None, reason=None,
-                        holder_log=str(backend.jobs_dir / sub["job_id"] / f"{sub['job_id']}_0_log.out"))
-            template = next((doc["nodes"][n] for n in old_nodes if n in doc["nodes"]), {})
-            for old, new in zip(old_nodes, nodes):
-                if old in doc["nodes"] and old in tier.get("lost_nodes", []):
-                    doc["nodes"][old]["status"] = "lost"
-                record = dict(doc["nodes"].get(new) or template)
-                record.update(tier=t, status="ready", images=(doc["nodes"].get(new) or {}).get("images", {}))
-                doc["nodes"][new] = record
-    events.record(backend.state, stage="status", action="requeue", subject=f"tier {names}", outcome="allocated",
-                  job=sub["job_id"], nodes={t: alloc[t][1] for t in group})
-    return [f"tier {names}: back on {', '.join(n for t in group for n in alloc[t][1])} (job {sub['job_id']})",
-            *_restart_components(backend, group)]
-
-
-def restart_spec(rec: dict, node_map: dict[str, str]) -> ComponentSpec:
+def restart_spec(rec: ComponentRecord, node_map: dict[str, str]) -> ComponentSpec:
     """The component as it was started, on the nodes that replaced its old ones; a trainer resumes."""
     argv = list(rec.get("command") or [])
     if rec.get("kind") == "trainer" and "--resume" not in argv:
@@ -223,39 +260,6 @@ def restart_spec(rec: dict, node_map: dict[str, str]) -> ComponentSpec:
                          kind=rec.get("kind") or "service", argv=tuple(argv), env=dict(rec.get("env") or {}),
                          ports=dict(rec.get("ports") or {}), run=rec.get("run"), node=",".join(nodes),
                          url=rec.get("url"), health_url=rec.get("health_url"))
-
-
-def _restart_components(backend: SlurmBackend, group: tuple[str, ...]) -> list[str]:
-    doc = backend.state.read()
-    messages = []
-    for cid, rec in sorted(doc["components"].items()):
-        if rec.get("tier") not in group or not rec.get("restart"):
-            continue
-        tier = doc["tiers"][rec["tier"]]
-        node_map = dict(zip(tier.get("replaced_nodes") or [], tier.get("nodes") or []))
-        spec = restart_spec(rec, node_map)
-        try:
-            nodes = backend.choose_nodes(spec, tier, doc["components"])
-            new = backend.start_step(spec, tier, nodes, rec["log_path"])
-        except Rl360Error as e:
-            with backend.state.update() as d:
-                if cid in d["components"]:
-                    d["components"][cid].update(status="failed", reason=f"restart failed: {e.problem}", restart=False)
-            messages.append(f"{cid}: restart failed: {e.problem}")
-            continue
-        with backend.state.update() as d:
-            old = d["components"].get(cid)
-            if old is None:
-                continue  # brought down meanwhile
-            keep = {k: old.get(k) for k in ("stage", "tier", "name", "kind", "run", "ports", "url", "health_url")}
-            new.update(keep, command=list(spec.argv), started_at=now_iso(), exit_code=None, reason=None,
-                       status="starting" if spec.health_url else "running", restart=False,
-                       restarts=int(old.get("restarts") or 0) + 1)
-            d["components"][cid] = new
-        events.record(backend.state, stage="status", action="restart", subject=cid, job=new["job_id"],
-                      step=new["step"], node=new["node"])
-        messages.append(f"{cid}: restarted on {', '.join(new['nodes'])} (job {new['job_id']} step {new['step']})")
-    return messages
 
 
 @contextlib.contextmanager

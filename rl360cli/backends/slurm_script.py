@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rl360cli.backends.slurm_options import check_time_limit
+from rl360cli.backends.config import check_time_limit
 
 if TYPE_CHECKING:
     from rl360cli.config import ClusterProfile

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -73,7 +72,3 @@ def rendered(profile: ClusterProfile, folder: Path, *, tier: str | None, exclude
     """The script `submit` would hand to sbatch (the same text, from the executor itself)."""
     executor = _executor(profile, folder, tier, exclude)
     return executor._make_submission_file_text(executor._submitit_command_str, "plan")
-
-
-def python_command(profile: ClusterProfile) -> list[str]:
-    return shlex.split(slurm_script.python_of(profile))

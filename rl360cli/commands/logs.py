@@ -12,6 +12,7 @@ from rich.text import Text
 from rl360cli.commands.common import RunOpt, context, out
 from rl360cli.logview import FINAL_RUN, Follower, LogFilter, LogLine, follow, parse_since
 from rl360cli.stages.base import Context
+from rl360cli.state import COMPONENT_FINAL, RunStatus
 
 PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta", "bright_green")
 
@@ -48,7 +49,7 @@ def logs(
         footer += f" at step {run_record.get('step', 0)}/{run_record.get('num_steps', '?')}"
         if run_record.get("reason"):
             footer += f" ({run_record['reason']})"
-    out.print(Text(footer + " ──", style="bold" if status != "failed" else "bold red"))
+    out.print(Text(footer + " ──", style="bold" if status != RunStatus.FAILED else "bold red"))
     raise typer.Exit(FINAL_RUN[status])
 
 
@@ -60,7 +61,7 @@ def log_folders(ctx: Context) -> list[Path]:
     if run and run.get("run_dir"):
         folders.add(Path(run["run_dir"]) / "logs")
     for rec in doc["components"].values():
-        if rec.get("log_path") and (rec.get("run") in (None, ctx.run_id)):
+        if rec["log_path"] and rec["run"] in (None, ctx.run_id):
             folders.add(Path(rec["log_path"]).parent)
     return sorted(folders)
 
@@ -72,9 +73,9 @@ def run_status(ctx: Context) -> str | None:
     report = reconcile(ctx)
     run = report.runs.get(ctx.run_id or "")
     if run:
-        return run.get("status")
-    live = [c for c in report.components.values() if c.get("status") not in ("exited", "failed", "stopped")]
-    return None if live else "finished"
+        return run["status"]
+    live = any(c["status"] not in COMPONENT_FINAL for c in report.components.values())
+    return None if live else RunStatus.FINISHED
 
 
 class Printer:

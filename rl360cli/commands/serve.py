@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rl360cli.commands.common import DryRunOpt, JsonFlag, ProfileOpt, RecipeOpt, context, print_action, print_json
 from rl360cli.stages import serve as serve_stage
-from rl360cli.stages.run import ACTIVE, start_run
+from rl360cli.stages.run import start_run
+from rl360cli.state import RUN_ACTIVE
 
 
 def serve(recipe: RecipeOpt = None, profile: ProfileOpt = None, dry_run: DryRunOpt = False,
@@ -21,8 +22,8 @@ def serve(recipe: RecipeOpt = None, profile: ProfileOpt = None, dry_run: DryRunO
         for action in serve_stage.plan(ctx):
             print_action(action)
         return
-    run = ctx.state.read()["runs"].get(ctx.run_id or "", {})
-    if run.get("status") not in ACTIVE or run.get("name") != ctx.need_recipe().run.name:
+    run = ctx.state.read()["runs"].get(ctx.run_id or "")
+    if run is None or run["status"] not in RUN_ACTIVE or run["name"] != ctx.need_recipe().run.name:
         start_run(ctx)
     records = serve_stage.apply(ctx)
     if json_out:

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from rl360cli.commands.common import JsonFlag, ProfileOpt, context, out, print_json
 from rl360cli.stages.status import StatusReport, reconcile
+from rl360cli.state import ComponentRecord, ComponentStatus, RunStatus
 
 # Running components of one kind in a tier beyond this many are shown as one row (`--json` has them all).
 COLLAPSE_OVER = 8
@@ -28,8 +29,8 @@ def status(profile: ProfileOpt = None, json_out: JsonFlag = False) -> None:
         print_json(report.to_dict())
     else:
         render(report)
-    run = report.runs.get(report.current_run or "", {})
-    if report.failed or run.get("status") == "failed":
+    run = report.runs.get(report.current_run or "")
+    if report.failed or (run is not None and run["status"] == RunStatus.FAILED):
         raise typer.Exit(3)
 
 
@@ -68,11 +69,11 @@ def render(report: StatusReport) -> None:
         out.print("nothing is provisioned or running; start with `rl360 up`")
 
 
-def component_rows(components: dict[str, dict]) -> list[tuple[str, ...]]:
+def component_rows(components: dict[str, ComponentRecord]) -> list[tuple[str, ...]]:
     """One row per component; many running components of one kind in a tier (96 engines) share one row."""
     groups: dict[tuple[str, str], list[str]] = {}
     for cid, c in components.items():
-        if c.get("status") == "running":
+        if c["status"] == ComponentStatus.RUNNING:
             groups.setdefault((c.get("tier", "?"), c.get("kind", "?")), []).append(cid)
     collapsed = {cid for ids in groups.values() if len(ids) > COLLAPSE_OVER for cid in ids}
     rows = []
@@ -81,7 +82,7 @@ def component_rows(components: dict[str, dict]) -> list[tuple[str, ...]]:
             members = [components[cid] for cid in ids]
             ports = sorted(p for c in members for p in (c.get("ports") or {}).values())
             nodes = {c.get("node") for c in members}
-            rows.append((f"{tier}/{kind} ×{len(ids)}", "running", f"{len(nodes)} node(s)",
+            rows.append((f"{tier}/{kind} ×{len(ids)}", ComponentStatus.RUNNING, f"{len(nodes)} node(s)",
                          f"{ports[0]}–{ports[-1]}" if ports else "-",
                          min((c.get("started_at") or "") for c in members)[11:19], ""))
     for cid, c in sorted(components.items()):

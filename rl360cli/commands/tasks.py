@@ -32,7 +32,7 @@ def check(
     """
     from rl360cli.sandbox.check import check_tasks
     from rl360cli.sandbox.config import SandboxConfig
-    from rl360cli.sandbox.provider import make_provider
+    from rl360cli.sandbox.providers import make_provider
     from rl360cli.sandbox.task import load_task_set
     from rl360cli.sandbox.waves import node_images_from_state
 

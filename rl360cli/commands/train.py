@@ -10,7 +10,7 @@ import typer
 from rl360cli.commands.common import DryRunOpt, JsonFlag, ProfileOpt, RunOpt, context, print_action, print_json
 from rl360cli.errors import Rl360Error
 from rl360cli.stages import train as train_stage
-from rl360cli.stages.run import load_run_recipe
+from rl360cli.config import load_run_recipe
 
 
 def train(

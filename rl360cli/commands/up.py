@@ -13,7 +13,8 @@ from rl360cli.commands.common import (DryRunOpt, JsonFlag, ProfileOpt, RecipeOpt
                                       print_json)
 from rl360cli.stages import up_stages
 from rl360cli.stages.base import Action, Context
-from rl360cli.stages.run import recipe_with_overrides, start_run
+from rl360cli.config import recipe_with_overrides
+from rl360cli.stages.run import start_run
 
 DEFAULT_RECIPE = Path("recipes/local-smoke.toml")
 

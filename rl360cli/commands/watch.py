@@ -20,6 +20,7 @@ from rl360cli.logview import FINAL_RUN
 from rl360cli.metrics import read_metrics
 from rl360cli.stages.base import Context
 from rl360cli.stages.status import reconcile
+from rl360cli.state import COMPONENT_FINAL, RUN_FINAL, ComponentStatus, RunStatus, by_backend
 
 
 def watch_run(ctx: Context, *, quiet: bool = False, poll_s: float = 1.0) -> int:
@@ -41,7 +42,7 @@ def watch_run(ctx: Context, *, quiet: bool = False, poll_s: float = 1.0) -> int:
                 for row in rows[shown:]:
                     out.print(_line(row, run), markup=False, highlight=False)
                 shown = len(rows)
-            if run.get("status") in FINAL_RUN:
+            if run.get("status") in RUN_FINAL:
                 break
             time.sleep(poll_s)
     except KeyboardInterrupt:
@@ -61,17 +62,14 @@ def watch_run(ctx: Context, *, quiet: bool = False, poll_s: float = 1.0) -> int:
 def stop_serving(ctx: Context, run_id: str) -> None:
     """Stop the components of a run that has ended (its engines and router)."""
     doc = ctx.state.read()
-    mine = {cid: rec for cid, rec in doc["components"].items() if rec.get("run") == run_id}
-    by_backend: dict[str, dict] = {}
-    for cid, rec in mine.items():
-        by_backend.setdefault(rec.get("backend", "local"), {})[cid] = rec
-    for name, records in by_backend.items():
+    mine = {cid: rec for cid, rec in doc["components"].items() if rec["run"] == run_id}
+    for name, records in by_backend(mine).items():
         ctx.backend_named(name).stop(records, grace_s=10.0)
     with ctx.state.update() as doc:
         for cid in mine:
             rec = doc["components"].get(cid)
-            if rec is not None and rec.get("status") not in ("failed", "exited"):
-                rec["status"] = "stopped"
+            if rec is not None and rec["status"] not in COMPONENT_FINAL:
+                rec["status"] = ComponentStatus.STOPPED
     for cid in mine:
         ctx.event("up", "stop", cid, reason="run ended")
 
@@ -109,7 +107,7 @@ def _summary(run_id: str, run: dict, rows: list[dict], elapsed: float) -> Text:
     rewards = [r["reward_mean"] for r in rows if r.get("reward_mean") is not None]
     infra = sum(r.get("infra_failures", 0) for r in rows)
     text = Text(f"run {run_id} {run.get('status')} after {run.get('step', 0)} steps in {elapsed:.0f}s",
-                style="bold red" if run.get("status") == "failed" else "bold")
+                style="bold red" if run.get("status") == RunStatus.FAILED else "bold")
     if rewards:
         text.append(f"; reward {rewards[0]:.3f} → {rewards[-1]:.3f} (best {max(rewards):.3f})")
     text.append(f"; infra failures masked: {infra}")

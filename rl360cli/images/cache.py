@@ -4,6 +4,8 @@
                                   "started_at": iso, "attempts": int, "image_id": "sha256:...",
                                   "source": "prewarm" | "found", "superseded": ["sha256:...", ...]}
 
+(`NodeImage` in rl360cli/state.py; `state.node_images(doc, node)` reads a node's cache.)
+
 `ref` is the fully qualified tag reference (`127.0.0.1:5000/rl360/python:3.11`);
 `digest` is the manifest digest that tag points at on that node, so a
 consumer can tell a warm node (same digest as the registry) from a stale one.
@@ -18,14 +20,13 @@ Test: tests/images/test_prewarm_docker.py (through the stage).
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import urlparse
 
-from rl360cli.config import NodeSpec
-from rl360cli.state import now_iso
+from rl360cli.nodes.config import NodeSpec
+from rl360cli.state import NodeImage, NodeRecord, StateDoc, now_iso
 
 
-def node_record(doc: dict[str, Any], node: NodeSpec) -> dict[str, Any]:
+def node_record(doc: StateDoc, node: NodeSpec) -> NodeRecord:
     """The node's record in the state document, created (with what the profile says) if missing."""
     rec = doc["nodes"].setdefault(node.name, {})
     rec.setdefault("address", node_address(node))
@@ -52,12 +53,7 @@ def repo_name(ref: str) -> str:
     return head if sep and "/" not in tail else ref
 
 
-def cache_of(doc: dict[str, Any], node: str) -> dict[str, dict[str, Any]]:
-    """The recorded cache of `node` (empty when the state does not know the node)."""
-    return (doc["nodes"].get(node) or {}).get("images") or {}
-
-
-def set_pulled(rec: dict[str, Any], ref: str, *, digest: str, size: int | None, started_at: str, pulled_at: str,
+def set_pulled(rec: NodeRecord, ref: str, *, digest: str, size: int | None, started_at: str, pulled_at: str,
                seconds: float, attempts: int, image_id: str | None) -> None:
     images = rec.setdefault("images", {})
     superseded = _superseded(images.get(ref), digest)
@@ -66,12 +62,12 @@ def set_pulled(rec: dict[str, Any], ref: str, *, digest: str, size: int | None, 
                    "superseded": superseded}
 
 
-def set_found(rec: dict[str, Any], ref: str, *, digest: str, size: int, image_id: str,
+def set_found(rec: NodeRecord, ref: str, *, digest: str, size: int, image_id: str,
               tagged_at: str | None) -> None:
     """Record an image the node already holds; an existing record with the same digest is kept as it is."""
     images = rec.setdefault("images", {})
     old = images.get(ref)
-    if old and old.get("digest") == digest:
+    if old and old["digest"] == digest:
         old["size"] = size
         return
     images[ref] = {"digest": digest, "size": size, "pulled_at": tagged_at or now_iso(), "seconds": 0.0,
@@ -79,17 +75,17 @@ def set_found(rec: dict[str, Any], ref: str, *, digest: str, size: int, image_id
                    "superseded": _superseded(old, digest)}
 
 
-def _superseded(old: dict[str, Any] | None, digest: str) -> list[str]:
+def _superseded(old: NodeImage | None, digest: str) -> list[str]:
     if not old:
         return []
     out = [d for d in old.get("superseded") or [] if d != digest]
-    if old.get("digest") and old["digest"] != digest and old["digest"] not in out:
+    if old["digest"] != digest and old["digest"] not in out:
         out.append(old["digest"])
     return out
 
 
-def expected_digests(doc: dict[str, Any]) -> dict[str, str]:
+def expected_digests(doc: StateDoc) -> dict[str, str]:
     """`{ref: digest}` the last prewarm resolved (for the admission controller's `image_digests`): a node whose
     record for `ref` holds another digest is stale, not warm."""
-    images = (doc.get("prewarm") or {}).get("images") or {}
-    return {entry["ref"]: entry["digest"] for entry in images.values() if entry.get("ref") and entry.get("digest")}
+    prewarm = doc.get("prewarm")
+    return {entry["ref"]: entry["digest"] for entry in prewarm["images"].values()} if prewarm else {}

@@ -22,13 +22,26 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rl360cli.configload import ConfigError, load_toml
+from rl360cli.backends.config import TIERS
+from rl360cli.configload import NAME, ConfigError, load_toml
 
-TIERS = ("service", "training", "rollout")
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _REPO = re.compile(r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RegistrySpec:
+    """The registry the nodes pull from (a cluster profile's `[registry]`)."""
+
+    address: str = "127.0.0.1:5000"
+    # Image pulls in flight at once across all nodes, to stay within the registry's capacity.
+    max_concurrent_pulls: int = 8
+    insecure: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_pulls < 1:
+            raise ValueError(f"max_concurrent_pulls must be at least 1 (got {self.max_concurrent_pulls})")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -130,7 +143,7 @@ class ImageList:
 
     def __post_init__(self) -> None:
         for name in self.images:
-            if not _NAME.match(name):
+            if not NAME.match(name):
                 raise ValueError(f"image name {name!r} must be lowercase letters, digits, '.', '_' or '-'")
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from rl360cli.config import NodeSpec
+from rl360cli.nodes.config import NodeSpec
 from rl360cli.errors import Rl360Error
 from rl360cli.images.config import ImageSpec
 
@@ -83,9 +83,6 @@ class PinMap:
     # Planned bytes on each node, and each node's budget.
     disk: dict[str, int] = field(default_factory=dict)
     budget: dict[str, int] = field(default_factory=dict)
-
-    def images_on(self, node: str) -> list[str]:
-        return [p.name for p in self.placements.values() if node in p.nodes]
 
 
 def slots(node: NodeSpec, spec: ImageSpec) -> int:

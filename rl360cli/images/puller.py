@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from rl360cli.images.config import ImageRef
-from rl360cli.nodes.runtime import NodeError, NodeRuntime
+from rl360cli.nodes.base import NodeError, NodeRuntime
 from rl360cli.state import now_iso
 
 

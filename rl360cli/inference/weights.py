@@ -2,7 +2,7 @@
 
 The protocol is SGLang's. `/init_weights_update_group` makes this engine rank
 `rank_offset` of a stateless group whose rank 0 is the trainer
-(`rl360cli.trainer.process_group`). Each `/update_weights_from_distributed`
+(`rl360cli.inference.process_group`). Each `/update_weights_from_distributed`
 call names one bucket (names, dtypes, shapes); rank 0 broadcasts the tensors
 one by one in that order; once all have arrived they are copied into the
 model's parameters by their Hugging Face names (`model.layers.0.mlp.up_proj.weight`).
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from rl360cli.inference.protocol import InitWeightsUpdateGroup, UpdateWeightsFromDistributed
-from rl360cli.trainer.process_group import StatelessGroup
+from rl360cli.inference.process_group import StatelessGroup
 
 
 class WeightLoadError(ValueError):

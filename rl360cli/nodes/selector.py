@@ -5,7 +5,7 @@ A selector is a comma-separated list of items; each item is a node name
 (`tier:rollout`). A name or range that names a node the profile does not list
 is an error naming the profile's nodes; so is a glob or tier that matches none.
 
-    nodes = select_nodes(profile, "n[1-2],tier:service", where="cluster/dev-docker.toml")
+    nodes = select_nodes(profile.nodes, "n[1-2],tier:service", profile=profile.name, where="cluster/dev-docker.toml")
 
 Test: tests/images/test_selector.py.
 """
@@ -14,29 +14,30 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Sequence
 
-from rl360cli.config import ClusterProfile, NodeSpec
 from rl360cli.errors import Rl360Error
+from rl360cli.nodes.config import NodeSpec
 
 _RANGE = re.compile(r"^([^\[\]]*)\[([0-9,\-]+)\]([^\[\]]*)$")
 
 
-def select_nodes(profile: ClusterProfile, selector: str | None, *, where: str = "") -> list[NodeSpec]:
-    """The selected nodes, in the profile's order."""
-    source = f"profile '{profile.name}'" + (f" ({where})" if where else "")
-    if not profile.nodes:
+def select_nodes(nodes: Sequence[NodeSpec], selector: str | None, *, profile: str, where: str = "") -> list[NodeSpec]:
+    """The selected ones of a profile's `nodes`, in the profile's order (`profile` names it in errors)."""
+    source = f"profile '{profile}'" + (f" ({where})" if where else "")
+    if not nodes:
         raise Rl360Error(f"{source} lists no nodes",
                          "add [[nodes]] tables with name and docker_host (see cluster/dev-docker.toml)")
     if selector is None or not selector.strip():
-        return list(profile.nodes)
-    names = [n.name for n in profile.nodes]
+        return list(nodes)
+    names = [n.name for n in nodes]
     chosen: set[str] = set()
     for item in _split(selector):
         if item.startswith("tier:"):
             tier = item[len("tier:"):]
-            hit = {n.name for n in profile.nodes if n.tier == tier}
+            hit = {n.name for n in nodes if n.tier == tier}
             if not hit:
-                tiers = sorted({n.tier for n in profile.nodes})
+                tiers = sorted({n.tier for n in nodes})
                 raise Rl360Error(f"--nodes {item}: no node of {source} is in tier '{tier}'",
                                  f"use one of: {', '.join('tier:' + t for t in tiers)}")
         elif _RANGE.match(item) or not any(c in item for c in "*?["):
@@ -50,7 +51,7 @@ def select_nodes(profile: ClusterProfile, selector: str | None, *, where: str = 
             if not hit:
                 raise Rl360Error(f"--nodes {item}: matches no node of {source}", f"use one of: {', '.join(names)}")
         chosen |= hit
-    return [n for n in profile.nodes if n.name in chosen]
+    return [n for n in nodes if n.name in chosen]
 
 
 def _split(selector: str) -> list[str]:

@@ -22,7 +22,7 @@ import subprocess
 from dataclasses import dataclass
 
 from rl360cli.backends.slurm_cmd import slurm_env
-from rl360cli.nodes.runtime import LocalImage, NodeError
+from rl360cli.nodes.base import LocalImage, NodeError
 
 _LIST_IMAGES = ('ids=$(docker image ls -q --no-trunc | sort -u); '
                 '[ -z "$ids" ] || docker image inspect --format "{{json .}}" $ids')

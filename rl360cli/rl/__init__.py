@@ -1,21 +1,20 @@
 """The RL core: trajectories, GRPO advantages and loss, filtering and infra-failure masking.
 
-A pure library (no processes, no network). Modules:
-- `outcome`: the failure taxonomy (`Outcome`, `InfraCause`); standard library only.
+A pure library: the math and the data, no processes, no network, nothing of the orchestrator
+(tests/test_architecture.py holds it to that). It uses the failure taxonomy of `rl360cli.outcome`.
+Modules:
 - `config`: `GRPOConfig`; no torch.
 - `trajectory`, `compaction`: one task attempt, its serialisation and compaction (numpy, msgpack).
 - `grpo`: `group_advantages`, `policy_loss`, `aggregate_loss`, `kl_penalty` (torch).
 - `batch`, `train_batch`: `build_batch` -> (`TrainBatch`, `BatchReport`), micro-batches (torch).
 
-Names are importable from here too; each is loaded on first use, so importing `rl360cli.rl.outcome`
-(what the sandbox layer does) does not import torch.
+Names are importable from here too; each is loaded on first use, so importing `rl360cli.rl.config`
+(what the recipe loader does) does not import torch.
 """
 
 import importlib
 
 _EXPORTS = {
-    "Outcome": "outcome",
-    "InfraCause": "outcome",
     "GRPOConfig": "config",
     "Trajectory": "trajectory",
     "CompactionReport": "compaction",

@@ -107,17 +107,14 @@ def build_batch(
     """The training batch of the kept samples (None when nothing is kept) and the report.
 
     Kept samples appear in input order; `TrainBatch.indices` maps each back to its position in
-    `trajectories`. Raises `ValueError` for a (group_id, sample_index) given twice (a retried
-    attempt delivered twice would count double) and for a sample newer than `current_version`.
+    `trajectories`. The settings are taken as given: `GRPOConfig` validated them (pass
+    `**config.batch_kwargs()`). Raises `ValueError` for a (group_id, sample_index) given twice (a
+    retried attempt delivered twice would count double), for a sample newer than `current_version`
+    and for `max_staleness` without `current_version`.
     """
-    if isinstance(min_valid, bool) or not isinstance(min_valid, int) or min_valid < 2:
+    if max_staleness is not None and current_version is None:
         raise ValueError(
-            f"min_valid must be an integer >= 2 (got {min_valid!r}); a group needs two samples for a baseline"
-        )
-    if max_staleness is not None and (max_staleness < 0 or current_version is None):
-        raise ValueError(
-            f"max_staleness={max_staleness} needs max_staleness >= 0 and current_version "
-            f"(got current_version={current_version}); pass the trainer's policy version"
+            f"max_staleness={max_staleness} needs current_version (got None); pass the trainer's policy version"
         )
 
     masked_by_cause: Counter[str] = Counter()

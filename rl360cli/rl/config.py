@@ -2,7 +2,10 @@
 
 Imports nothing heavy, so `rl360 plan` can check a recipe without torch. The trainer hands the
 fields on with `build_batch(trajectories, **config.batch_kwargs())` and
-`policy_loss(..., **config.loss_kwargs())`.
+`policy_loss(..., **config.loss_kwargs())`. `__post_init__` is the one place the settings are
+checked: `build_batch`, `policy_loss` and `aggregate_loss` take them as given (and check only
+their inputs), so a bad value is refused once, when the recipe is loaded, not on every
+micro-batch.
 """
 
 import math

@@ -10,18 +10,32 @@ that results compare one to one; where rl360 differs it says so and why:
 - masked positions are selected out with `torch.where` before anything is computed from them, so
   their gradient is exactly zero even when the padding holds garbage (NaN, inf).
 
+The loss is built from small pure functions, and `policy_loss` is their composition (a trainer
+that needs another loss composes them itself):
+
+    log_ratio = log_importance_ratio(logprobs, old_logprobs, mask); ratio = log_ratio.exp()
+    pg = clipped_pg_losses(ratio, token_advantages, clip_low=..., clip_high=..., clip_c=...)
+    tis = truncated_is_weights(old_logprobs, rollout_logprobs, mask, tis_cap=...)     # optional
+    pg_loss = aggregate_loss(pg.losses * tis.weights, mask, aggregation, denominator=...)
+    kl_loss = aggregate_loss(kl_penalty(logprobs, ref_logprobs, estimator, mask=mask), mask, ...)
+    stats = loss_stats(mask, loss=..., pg_loss=..., kl_loss=..., ratio=..., log_ratio=..., pg=pg, tis=tis)
+
+Settings (clip_low, aggregation, tis_cap, ...) are validated once, by `GRPOConfig` when the recipe
+is loaded; these functions take them as given and check only their inputs (shapes, and that the
+optional terms get the tensors they need). A mode outside the valid ones is a KeyError, never a
+fallback to another mode.
+
 Micro-batching: a loss split over micro-batches equals the whole batch's loss when every part is
 divided by the whole batch's denominator; pass `denominator=micro_batch.loss_denominator(...)`.
 """
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
-
-from rl360cli.rl.config import AGGREGATIONS, KL_ESTIMATORS
 
 LOG_RATIO_CLAMP = 20.0
 """log(pi / pi_old) is clamped to +-20 before exp, as verl does: exp(20) is finite in float32."""
@@ -53,8 +67,6 @@ def group_advantages(
         raise ValueError(f"rewards must be one-dimensional (got shape {tuple(values.shape)})")
     if not torch.isfinite(values).all():
         raise ValueError("rewards must be finite; an attempt without a reward is an infra failure, masked before this")
-    if eps < 0:
-        raise ValueError(f"eps must be >= 0 (got {eps})")
     index, num_groups = _dense_group_index(group_ids, values.shape[0], values.device)
     if values.shape[0] == 0:
         return values.to(out_dtype)
@@ -76,14 +88,95 @@ def group_advantages(
     return advantages.to(out_dtype)
 
 
-def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
-    """Per-token estimate of KL(pi || pi_ref) from the sampled tokens' logprobs.
+def kl_penalty(
+    logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    estimator: str = "k3",
+    *,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from the sampled tokens' logprobs; 0 off `mask` (bool).
 
     k1: log pi - log pi_ref. k2: half its square. k3 / low_var_kl (the same estimator): with
     d = log pi_ref - log pi clamped to +-20, exp(d) - d - 1, clamped to +-10 (Schulman, "Approximating
     KL divergence", 2020; verl's clamps).
     """
-    return _kl_from_log_ratio(logprobs - ref_logprobs, estimator)
+    log_ratio = logprobs - ref_logprobs
+    if mask is not None:
+        # Selected before the estimator's exp, so that garbage off the mask cannot reach the gradient.
+        log_ratio = torch.where(mask, log_ratio, 0.0)
+    return _KL_ESTIMATES[estimator](log_ratio)
+
+
+def log_importance_ratio(logprobs: torch.Tensor, base_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """log(pi / pi_base) per token, clamped to +-20 so that its exp is finite; 0 off `mask` (bool).
+
+    No gradient flows into `base_logprobs` (the behaviour policy's, or the rollout engine's).
+    """
+    # Select before computing, so that garbage in masked positions cannot reach the gradient.
+    log_ratio = torch.where(mask, logprobs - base_logprobs.detach(), 0.0)
+    return log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
+class PGLosses:
+    """Per-token clipped policy-gradient losses and where each clip acted, [B, T]."""
+
+    losses: torch.Tensor
+    # max(-A * ratio, -A * clamp(ratio, 1 - clip_low, 1 + clip_high)), bounded by the dual clip.
+    clipped: torch.Tensor
+    # bool: PPO clipping raised the token's loss (the clipped term won the max).
+    dual_clipped: torch.Tensor
+    # bool: the dual clip bounded the token's loss (all False without clip_c).
+
+
+def clipped_pg_losses(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    clip_c: float | None = None,
+) -> PGLosses:
+    """PPO-clip token losses from the importance ratio and the per-token advantages (0 off the mask).
+
+    loss = max(-A * ratio, -A * clamp(ratio, 1 - clip_low, 1 + clip_high)); with `clip_c`, a token
+    with A < 0 is further bounded by -A * clip_c (dual clip, Ye et al. 2020), so that a huge ratio
+    on a bad token cannot dominate the step.
+    """
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    losses = torch.maximum(unclipped, clipped)
+    dual_clipped = torch.zeros_like(losses, dtype=torch.bool)
+    if clip_c is not None:
+        bound = -advantages * clip_c
+        negative = advantages < 0
+        dual_clipped = negative & (losses > bound)
+        losses = torch.where(negative, torch.minimum(losses, bound), losses)
+    return PGLosses(losses=losses, clipped=clipped > unclipped, dual_clipped=dual_clipped)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
+class TISWeights:
+    """Truncated importance-sampling weights, [B, T], without gradient."""
+
+    weights: torch.Tensor
+    # min(exp(old - rollout), tis_cap); 1 off the mask.
+    capped: torch.Tensor
+    # bool: the weight hit tis_cap.
+
+
+def truncated_is_weights(
+    old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mask: torch.Tensor, *, tis_cap: float
+) -> TISWeights:
+    """Each token's weight min(pi_old / pi_rollout, tis_cap), from log-probs with the +-20 clamp.
+
+    For a trainer that recomputes `old_logprobs` with its own engine: the weight corrects for the
+    rollout engine's probabilities differing slightly from the trainer's, and the cap bounds the
+    variance the correction adds.
+    """
+    raw = torch.exp(log_importance_ratio(old_logprobs.detach(), rollout_logprobs, mask))
+    return TISWeights(weights=raw.clamp(max=tis_cap), capped=raw > tis_cap)
 
 
 def aggregate_loss(
@@ -105,32 +198,46 @@ def aggregate_loss(
     divisor (the loss-token count, the sequence count or norm_tokens): pass the whole batch's
     when summing micro-batch losses.
     """
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)} (got {aggregation!r})")
-    if loss_mat.dim() != 2 or loss_mat.shape != loss_mask.shape:
-        raise ValueError(
-            "loss_mat and loss_mask must both be [batch, tokens] "
-            f"(got {tuple(loss_mat.shape)} and {tuple(loss_mask.shape)})"
-        )
-    mask = loss_mask if loss_mask.dtype == torch.bool else loss_mask > 0
-    selected = torch.where(mask, loss_mat, torch.zeros_like(loss_mat))
+    _check_shapes("loss_mat", loss_mat, loss_mask=loss_mask)
+    mask = _bool_mask(loss_mask)
+    selected = torch.where(mask, loss_mat, 0.0)
     tokens_per_seq = mask.sum(dim=-1)
-    if aggregation == "seq-mean-token-mean":
-        total = (selected.sum(dim=-1) / tokens_per_seq.clamp(min=1)).sum()
-    else:
-        total = selected.sum()
+    total = _AGGREGATED_SUMS[aggregation](selected, tokens_per_seq)
     if denominator is None:
-        if aggregation == "token-mean":
-            divisor = mask.sum()
-        elif aggregation == "seq-mean-token-sum-norm":
-            divisor = norm_tokens if norm_tokens is not None else loss_mask.shape[-1]
-        else:
-            divisor = (tokens_per_seq > 0).sum()
-        # No loss tokens at all: the sum is zero and so is the loss.
-        return total / max(int(divisor), 1)
+        # No loss tokens at all: the sum is zero and so is the loss (the divisor is at least 1).
+        return total / aggregation_divisor(
+            aggregation,
+            num_loss_tokens=mask.sum(),
+            num_loss_seqs=(tokens_per_seq > 0).sum(),
+            width=loss_mask.shape[-1],
+            norm_tokens=norm_tokens,
+        )
     if not denominator > 0:
         raise ValueError(f"denominator must be > 0 (got {denominator}); pass the whole batch's loss_denominator()")
     return total / denominator
+
+
+def aggregation_divisor(
+    aggregation: str,
+    *,
+    num_loss_tokens: int | torch.Tensor,
+    num_loss_seqs: int | torch.Tensor,
+    width: int,
+    norm_tokens: int | None = None,
+) -> int:
+    """What `aggregate_loss` divides the summed token losses by under `aggregation`, at least 1.
+
+    `num_loss_seqs` counts sequences with at least one loss token; `width` is the padded width,
+    the divisor of seq-mean-token-sum-norm without `norm_tokens`. Counts may be 0-d tensors: only
+    the one the mode needs is copied to the host.
+    """
+    divisors = {
+        "token-mean": num_loss_tokens,
+        "seq-mean-token-mean": num_loss_seqs,
+        "seq-mean-token-sum": num_loss_seqs,
+        "seq-mean-token-sum-norm": width if norm_tokens is None else norm_tokens,
+    }
+    return max(int(divisors[aggregation]), 1)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -159,6 +266,44 @@ class LossStats:
     # Loss tokens in this call.
 
 
+def loss_stats(
+    mask: torch.Tensor,
+    *,
+    loss: torch.Tensor,
+    pg_loss: torch.Tensor,
+    kl_loss: torch.Tensor,
+    ratio: torch.Tensor,
+    log_ratio: torch.Tensor,
+    pg: PGLosses,
+    tis: TISWeights | None = None,
+) -> LossStats:
+    """The `LossStats` of one loss, with one device-to-host copy for all the figures, not one per figure."""
+    with torch.no_grad():
+        num_tokens = mask.sum()
+
+        def token_mean(values: torch.Tensor) -> torch.Tensor:
+            # float64, so that bfloat16 logprobs still give exact counts and fractions.
+            return torch.where(mask, values.double(), 0.0).sum() / num_tokens.clamp(min=1)
+
+        scalars = {"loss": loss, "pg_loss": pg_loss, "kl_loss": kl_loss}
+        token_values = {
+            "clip_frac": pg.clipped,
+            "clip_frac_lower": pg.dual_clipped,
+            "ratio_mean": ratio,
+            "approx_kl": ratio - 1.0 - log_ratio,
+            "tis_weight_mean": torch.ones_like(ratio) if tis is None else tis.weights,
+            "tis_clip_frac": torch.zeros_like(mask) if tis is None else tis.capped,
+        }
+        figures = torch.stack(
+            [
+                *(value.detach().double() for value in scalars.values()),
+                *(token_mean(values) for values in token_values.values()),
+                num_tokens.double(),
+            ]
+        ).tolist()
+    return LossStats(**dict(zip([*scalars, *token_values], figures)), num_tokens=int(figures[-1]))
+
+
 def policy_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -182,6 +327,7 @@ def policy_loss(
     Shapes: `logprobs` (with grad), `old_logprobs`, `loss_mask` and the optional logprobs are
     [B, T], aligned so that position t scores the same token in all of them; `advantages` is [B]
     (one per sequence, broadcast) or [B, T]. The other inputs are moved to `logprobs`' device.
+    The settings are taken as given: `GRPOConfig` validated them (pass `**config.loss_kwargs()`).
 
     Per token, with ratio = exp(clamp(logprobs - old_logprobs, -20, 20)) and advantage A:
     loss = max(-A * ratio, -A * clamp(ratio, 1 - clip_low, 1 + clip_high)); with `clip_c`, a token
@@ -195,24 +341,113 @@ def policy_loss(
     engine, pass the engine's `rollout_logprobs` and `tis_cap`; each token's loss is weighted by
     min(exp(old_logprobs - rollout_logprobs), tis_cap), without gradient.
     """
-    if logprobs.dim() != 2:
-        raise ValueError(f"logprobs must be [batch, tokens] (got shape {tuple(logprobs.shape)})")
-    others = {"old_logprobs": old_logprobs, "loss_mask": loss_mask, "ref_logprobs": ref_logprobs}
-    others["rollout_logprobs"] = rollout_logprobs
-    for name, tensor in others.items():
-        if tensor is not None and tensor.shape != logprobs.shape:
+    _check_shapes(
+        "logprobs", logprobs, old_logprobs=old_logprobs, loss_mask=loss_mask,
+        ref_logprobs=ref_logprobs, rollout_logprobs=rollout_logprobs,
+    )  # fmt: skip
+    _check_optional_terms(kl_coef, ref_logprobs, tis_cap, rollout_logprobs)
+    # Batches are built on the host; the logprobs come from the model, wherever it runs.
+    device = logprobs.device
+    mask = _bool_mask(loss_mask.to(device))
+    old_logprobs = old_logprobs.to(device)
+    token_advantages = _token_advantages(advantages, mask, dtype=logprobs.dtype)
+    log_ratio = log_importance_ratio(logprobs, old_logprobs, mask)
+    ratio = torch.exp(log_ratio)
+    pg = clipped_pg_losses(ratio, token_advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
+    token_losses = pg.losses
+    tis = None
+    if tis_cap is not None:
+        tis = truncated_is_weights(old_logprobs, rollout_logprobs.to(device), mask, tis_cap=tis_cap)
+        token_losses = token_losses * tis.weights
+    aggregate = partial(
+        aggregate_loss, loss_mask=mask, aggregation=aggregation, denominator=denominator, norm_tokens=norm_tokens
+    )
+    pg_loss = aggregate(token_losses)
+    kl_loss = torch.zeros((), dtype=logprobs.dtype, device=device)
+    # `!= 0` rather than `> 0`: GRPOConfig keeps kl_coef >= 0, and a weight given directly is
+    # applied as given, never silently dropped.
+    if kl_coef != 0:
+        kl_loss = aggregate(kl_penalty(logprobs, ref_logprobs.to(device).detach(), kl_estimator, mask=mask))
+    loss = pg_loss + kl_coef * kl_loss
+    stats = loss_stats(
+        mask, loss=loss, pg_loss=pg_loss, kl_loss=kl_loss, ratio=ratio, log_ratio=log_ratio, pg=pg, tis=tis
+    )
+    return loss, stats
+
+
+def _k1(log_ratio: torch.Tensor) -> torch.Tensor:
+    return log_ratio
+
+
+def _k2(log_ratio: torch.Tensor) -> torch.Tensor:
+    return 0.5 * log_ratio.square()
+
+
+def _k3(log_ratio: torch.Tensor) -> torch.Tensor:
+    d = (-log_ratio).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return (torch.exp(d) - d - 1.0).clamp(-K3_CLAMP, K3_CLAMP)
+
+
+_KL_ESTIMATES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "k1": _k1,
+    "k2": _k2,
+    "k3": _k3,
+    "low_var_kl": _k3,
+}
+"""KL estimate per token from log_ratio = log pi - log pi_ref, by estimator (config.KL_ESTIMATORS)."""
+
+
+def _sum_of_token_losses(selected: torch.Tensor, tokens_per_seq: torch.Tensor) -> torch.Tensor:
+    return selected.sum()
+
+
+def _sum_of_sequence_token_means(selected: torch.Tensor, tokens_per_seq: torch.Tensor) -> torch.Tensor:
+    return (selected.sum(dim=-1) / tokens_per_seq.clamp(min=1)).sum()
+
+
+_AGGREGATED_SUMS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "token-mean": _sum_of_token_losses,
+    "seq-mean-token-mean": _sum_of_sequence_token_means,
+    "seq-mean-token-sum": _sum_of_token_losses,
+    "seq-mean-token-sum-norm": _sum_of_token_losses,
+}
+"""What each aggregation (config.AGGREGATIONS) sums before `aggregation_divisor` divides it."""
+
+
+def _bool_mask(loss_mask: torch.Tensor) -> torch.Tensor:
+    return loss_mask if loss_mask.dtype == torch.bool else loss_mask > 0
+
+
+def _token_advantages(
+    advantages: torch.Tensor | Sequence[float], mask: torch.Tensor, *, dtype: torch.dtype
+) -> torch.Tensor:
+    """Advantages [B] (broadcast over tokens) or [B, T] as [B, T], 0 off the mask, without gradient."""
+    adv = torch.as_tensor(advantages, dtype=dtype, device=mask.device).detach()
+    if adv.dim() == 1:
+        if adv.shape[0] != mask.shape[0]:
+            raise ValueError(f"advantages [B] must have B={mask.shape[0]} entries (got {adv.shape[0]})")
+        adv = adv[:, None].expand(mask.shape)
+    elif adv.shape != mask.shape:
+        raise ValueError(f"advantages must be [B] or {tuple(mask.shape)} (got {tuple(adv.shape)})")
+    return torch.where(mask, adv, 0.0)
+
+
+def _check_shapes(name: str, tensor: torch.Tensor, **aligned: torch.Tensor | None) -> None:
+    """`tensor` is [batch, tokens] and each of the `aligned` tensors that is given has its shape."""
+    if tensor.dim() != 2:
+        raise ValueError(f"{name} must be [batch, tokens] (got shape {tuple(tensor.shape)})")
+    for other, value in aligned.items():
+        if value is not None and value.shape != tensor.shape:
             raise ValueError(
-                f"{name} must have the shape of logprobs {tuple(logprobs.shape)} (got {tuple(tensor.shape)})"
+                f"{other} must have the shape of {name} {tuple(tensor.shape)} (got {tuple(value.shape)})"
             )
-    if not (0.0 <= clip_low < 1.0 and clip_high >= 0.0):
-        raise ValueError(f"clip_low must be in [0, 1) and clip_high >= 0 (got {clip_low}, {clip_high})")
-    if clip_c is not None and not clip_c > 1.0:
-        raise ValueError(f"clip_c must be > 1 (got {clip_c}); use e.g. 3.0, or None to disable dual clip")
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)} (got {aggregation!r})")
-    if kl_estimator not in KL_ESTIMATORS:
-        raise ValueError(f"kl_estimator must be one of {', '.join(KL_ESTIMATORS)} (got {kl_estimator!r})")
-    if kl_coef < 0 or (kl_coef > 0 and ref_logprobs is None):
+
+
+def _check_optional_terms(
+    kl_coef: float, ref_logprobs: torch.Tensor | None, tis_cap: float | None, rollout_logprobs: torch.Tensor | None
+) -> None:
+    """The KL term and truncated importance sampling get the tensors they need."""
+    if kl_coef != 0 and ref_logprobs is None:
         raise ValueError(
             f"kl_coef > 0 needs ref_logprobs (got kl_coef={kl_coef}); pass the reference policy's logprobs"
         )
@@ -221,102 +456,6 @@ def policy_loss(
             "truncated importance sampling needs both rollout_logprobs and tis_cap; pass both "
             "(when the trainer recomputes old_logprobs) or neither"
         )
-    if tis_cap is not None and not tis_cap > 0:
-        raise ValueError(f"tis_cap must be > 0 (got {tis_cap})")
-
-    # Batches are built on the host; the logprobs come from the model, wherever it runs.
-    device = logprobs.device
-    old_logprobs = old_logprobs.to(device)
-    loss_mask = loss_mask.to(device)
-    ref_logprobs = None if ref_logprobs is None else ref_logprobs.to(device)
-    rollout_logprobs = None if rollout_logprobs is None else rollout_logprobs.to(device)
-    mask = loss_mask if loss_mask.dtype == torch.bool else loss_mask > 0
-    zeros = torch.zeros_like(logprobs)
-    adv = torch.as_tensor(advantages, dtype=logprobs.dtype, device=device).detach()
-    if adv.dim() == 1:
-        if adv.shape[0] != logprobs.shape[0]:
-            raise ValueError(f"advantages [B] must have B={logprobs.shape[0]} entries (got {adv.shape[0]})")
-        adv = adv[:, None].expand_as(logprobs)
-    elif adv.shape != logprobs.shape:
-        raise ValueError(f"advantages must be [B] or {tuple(logprobs.shape)} (got {tuple(adv.shape)})")
-    adv = torch.where(mask, adv, zeros)
-
-    # Select before computing, so that garbage in masked positions cannot reach the gradient.
-    log_ratio = torch.where(mask, logprobs - old_logprobs.detach(), zeros).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
-    pg_unclipped = -adv * ratio
-    pg_clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    pg_losses = torch.maximum(pg_unclipped, pg_clipped)
-    dual_clipped = torch.zeros_like(mask)
-    if clip_c is not None:
-        bound = -adv * clip_c
-        dual_clipped = (adv < 0) & (pg_losses > bound)
-        pg_losses = torch.where(adv < 0, torch.minimum(pg_losses, bound), pg_losses)
-
-    tis_weight = torch.ones_like(logprobs)
-    tis_capped = torch.zeros_like(mask)
-    if tis_cap is not None:
-        log_w = torch.where(mask, old_logprobs - rollout_logprobs, zeros).detach()
-        log_w = log_w.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        raw_weight = torch.exp(log_w)
-        tis_capped = raw_weight > tis_cap
-        tis_weight = raw_weight.clamp(max=tis_cap)
-        pg_losses = pg_losses * tis_weight
-
-    pg_loss = aggregate_loss(pg_losses, mask, aggregation, denominator=denominator, norm_tokens=norm_tokens)
-    kl_loss = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
-    if kl_coef > 0:
-        kl_mat = _kl_from_log_ratio(torch.where(mask, logprobs - ref_logprobs.detach(), zeros), kl_estimator)
-        kl_loss = aggregate_loss(kl_mat, mask, aggregation, denominator=denominator, norm_tokens=norm_tokens)
-    loss = pg_loss + kl_coef * kl_loss
-
-    with torch.no_grad():
-        num_tokens = mask.sum()
-
-        def token_mean(values: torch.Tensor) -> torch.Tensor:
-            # float64, so that bfloat16 logprobs still give exact counts and fractions.
-            return torch.where(mask, values.double(), 0.0).sum() / num_tokens.clamp(min=1)
-
-        # One device-to-host copy for all the figures, not one per figure.
-        figures = torch.stack(
-            [
-                loss.detach().double(),
-                pg_loss.detach().double(),
-                kl_loss.detach().double(),
-                token_mean(pg_clipped > pg_unclipped),
-                token_mean(dual_clipped),
-                token_mean(ratio),
-                token_mean(ratio - 1.0 - log_ratio),
-                token_mean(tis_weight),
-                token_mean(tis_capped),
-                num_tokens.double(),
-            ]
-        ).tolist()
-    stats = LossStats(
-        loss=figures[0],
-        pg_loss=figures[1],
-        kl_loss=figures[2],
-        clip_frac=figures[3],
-        clip_frac_lower=figures[4],
-        ratio_mean=figures[5],
-        approx_kl=figures[6],
-        tis_weight_mean=figures[7],
-        tis_clip_frac=figures[8],
-        num_tokens=int(figures[9]),
-    )
-    return loss, stats
-
-
-def _kl_from_log_ratio(log_ratio: torch.Tensor, estimator: str) -> torch.Tensor:
-    """KL estimate per token from log_ratio = log pi - log pi_ref."""
-    if estimator == "k1":
-        return log_ratio
-    if estimator == "k2":
-        return 0.5 * log_ratio.square()
-    if estimator in ("k3", "low_var_kl"):
-        d = (-log_ratio).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        return (torch.exp(d) - d - 1.0).clamp(-K3_CLAMP, K3_CLAMP)
-    raise ValueError(f"kl_estimator must be one of {', '.join(KL_ESTIMATORS)} (got {estimator!r})")
 
 
 def _dense_group_index(

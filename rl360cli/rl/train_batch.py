@@ -29,7 +29,7 @@ from typing import overload
 import numpy as np
 import torch
 
-from rl360cli.rl.config import AGGREGATIONS
+from rl360cli.rl.grpo import aggregation_divisor
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -235,6 +235,11 @@ class MicroBatches(Sequence[MicroBatch]):
         for rows in self._rows:
             yield self._batch._pad(rows)
 
+    def shard(self, rank: int, world: int) -> "MicroBatches":
+        """The share of data-parallel rank `rank` of `world`: every `world`-th micro-batch from `rank`
+        (round robin), still padded when taken."""
+        return MicroBatches(self._batch, self._rows[rank::world])
+
 
 def pack_sequences(
     token_ids: list[np.ndarray],
@@ -278,13 +283,14 @@ def pack_sequences(
 
 
 def _loss_denominator(totals: _Denominators, aggregation: str, norm_tokens: int | None) -> float:
-    if aggregation == "token-mean":
-        divisor = totals.num_loss_tokens
-    elif aggregation in ("seq-mean-token-mean", "seq-mean-token-sum"):
-        divisor = totals.num_loss_seqs
-    elif aggregation == "seq-mean-token-sum-norm":
-        divisor = norm_tokens if norm_tokens is not None else totals.width
-    else:
-        raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)} (got {aggregation!r})")
-    # A batch without loss tokens has a zero loss; 1 keeps the division defined.
-    return float(max(divisor, 1))
+    # The same divisor aggregate_loss would take over the whole batch at once (at least 1, so that a
+    # batch without loss tokens has a zero loss).
+    return float(
+        aggregation_divisor(
+            aggregation,
+            num_loss_tokens=totals.num_loss_tokens,
+            num_loss_seqs=totals.num_loss_seqs,
+            width=totals.width,
+            norm_tokens=norm_tokens,
+        )
+    )

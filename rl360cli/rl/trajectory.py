@@ -33,7 +33,7 @@ import msgpack
 import numpy as np
 
 from rl360cli.rl.compaction import DEFAULT_MAX_LOG_CHARS, CompactionReport, compact_metadata
-from rl360cli.rl.outcome import InfraCause, Outcome
+from rl360cli.outcome import InfraCause, Outcome
 
 SCHEMA_VERSION = 1
 """The serialisation schema this code writes and the newest it reads."""

@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rl360cli.rl.outcome import InfraCause, Outcome
+from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.sandbox.provider import ExecResult, Sandbox, SandboxProvider
 from rl360cli.sandbox.task import Task, resolve_env
 from rl360cli.sandbox.taxonomy import Event, InfraError, ModelFailure, Observed, SandboxError, classify

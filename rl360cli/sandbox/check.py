@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rl360cli.rl.outcome import Outcome
+from rl360cli.outcome import Outcome
 from rl360cli.sandbox.attempt import AttemptResult, noop_agent, oracle_agent
 from rl360cli.sandbox.task import Task
 

@@ -49,7 +49,7 @@ from rl360cli.sandbox.task import resolve_env
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 
 if TYPE_CHECKING:
-    from rl360cli.config import NodeSpec
+    from rl360cli.nodes.config import NodeSpec
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class DockerProvider(SandboxProvider):
         timeout = None if stream else 60
         try:
             if spec.docker_host.startswith("ssh://"):
-                from rl360cli.nodes.runtime import docker_client
+                from rl360cli.nodes.docker_runtime import docker_client
 
                 client = docker_client(spec, timeout_s=timeout or 3600).api
             else:

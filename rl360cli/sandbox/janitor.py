@@ -1,6 +1,6 @@
 """Remove sandboxes: the ones the state file records, and every one a run left behind, found by label.
 
-`remove_all(profile, records)` is what `rl360 down` calls: on every node daemon
+`remove_all(profile.nodes, records)` is what `rl360 down` calls: on every node daemon
 of the profile it removes each container labelled `rl360.managed=true` (so
 it also finds what an orchestrator that crashed never recorded), and on this
 machine it kills every process sandbox of the records and every sandbox
@@ -22,27 +22,28 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rl360cli.backends import procinfo
+from rl360cli.nodes.docker_runtime import docker_api
 from rl360cli.sandbox.provider import MANAGED_LABEL
 
 if TYPE_CHECKING:
-    from rl360cli.config import ClusterProfile
+    from rl360cli.nodes.config import NodeSpec
 
 # What the last call could not do (a node that did not answer, ...), one line each.
 last_problems: list[str] = []
 
 
-def remove_all(profile: ClusterProfile, sandbox_records: Mapping[str, Mapping[str, Any]], *,
+def remove_all(nodes: Sequence[NodeSpec], sandbox_records: Mapping[str, Mapping[str, Any]], *,
                runs: Collection[str] | None = None, process_root: Path | None = None) -> list[str]:
-    """Remove every rl360 sandbox of the profile's nodes and of this machine (only those of `runs`, if given:
+    """Remove every rl360 sandbox of the profile's `nodes` and of this machine (only those of `runs`, if given:
     `rl360 down` passes the runs its state file knows, so other users' sandboxes on shared nodes stay)."""
     last_problems.clear()
     removed = _remove_records(sandbox_records, runs=runs)
-    hosts = {node.docker_host: node for node in profile.nodes}
+    hosts = {node.docker_host: node for node in nodes}
     for rec in sandbox_records.values():
         if rec.get("provider") == "docker" and rec.get("docker_host") and rec["docker_host"] not in hosts:
             hosts[rec["docker_host"]] = None
@@ -52,30 +53,21 @@ def remove_all(profile: ClusterProfile, sandbox_records: Mapping[str, Mapping[st
     return removed
 
 
-def remove_records(profile: ClusterProfile | None, sandbox_records: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Remove exactly the recorded sandboxes (containers by id, process sandboxes by pid and folder)."""
+def remove_records(nodes: Sequence[NodeSpec], sandbox_records: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Remove exactly the recorded sandboxes (containers by id, process sandboxes by pid and folder); `nodes`
+    are the profile's, whose ssh keys reach the containers of ssh:// nodes."""
     last_problems.clear()
-    return _remove_records(sandbox_records, runs=None, profile=profile)
+    return _remove_records(sandbox_records, runs=None, nodes=nodes)
 
 
 # ----------------------------------------------------------------------------- docker
-
-
-def _client(host: str, node):
-    if node is not None and host.startswith("ssh://"):
-        from rl360cli.nodes.runtime import docker_client
-
-        return docker_client(node, timeout_s=30).api
-    import docker
-
-    return docker.APIClient(base_url=host, version="auto", timeout=30)
 
 
 def _sweep_daemon(host: str, node, *, runs: Collection[str] | None) -> list[str]:
     filters = {"label": [f"{MANAGED_LABEL}=true"]}
     name = node.name if node is not None else host
     try:
-        api = _client(host, node)
+        api = docker_api(host, node)
         containers = api.containers(all=True, filters=filters)
     except Exception as e:  # noqa: BLE001 — a node that does not answer is reported, not fatal
         last_problems.append(f"{name}: cannot list sandboxes ({_short(e)})")
@@ -95,16 +87,16 @@ def _sweep_daemon(host: str, node, *, runs: Collection[str] | None) -> list[str]
     return removed
 
 
-def _remove_container(rec: Mapping[str, Any], profile) -> str | None:
+def _remove_container(rec: Mapping[str, Any], nodes: Sequence[NodeSpec]) -> str | None:
     host = rec.get("docker_host")
     node = None
-    if profile is not None and rec.get("node"):
-        node = next((n for n in profile.nodes if n.name == rec["node"]), None)
+    if rec.get("node"):
+        node = next((n for n in nodes if n.name == rec["node"]), None)
         host = host or (node.docker_host if node else None)
     if not host or not rec.get("container_id"):
         return None
     try:
-        api = _client(host, node)
+        api = docker_api(host, node)
         api.remove_container(rec["container_id"], force=True, v=True)
         return f"{rec.get('node', host)}/{rec['container_id'][:12]}"
     except Exception as e:  # noqa: BLE001
@@ -124,13 +116,13 @@ def _process_root() -> Path:
 
 
 def _remove_records(records: Mapping[str, Mapping[str, Any]], *, runs: Collection[str] | None,
-                    profile=None) -> list[str]:
+                    nodes: Sequence[NodeSpec] = ()) -> list[str]:
     removed = []
     for sid, rec in records.items():
         if runs is not None and rec.get("run") not in runs:
             continue
         if rec.get("provider") == "docker":
-            done = _remove_container(rec, profile)
+            done = _remove_container(rec, nodes)
             if done:
                 removed.append(done)
         elif rec.get("provider") == "process":

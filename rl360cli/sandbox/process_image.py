@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rl360cli.sandbox import dockerfile
+from rl360cli.sandbox.isolation import DEFAULT_PATH, RESERVED, chown_tree, rlimit_args
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
@@ -112,8 +113,6 @@ class ProcessImages:
                 shutil.rmtree(work, ignore_errors=True)
 
     def _build(self, task, tree: Path) -> dict:
-        from rl360cli.sandbox.process import DEFAULT_PATH, RESERVED
-
         deadline = time.monotonic() + task.build_timeout_s
         context = task.dockerfile.parent
         try:
@@ -153,9 +152,7 @@ class ProcessImages:
             else:
                 raise _fail(task, f"{where} is not supported by the process provider; use the docker provider")
         if self.build_uid is not None:
-            from rl360cli.sandbox.process import _chown_tree
-
-            _chown_tree(tree, self.build_uid)
+            chown_tree(tree, self.build_uid)
         return {"env": image_env, "workdir": workdir if workdir != "/" else None, "base": base}
 
     @staticmethod
@@ -204,8 +201,6 @@ class ProcessImages:
                 shutil.copy2(item, goal)
 
     def _run(self, task, tree: Path, ins, workdir: str, env: dict, deadline: float, where: str) -> None:
-        from rl360cli.sandbox.process import rlimit_args
-
         words = ins.words()
         command = " ".join(_quote_words(words)) if ins.is_json_form() else ins.args
         (tree / "tmp").mkdir(exist_ok=True)
@@ -213,9 +208,7 @@ class ProcessImages:
         if workdir != "/":
             (tree / workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)
         if self.build_uid is not None:
-            from rl360cli.sandbox.process import _chown_tree
-
-            _chown_tree(tree, self.build_uid)
+            chown_tree(tree, self.build_uid)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise _fail(task, f"{where}: the build ran past build_timeout_sec ({task.build_timeout_s:g}s)")

@@ -1,6 +1,6 @@
-"""The one async interface every sandbox provider implements, its result type, and the factory.
+"""The one async interface every sandbox provider implements, and its result type.
 
-    provider = make_provider(recipe.sandbox, nodes=profile.nodes, run_id="r1")
+    provider = make_provider(recipe.sandbox, nodes=profile.nodes, run_id="r1")   # rl360cli.sandbox.providers
     sandbox = await provider.start(task, attempt_id="a1", labels={"rl360.run": "r1"})
     result = await sandbox.exec("python3 -m pytest -q", timeout_s=30)
     await sandbox.upload(task.tests_dir, "/tests")
@@ -8,9 +8,10 @@
 
 Providers: `process` (rl360cli/sandbox/process.py: bubblewrap + rlimits on
 this machine) and `docker` (rl360cli/sandbox/docker_provider.py: a container on
-a node's daemon). `make_provider` wraps the provider in fault injection when
+a node's daemon). `providers.make_provider` builds the one a recipe names and
+wraps it in fault injection (rl360cli/sandbox/faults.py) when
 `inject_failure_rate > 0` and in the admission controller
-(rl360cli/sandbox/waves.py), which is itself a `SandboxProvider`.
+(rl360cli/sandbox/waves.py); each wrapper is itself a `SandboxProvider`.
 
 A provider raises `SandboxError` (rl360cli/sandbox/taxonomy.py) for anything
 that is not the policy's doing: the image would not pull, the daemon went
@@ -21,19 +22,16 @@ does (exit codes, timeouts, limits) comes back in `ExecResult`.
 from __future__ import annotations
 
 import abc
-import hashlib
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 
 if TYPE_CHECKING:
-    from rl360cli.config import NodeSpec
     from rl360cli.sandbox.task import Task
 
 MANAGED_LABEL = "rl360.managed"
@@ -222,52 +220,6 @@ class SandboxProvider(abc.ABC):
         return ((getattr(config, "cpus", None) or task.cpus), (getattr(config, "memory_mb", None) or task.memory_mb))
 
 
-# ----------------------------------------------------------------------------- fault injection
-
-
-def injection_fires(seed: int, rate: float, attempt_id: str, operation: str) -> bool:
-    """Whether the failure injected for (attempt, operation) fires: a pure function, so runs are reproducible."""
-    if rate <= 0:
-        return False
-    digest = hashlib.sha256(f"{seed}:{attempt_id}:{operation}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < rate
-
-
-class FaultInjector(SandboxProvider):
-    """Fails `rate` of the starts and execs of the provider it wraps with `InfraCause.INJECTED`."""
-
-    def __init__(self, inner: SandboxProvider, *, rate: float, seed: int = 0):
-        self.inner = inner
-        self.rate = rate
-        self.seed = seed
-        self.name = inner.name
-        self.injected: list[tuple[str, str]] = []
-
-    def nodes(self) -> list[NodeCapacity]:
-        return self.inner.nodes()
-
-    def image_ref(self, task: Task) -> str:
-        return self.inner.image_ref(task)
-
-    def reservation(self, task: Task) -> tuple[float, int]:
-        return self.inner.reservation(task)
-
-    async def start(self, task: Task, *, attempt_id: str, labels: Mapping[str, str],
-                    node: str | None = None) -> Sandbox:
-        if injection_fires(self.seed, self.rate, attempt_id, "start"):
-            self.injected.append((attempt_id, "start"))
-            raise SandboxError(Event.INJECTED, "injected sandbox start failure", node=node, injected=True)
-        sandbox = await self.inner.start(task, attempt_id=attempt_id, labels=labels, node=node)
-        return _InjectedSandbox(sandbox, self)
-
-    async def detach(self, sandbox: Sandbox) -> dict[str, Any]:
-        inner = sandbox.inner if isinstance(sandbox, _InjectedSandbox) else sandbox
-        return await self.inner.detach(inner)
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-
 class WrappedSandbox(Sandbox):
     """A sandbox that adds one behaviour to another and hands every other call through to it."""
 
@@ -303,53 +255,6 @@ class WrappedSandbox(Sandbox):
 
     def info(self):
         return self.inner.info()
-
-
-class _InjectedSandbox(WrappedSandbox):
-    def __init__(self, inner: Sandbox, injector: FaultInjector):
-        super().__init__(inner)
-        self.injector = injector
-        self._execs = 0
-
-    async def exec(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None,
-                   user: str | None = None) -> ExecResult:
-        self._execs += 1
-        operation = f"exec{self._execs}"
-        if injection_fires(self.injector.seed, self.injector.rate, self.attempt_id, operation):
-            self.injector.injected.append((self.attempt_id, operation))
-            raise SandboxError(Event.INJECTED, f"injected failure of exec #{self._execs}", node=self.node,
-                               injected=True)
-        return await super().exec(command, timeout_s=timeout_s, env=env, user=user)
-
-
-# ----------------------------------------------------------------------------- factory
-
-
-def make_provider(config: SandboxConfig, *, nodes: Sequence[NodeSpec] = (), run_id: str = "",
-                  node_images: Mapping[str, Mapping[str, Any]] | None = None, admission: bool = True,
-                  max_concurrent_pulls: int = 8) -> SandboxProvider:
-    """The provider `config` names, with fault injection when asked, behind the admission controller.
-
-    `nodes` are the profile's Docker nodes (docker provider). `node_images` is what each node's cache
-    holds (`{node: {image_ref: digest or {"digest": ...}}}`, as `rl360 prewarm-images` records it in
-    the state file) for warm-first placement.
-    """
-    provider: SandboxProvider
-    if config.provider == "docker":
-        from rl360cli.sandbox.docker_provider import DockerProvider
-
-        provider = DockerProvider(nodes, config=config, run_id=run_id, max_concurrent_pulls=max_concurrent_pulls)
-    else:
-        from rl360cli.sandbox.process import ProcessProvider
-
-        provider = ProcessProvider(config, run_id=run_id)
-    if config.inject_failure_rate > 0:
-        provider = FaultInjector(provider, rate=config.inject_failure_rate, seed=config.inject_seed)
-    if admission:
-        from rl360cli.sandbox.waves import AdmissionController
-
-        provider = AdmissionController(provider, config=config, node_images=node_images)
-    return provider
 
 
 def sandbox_labels(labels: Mapping[str, str], *, run_id: str, task: Task, attempt_id: str) -> dict[str, str]:

@@ -39,6 +39,7 @@ from rl360cli.errors import Rl360Error
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.provider import NodeCapacity, Sandbox, SandboxProvider, WrappedSandbox
 from rl360cli.sandbox.taxonomy import Event, InfraError, SandboxError
+from rl360cli.state import StateDoc, node_images
 
 
 @dataclass(kw_only=True)
@@ -83,24 +84,18 @@ class _Node:
         return max(self.reserved_cpus / self.capacity.cpus, self.reserved_mb / self.capacity.memory_mb)
 
 
-def node_images_from_state(doc: Mapping[str, Any]) -> dict[str, dict[str, str | None]]:
-    """`{node: {image_ref: digest}}` from the state file's `nodes[name]["images"][ref] = {"digest": ...}`."""
-    out: dict[str, dict[str, str | None]] = {}
-    for name, node in (doc.get("nodes") or {}).items():
-        images = (node or {}).get("images") or {}
-        out[name] = {ref: _digest(entry) for ref, entry in images.items()}
-    return out
-
-
-def _digest(entry: Any) -> str | None:
-    if isinstance(entry, Mapping):
-        return entry.get("digest")
-    return entry if isinstance(entry, str) else None
+def node_images_from_state(doc: StateDoc) -> dict[str, dict[str, str | None]]:
+    """`{node: {image_ref: digest}}` (the controller's `node_images`) from the image caches the state file records
+    (`nodes[name]["images"][ref] = {"digest": ...}`, rl360cli/state.py `NodeImage`)."""
+    return {name: {ref: entry["digest"] for ref, entry in node_images(doc, name).items()} for name in doc["nodes"]}
 
 
 class AdmissionController(SandboxProvider):
+    """See the module docstring. `node_images` is what each node's cache holds, `{node: {image_ref: digest}}`
+    (a digest of None: the image is there, its digest unknown), as `node_images_from_state` reads it."""
+
     def __init__(self, provider: SandboxProvider, *, config: SandboxConfig,
-                 node_images: Mapping[str, Mapping[str, Any]] | None = None,
+                 node_images: Mapping[str, Mapping[str, str | None]] | None = None,
                  image_digests: Mapping[str, str] | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.inner = provider
@@ -110,7 +105,7 @@ class AdmissionController(SandboxProvider):
         self.nodes_state = {c.name: _Node(capacity=c) for c in provider.nodes()}
         for name, images in (node_images or {}).items():
             if name in self.nodes_state:
-                self.nodes_state[name].images = {ref: _digest(entry) for ref, entry in images.items()}
+                self.nodes_state[name].images = dict(images)
         # The digest each image ref should have (from the image list); a cached image with another digest is cold.
         self.image_digests = dict(image_digests or {})
         self.wave_size = config.wave_size

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from rl360cli import events
-from rl360cli.backends.base import FINAL, Backend, ComponentSpec
+from rl360cli.backends.base import Backend, ComponentSpec
 from rl360cli.config import ClusterProfile, Recipe, load_profile
 from rl360cli.errors import Rl360Error, RunFailed
-from rl360cli.state import StateFile, now_iso
+from rl360cli.state import COMPONENT_FINAL, ComponentRecord, ComponentStatus, StateDoc, StateFile, now_iso, profile_path
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -89,11 +89,11 @@ def new_run_id(recipe: Recipe) -> str:
     return f"{recipe.run.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
-def resolve_profile(doc: dict, explicit: Path | None, recipe: Recipe | None) -> tuple[ClusterProfile, Path]:
+def resolve_profile(doc: StateDoc, explicit: Path | None, recipe: Recipe | None) -> tuple[ClusterProfile, Path]:
     """The profile named on the command line, else the one the cluster (state `doc`) was provisioned
     with, else the recipe's, else the local one."""
     if explicit is None:
-        recorded = (doc.get("profile") or {}).get("path")
+        recorded = profile_path(doc)
         if recorded:
             explicit = Path(recorded)
         elif recipe is not None:
@@ -109,23 +109,23 @@ def resolve_profile(doc: dict, explicit: Path | None, recipe: Recipe | None) -> 
 def component_is_live(ctx: Context, cid: str) -> bool:
     """True if the state knows component `cid` and the backend sees it running now."""
     rec = ctx.state.read()["components"].get(cid)
-    if rec is None or rec.get("status") in FINAL:
+    if rec is None or rec["status"] in COMPONENT_FINAL:
         return False
-    return ctx.backend.observe({cid: rec})[cid].status == "running"
+    return ctx.backend.observe({cid: rec})[cid].status == ComponentStatus.RUNNING
 
 
-def start_component(ctx: Context, spec: ComponentSpec, *, ready_timeout_s: float = 120.0) -> dict:
+def start_component(ctx: Context, spec: ComponentSpec, *, ready_timeout_s: float = 120.0) -> ComponentRecord:
     """Start `spec` unless it already runs; record it; wait until its health URL answers."""
     if component_is_live(ctx, spec.id):
         ctx.say(f"{spec.id}: already running")
         ctx.event(spec.stage, "start", spec.id, "skipped", reason="already running")
         return ctx.state.read()["components"][spec.id]
     log_path = ctx.run_root / (spec.run or "cluster") / "logs" / f"{spec.tier}.{spec.name}.log"
-    record = ctx.backend.launch(spec, str(log_path))
+    record: ComponentRecord = ctx.backend.launch(spec, str(log_path))
     record.update(
         stage=spec.stage, tier=spec.tier, name=spec.name, kind=spec.kind, run=spec.run,
         ports=dict(spec.ports), url=spec.url, health_url=spec.health_url, started_at=now_iso(),
-        status="starting" if spec.health_url else "running", exit_code=None, reason=None,
+        status=ComponentStatus.STARTING if spec.health_url else ComponentStatus.RUNNING, exit_code=None, reason=None,
     )
     with ctx.state.update() as doc:
         doc["components"][spec.id] = record
@@ -145,21 +145,21 @@ def wait_healthy(ctx: Context, cid: str, url: str, *, timeout_s: float) -> None:
         try:
             with urllib.request.urlopen(url, timeout=2) as reply:
                 if reply.status == 200:
-                    _set_status(ctx, cid, "running")
+                    _set_status(ctx, cid, ComponentStatus.RUNNING)
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             pass
         rec = ctx.state.read()["components"][cid]
         seen = ctx.backend.observe({cid: rec})[cid]
-        if seen.status in FINAL:
-            _set_status(ctx, cid, "failed", exit_code=seen.exit_code, reason=seen.reason)
-            raise RunFailed(f"{cid} ended before it was ready ({seen.reason})", f"see its log {rec.get('log_path')}")
+        if seen.status in COMPONENT_FINAL:
+            _set_status(ctx, cid, ComponentStatus.FAILED, exit_code=seen.exit_code, reason=seen.reason)
+            raise RunFailed(f"{cid} ended before it was ready ({seen.reason})", f"see its log {rec['log_path']}")
         time.sleep(0.2)
-    _set_status(ctx, cid, "unknown", reason=f"not healthy after {timeout_s:g}s")
+    _set_status(ctx, cid, ComponentStatus.UNKNOWN, reason=f"not healthy after {timeout_s:g}s")
     raise RunFailed(f"{cid} did not answer {url} within {timeout_s:g}s", "see its log with `rl360 logs`")
 
 
-def _set_status(ctx: Context, cid: str, status: str, **fields: Any) -> None:
+def _set_status(ctx: Context, cid: str, status: ComponentStatus, **fields: Any) -> None:
     with ctx.state.update() as doc:
         rec = doc["components"].get(cid)
         if rec is not None:
@@ -167,10 +167,10 @@ def _set_status(ctx: Context, cid: str, status: str, **fields: Any) -> None:
             rec.update(fields)
 
 
-def _where(record: dict) -> str:
+def _where(record: ComponentRecord) -> str:
     if record.get("job_id"):
-        return f"job {record['job_id']} on {record.get('node')}"
-    return f"pid {record.get('pid')}"
+        return f"job {record['job_id']} on {record['node']}"
+    return f"pid {record['pid']}"
 
 
 def python_argv(module: str, *args: str) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ stopped leave the state file; the events log keeps their history.
 from __future__ import annotations
 
 from rl360cli.stages.base import Action, Context
+from rl360cli.state import RUN_ACTIVE, ComponentRecord, RunStatus, StateDoc, TierRecord, by_backend
 
 NAME = "down"
 
@@ -27,10 +28,7 @@ def plan(ctx: Context) -> list[Action]:
 
 def apply(ctx: Context, *, grace_s: float = 10.0) -> dict:
     doc = ctx.state.read()
-    by_backend: dict[str, dict[str, dict]] = {}
-    for cid, rec in doc["components"].items():
-        by_backend.setdefault(rec.get("backend", "local"), {})[cid] = rec
-    for name, records in by_backend.items():
+    for name, records in by_backend(doc["components"]).items():
         ctx.backend_named(name).stop(records, grace_s=grace_s)
         for cid in records:
             ctx.event(NAME, "stop", cid)
@@ -38,52 +36,45 @@ def apply(ctx: Context, *, grace_s: float = 10.0) -> dict:
 
     removed_sandboxes = _remove_sandboxes(ctx, doc)
 
-    tiers_by_backend: dict[str, dict[str, dict]] = {}
-    for name, tier in doc["tiers"].items():
-        tiers_by_backend.setdefault(tier.get("backend", "local"), {})[name] = tier
-    for name, tiers in tiers_by_backend.items():
+    for name, tiers in by_backend(doc["tiers"]).items():
         ctx.backend_named(name).release(tiers)
         for tier_name in tiers:
             ctx.event(NAME, "release", f"tier {tier_name}")
             ctx.say(f"tier {tier_name}: released")
 
     with ctx.state.update() as new:
-        for cid in by_backend_ids(by_backend):
+        for cid in doc["components"]:
             new["components"].pop(cid, None)
         for name in doc["tiers"]:
             new["tiers"].pop(name, None)
         for sid in removed_sandboxes:
             new["sandboxes"].pop(sid, None)
         for run in new["runs"].values():
-            if run.get("status") in ("running", "starting"):
-                run["status"] = "stopped"
+            if run["status"] in RUN_ACTIVE:
+                run["status"] = RunStatus.STOPPED
     return {
-        "components": sorted(by_backend_ids(by_backend)),
+        "components": sorted(doc["components"]),
         "tiers": sorted(doc["tiers"]),
         "sandboxes": len(removed_sandboxes),
     }
 
 
-def by_backend_ids(by_backend: dict[str, dict[str, dict]]) -> list[str]:
-    return [cid for records in by_backend.values() for cid in records]
-
-
-def _remove_sandboxes(ctx: Context, doc: dict) -> list[str]:
+def _remove_sandboxes(ctx: Context, doc: StateDoc) -> list[str]:
     """Remove every sandbox the runs of this state file made (found by label too, so also those a
     crashed orchestrator never recorded); returns the ids of the records to drop."""
-    runs = set(doc["runs"]) | {s["run"] for s in doc["sandboxes"].values() if s.get("run")}
+    runs = set(doc["runs"]) | {s["run"] for s in doc["sandboxes"].values() if s["run"]}
     if not runs:
         return []
     from rl360cli.sandbox.janitor import remove_all
 
-    removed = remove_all(ctx.profile, doc["sandboxes"], runs=runs)
+    removed = remove_all(ctx.profile.nodes, doc["sandboxes"], runs=runs)
     if removed:
         ctx.event(NAME, "remove", "sandboxes", count=len(removed))
         ctx.say(f"sandboxes: {len(removed)} removed")
     return list(doc["sandboxes"])
 
 
-def _where(rec: dict) -> str:
+def _where(rec: ComponentRecord | TierRecord) -> str:
     if rec.get("job_id"):
         return f"job {rec['job_id']}"
     if rec.get("pid"):

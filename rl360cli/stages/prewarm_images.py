@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rl360cli.config import NodeSpec
+from rl360cli.nodes.config import NodeSpec
 from rl360cli.errors import Rl360Error
 from rl360cli.images import cache
 from rl360cli.images.config import ImageList, ImageRef, load_images
@@ -35,7 +35,7 @@ from rl360cli.images.puller import PullResult, PullTask, RetryPolicy, SilentList
 from rl360cli.images.registry import ImageNotInRegistry, RegistryClient, RegistryUnreachable
 from rl360cli.nodes.selector import select_nodes
 from rl360cli.stages.base import Action, Context
-from rl360cli.state import now_iso
+from rl360cli.state import StateDoc, node_images, now_iso
 
 NAME = "prewarm-images"
 
@@ -198,7 +198,7 @@ def prepare(ctx: Context, options: PrewarmOptions) -> Prepared:
     profile = ctx.profile
     images_path = options.images_path or images_file(ctx)
     image_list = load_images(images_path)
-    selected = select_nodes(profile, options.selector, where=str(ctx.profile_path))
+    selected = select_nodes(profile.nodes, options.selector, profile=profile.name, where=str(ctx.profile_path))
     wave_size = options.wave_size or profile.registry.max_concurrent_pulls
     where = Where(profile=str(ctx.profile_path), images=str(images_path))
     refs = _parse_refs(image_list, profile.registry.address, images_path)
@@ -213,8 +213,8 @@ def prepare(ctx: Context, options: PrewarmOptions) -> Prepared:
     for name, spec in image_list.images.items():
         ref, digest = refs[name], digests[name]
         warm_on = {n for n, imgs in scans.items() if any(i.has_digest(ref.name, digest) for i in imgs)}
-        warm_on |= {n.name for n in profile.nodes if n.name not in scans
-                    and (cache.cache_of(doc, n.name).get(str(ref)) or {}).get("digest") == digest}
+        recorded = {n.name: node_images(doc, n.name).get(str(ref)) for n in profile.nodes if n.name not in scans}
+        warm_on |= {node for node, entry in recorded.items() if entry is not None and entry["digest"] == digest}
         size, known = _size(ctx, spec, ref, digest, scans, doc, registries)
         demands.append(Demand(name=name, spec=spec, ref=str(ref), digest=digest, size=size, size_known=known,
                               warm_on=frozenset(warm_on)))
@@ -296,7 +296,7 @@ def _resolve(ctx: Context, image_list: ImageList, refs: dict[str, ImageRef],
     return digests, clients
 
 
-def _slurm_jobs(ctx: Context, doc: dict, nodes: list[NodeSpec]) -> dict[str, tuple[str, int | None] | None]:
+def _slurm_jobs(ctx: Context, doc: StateDoc, nodes: list[NodeSpec]) -> dict[str, tuple[str, int | None] | None]:
     """On a Slurm profile, a node's unix:// socket is on the node: reach it by a step of the job holding it
     (in a heterogeneous job: the het leader and the tier's het group)."""
     if ctx.profile.backend != "slurm":
@@ -306,14 +306,15 @@ def _slurm_jobs(ctx: Context, doc: dict, nodes: list[NodeSpec]) -> dict[str, tup
         if node.docker_host.startswith("unix://"):
             jobs[node.name] = next(((str(t.get("het_leader") or t["job_id"]), t.get("het_group"))
                                     for t in doc["tiers"].values()
-                                    if t.get("job_id") and node.name in (t.get("nodes") or [])), None)
+                                    if t.get("job_id") and node.name in t["nodes"]), None)
     return jobs
 
 
 def _scan(nodes: list[NodeSpec], retry: RetryPolicy, slurm_jobs: dict[str, tuple[str, int | None] | None],
           slurm_conf: str = "") -> tuple[dict, dict, dict[str, str]]:
     """Connect to every node at once and read its cache; unreachable nodes get their reason."""
-    from rl360cli.nodes.runtime import NodeError, connect
+    from rl360cli.nodes.base import NodeError
+    from rl360cli.nodes.runtime import connect
 
     def one(node: NodeSpec):
         if node.name in slurm_jobs and slurm_jobs[node.name] is None:
@@ -348,16 +349,16 @@ def _scan(nodes: list[NodeSpec], retry: RetryPolicy, slurm_jobs: dict[str, tuple
     return runtimes, scans, unreachable
 
 
-def _size(ctx: Context, spec, ref: ImageRef, digest: str, scans: dict, doc: dict,
+def _size(ctx: Context, spec, ref: ImageRef, digest: str, scans: dict, doc: StateDoc,
           registries: dict[str, RegistryClient]) -> tuple[int, bool]:
     """Bytes on disk: measured on a node that holds it, else given as disk_mb, else estimated."""
     for images in scans.values():
         for image in images:
             if image.has_digest(ref.name, digest) and image.size:
                 return image.size, True
-    for node in doc["nodes"].values():
-        rec = (node.get("images") or {}).get(str(ref)) or {}
-        if rec.get("digest") == digest and rec.get("size"):
+    for node in doc["nodes"]:
+        rec = node_images(doc, node).get(str(ref))
+        if rec is not None and rec["digest"] == digest and rec.get("size"):
             return int(rec["size"]), True
     if spec.disk_mb is not None:
         return int(spec.disk_mb * 10**6), True
@@ -367,15 +368,15 @@ def _size(ctx: Context, spec, ref: ImageRef, digest: str, scans: dict, doc: dict
         raise Rl360Error(e.problem, f"start the registry or fix [registry] address in {ctx.profile_path}") from None
 
 
-def _kept_unlisted(nodes, doc: dict, scans: dict, listed: set[str], prune: bool):
+def _kept_unlisted(nodes, doc: StateDoc, scans: dict, listed: set[str], prune: bool):
     """Disk taken on each node by images rl360 prewarmed earlier that are no longer listed (0 when pruning)."""
     usage: dict[str, int] = {}
     names: dict[str, list[str]] = {}
     for node in nodes:
-        for ref, rec in cache.cache_of(doc, node.name).items():
+        for ref, rec in node_images(doc, node.name).items():
             if ref in listed or prune:
                 continue
-            if node.name in scans and not any(i.has_digest(cache.repo_name(ref), rec.get("digest") or "")
+            if node.name in scans and not any(i.has_digest(cache.repo_name(ref), rec["digest"])
                                               for i in scans[node.name]):
                 continue  # gone from the node already
             usage[node.name] = usage.get(node.name, 0) + int(rec.get("size") or 0)
@@ -383,9 +384,9 @@ def _kept_unlisted(nodes, doc: dict, scans: dict, listed: set[str], prune: bool)
     return usage, names
 
 
-def _prune_candidates(nodes: list[str], runtimes: dict, scans: dict, doc: dict, refs: dict[str, ImageRef],
+def _prune_candidates(nodes: list[str], runtimes: dict, scans: dict, doc: StateDoc, refs: dict[str, ImageRef],
                       digests: dict[str, str], pins: PinMap) -> list[PruneItem]:
-    from rl360cli.nodes.runtime import NodeError
+    from rl360cli.nodes.base import NodeError
 
     listed = {str(r): name for name, r in refs.items()}
     items = []
@@ -398,19 +399,18 @@ def _prune_candidates(nodes: list[str], runtimes: dict, scans: dict, doc: dict, 
             in_use, broken = set(), e.reason
         else:
             broken = None
-        for ref, rec in cache.cache_of(doc, node).items():
+        for ref, rec in node_images(doc, node).items():
             name = cache.repo_name(ref)
             candidates = []
             new = digests.get(listed.get(ref, ""))
             if ref not in listed:
-                candidates.append((ref, rec.get("digest"), "no longer listed", None))
-            elif rec.get("digest") and rec["digest"] != new and node in pins.placements[listed[ref]].nodes:
+                candidates.append((ref, rec["digest"], "no longer listed", None))
+            elif rec["digest"] != new and node in pins.placements[listed[ref]].nodes:
                 # The tag moved: the old digest goes once this run has put the new one there.
                 candidates.append((f"{name}@{rec['digest']}", rec["digest"], f"superseded by {new[:19]}", new))
             for old in rec.get("superseded") or []:
                 if old != new:
-                    candidates.append((f"{name}@{old}", old, f"superseded by {(new or rec.get('digest', ''))[:19]}",
-                                       None))
+                    candidates.append((f"{name}@{old}", old, f"superseded by {(new or rec['digest'])[:19]}", None))
             for reference, digest, why, requires in candidates:
                 image = next((i for i in scans[node] if digest and f"{name}@{digest}" in i.digests), None)
                 if image is None:
@@ -425,7 +425,7 @@ def _prune_candidates(nodes: list[str], runtimes: dict, scans: dict, doc: dict, 
 
 
 def _apply(ctx: Context, prepared: Prepared, options: PrewarmOptions, listener: WaveListener) -> PrewarmReport:
-    from rl360cli.nodes.runtime import NodeError
+    from rl360cli.nodes.base import NodeError
 
     by_name = {n.name: n for n in ctx.profile.nodes}
     for name, p in prepared.pins.placements.items():
@@ -501,12 +501,12 @@ def _record_scans(ctx: Context, prepared: Prepared, by_name: dict[str, NodeSpec]
             for ref in list(recorded):
                 entry = recorded[ref]
                 name = cache.repo_name(ref)
-                present = [d for d in [entry.get("digest"), *(entry.get("superseded") or [])]
+                present = [d for d in [entry["digest"], *(entry.get("superseded") or [])]
                            if d and any(f"{name}@{d}" in i.digests for i in images)]
-                if entry.get("digest") not in present:
+                if entry["digest"] not in present:
                     del recorded[ref]  # the daemon no longer has it (removed by hand, or a purged node)
                 else:
-                    entry["superseded"] = [d for d in present if d != entry.get("digest")]
+                    entry["superseded"] = [d for d in present if d != entry["digest"]]
             for image_name, ref in prepared.refs.items():
                 digest = prepared.pins.placements[image_name].digest
                 held = next((i for i in images if i.has_digest(ref.name, digest)), None)
@@ -526,7 +526,7 @@ def _record_scans(ctx: Context, prepared: Prepared, by_name: dict[str, NodeSpec]
 
 
 def _prune(ctx: Context, prepared: Prepared) -> list[dict]:
-    from rl360cli.nodes.runtime import NodeError
+    from rl360cli.nodes.base import NodeError
 
     out = []
     for item in prepared.prune:
@@ -553,7 +553,7 @@ def _prune(ctx: Context, prepared: Prepared) -> list[dict]:
     if removed:
         with ctx.state.update() as doc:
             for p in removed:
-                images = cache.cache_of(doc, p["node"])
+                images = node_images(doc, p["node"])
                 if p["reference"] in images:
                     del images[p["reference"]]
                     continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from rl360cli.errors import Rl360Error
 from rl360cli.stages.base import Action, Context
+from rl360cli.state import TierRecord, node_images, profile_path
 
 NAME = "provision"
 
@@ -32,7 +33,7 @@ def plan(ctx: Context) -> list[Action]:
     return actions
 
 
-def apply(ctx: Context) -> dict:
+def apply(ctx: Context) -> dict[str, TierRecord]:
     if _already_provisioned(ctx):
         ctx.say("tiers: already provisioned")
         return ctx.state.read()["tiers"]
@@ -42,7 +43,7 @@ def apply(ctx: Context) -> dict:
         doc["tiers"] = tiers
         for name, node in nodes.items():
             # A node's warm image cache survives re-provisioning: the images are still on its disk.
-            node["images"] = doc["nodes"].get(name, {}).get("images", {})
+            node["images"] = node_images(doc, name)
             doc["nodes"][name] = node
     for name, tier in tiers.items():
         ctx.event(NAME, "allocate", f"tier {name}", nodes=tier.get("nodes"), job=tier.get("job_id"))
@@ -52,12 +53,12 @@ def apply(ctx: Context) -> dict:
 
 def _already_provisioned(ctx: Context) -> bool:
     doc = ctx.state.read()
-    recorded = doc.get("profile") or {}
     if not doc["tiers"]:
         return False
-    if recorded.get("path") and recorded["path"] != str(ctx.profile_path):
+    recorded = profile_path(doc)
+    if recorded and recorded != str(ctx.profile_path):
         raise Rl360Error(
-            f"the cluster is provisioned with profile {recorded['path']}, not {ctx.profile_path}",
+            f"the cluster is provisioned with profile {recorded}, not {ctx.profile_path}",
             "run `rl360 down` first, or pass the same --profile",
         )
     live = ctx.backend.tiers_alive(doc["tiers"])

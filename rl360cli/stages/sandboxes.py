@@ -3,10 +3,7 @@
 `launch` starts N sandboxes of one image through the admission controller
 (waves of `wave_size` every `interval_s`, per-node caps, warm-first placement)
 and leaves them running after the command exits; each is recorded under the
-state file's `sandboxes` section:
-
-    id -> {run, node, provider, image, container_id, docker_host, pid, pid_start, folder,
-           status, started_at, start_latency_s, warm}
+state file's `sandboxes` section (`SandboxRecord` in rl360cli/state.py).
 
 `observe` checks each recorded sandbox against its daemon or process;
 `stop` removes recorded sandboxes (all, one run's, or by id) and forgets them.
@@ -24,7 +21,7 @@ from typing import Any, Literal
 
 from rl360cli.errors import Rl360Error
 from rl360cli.stages.base import Action, Context
-from rl360cli.state import now_iso
+from rl360cli.state import SandboxRecord, SandboxStatus, now_iso
 
 NAME = "sandboxes"
 
@@ -73,7 +70,7 @@ def plan(ctx: Context, spec: FleetSpec) -> list[Action]:
 def launch(ctx: Context, spec: FleetSpec) -> dict[str, Any]:
     """Start the fleet; returns the started sandboxes and the admission summary. Failures are listed, not fatal."""
     from rl360cli.sandbox.config import SandboxConfig
-    from rl360cli.sandbox.provider import make_provider
+    from rl360cli.sandbox.providers import make_provider
     from rl360cli.sandbox.task import Task
     from rl360cli.sandbox.waves import node_images_from_state
 
@@ -115,7 +112,7 @@ async def _launch(ctx: Context, provider, task, spec: FleetSpec, run: str) -> tu
         record = await provider.detach(sandbox)
         admitted = getattr(sandbox, "record", None)
         latency = admitted.start_latency_s if admitted else time.monotonic() - began
-        record.update(run=run, status="running", started_at=now_iso(), start_latency_s=round(latency, 4),
+        record.update(run=run, status=SandboxStatus.RUNNING, started_at=now_iso(), start_latency_s=round(latency, 4),
                       queued_s=round(admitted.queued_s, 4) if admitted else 0.0)
         if admitted:
             record["warm"] = admitted.warm
@@ -130,35 +127,37 @@ async def _launch(ctx: Context, provider, task, spec: FleetSpec, run: str) -> tu
     return started, failed
 
 
-def observe(ctx: Context) -> dict[str, dict]:
+def observe(ctx: Context) -> dict[str, SandboxRecord]:
     """Every recorded sandbox with its status checked now (running, exited, missing, unknown); updates the state."""
     from rl360cli.backends import procinfo
 
     doc = ctx.state.read()
     records = doc["sandboxes"]
-    seen: dict[str, str] = {}
+    seen: dict[str, SandboxStatus] = {}
     by_host: dict[str, list[str]] = {}
     for sid, rec in records.items():
-        if rec.get("provider") == "process":
-            alive = procinfo.is_alive(rec.get("pid"), rec.get("pid_start"))
-            seen[sid] = "running" if alive else ("exited" if Path(rec.get("folder", "/nonexistent")).exists()
-                                                 else "missing")
+        if rec["provider"] == "process":
+            if procinfo.is_alive(rec["pid"], rec.get("pid_start")):
+                seen[sid] = SandboxStatus.RUNNING
+            else:
+                gone = not Path(rec.get("folder", "/nonexistent")).exists()
+                seen[sid] = SandboxStatus.MISSING if gone else SandboxStatus.EXITED
         elif rec.get("docker_host"):
             by_host.setdefault(rec["docker_host"], []).append(sid)
         else:
-            seen[sid] = "unknown"
+            seen[sid] = SandboxStatus.UNKNOWN
     for host, ids in by_host.items():
         states = _container_states(host, ctx)
         for sid in ids:
-            cid = records[sid].get("container_id")
-            seen[sid] = "unknown" if states is None else states.get(cid, "missing")
-    changed = {sid: s for sid, s in seen.items() if records[sid].get("status") != s}
+            cid = records[sid]["container_id"]
+            seen[sid] = SandboxStatus.UNKNOWN if states is None else states.get(cid, SandboxStatus.MISSING)
+    changed = {sid: s for sid, s in seen.items() if records[sid]["status"] != s}
     if changed:
         with ctx.state.update() as new:
             for sid, status in changed.items():
                 if sid in new["sandboxes"]:
                     new["sandboxes"][sid]["status"] = status
-    return {sid: {**rec, "status": seen.get(sid, rec.get("status"))} for sid, rec in records.items()}
+    return {sid: {**rec, "status": seen.get(sid, rec["status"])} for sid, rec in records.items()}
 
 
 def stop(ctx: Context, *, ids: tuple[str, ...] = (), run: str | None = None) -> list[str]:
@@ -170,13 +169,13 @@ def stop(ctx: Context, *, ids: tuple[str, ...] = (), run: str | None = None) -> 
     if unknown:
         raise Rl360Error(f"no recorded sandbox {', '.join(unknown)}", "see `rl360 sandboxes list`")
     chosen = {sid: rec for sid, rec in records.items()
-              if (not ids or sid in ids) and (run is None or rec.get("run") == run)}
-    removed = janitor.remove_records(ctx.profile, chosen)
+              if (not ids or sid in ids) and (run is None or rec["run"] == run)}
+    removed = janitor.remove_records(ctx.profile.nodes, chosen)
     for problem in janitor.last_problems:
         ctx.say(f"could not remove: {problem}")
     # A container whose node did not answer stays recorded, so that a later stop or `down` retries it.
     gone = [sid for sid, rec in chosen.items()
-            if not rec.get("container_id") or not any(rec["container_id"][:12] in p for p in janitor.last_problems)]
+            if not rec["container_id"] or not any(rec["container_id"][:12] in p for p in janitor.last_problems)]
     with ctx.state.update() as doc:
         for sid in gone:
             doc["sandboxes"].pop(sid, None)
@@ -201,14 +200,14 @@ def _fit_count(node, spec: FleetSpec) -> int:
     return int(min(math.floor(node.cpus / spec.cpus + 1e-9), node.memory_mb // spec.memory_mb))
 
 
-def _container_states(host: str, ctx: Context) -> dict[str, str] | None:
+def _container_states(host: str, ctx: Context) -> dict[str, SandboxStatus] | None:
     node = next((n for n in ctx.profile.nodes if n.docker_host == host), None)
     try:
-        from rl360cli.sandbox.janitor import _client
+        from rl360cli.nodes.docker_runtime import docker_api
 
-        api = _client(host, node)
+        api = docker_api(host, node)
         rows = api.containers(all=True, filters={"label": "rl360.managed=true"})
         api.close()
     except Exception:  # noqa: BLE001 — a daemon that does not answer: say unknown, never "running"
         return None
-    return {row["Id"]: ("running" if row.get("State") == "running" else "exited") for row in rows}
+    return {row["Id"]: SandboxStatus.RUNNING if row.get("State") == "running" else SandboxStatus.EXITED for row in rows}

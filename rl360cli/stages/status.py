@@ -12,21 +12,24 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from rl360cli.backends.base import FINAL, Observation
+from rl360cli.backends.base import Observation
 from rl360cli.stages.base import Context
+from rl360cli.state import (COMPONENT_FINAL, ComponentRecord, ComponentStatus, NodeRecord, ProfileRecord, RunRecord,
+                            RunStatus, SandboxStatus, StateDoc, TierRecord, by_backend, component_run, live_components)
 
 NAME = "status"
 
 
 @dataclass(kw_only=True)
 class StatusReport:
-    profile: dict | None
-    tiers: dict
-    nodes: dict
-    components: dict
-    runs: dict
+    profile: ProfileRecord | None
+    tiers: dict[str, TierRecord]
+    nodes: dict[str, NodeRecord]
+    components: dict[str, ComponentRecord]
+    runs: dict[str, RunRecord]
     current_run: str | None
-    sandboxes: dict[str, int] = field(default_factory=dict)
+    # How many recorded sandboxes are in each status.
+    sandboxes: dict[SandboxStatus, int] = field(default_factory=dict)
     changed: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -37,18 +40,13 @@ class StatusReport:
 
     @property
     def failed(self) -> list[str]:
-        return [cid for cid, c in self.components.items() if c.get("status") == "failed"]
+        return [cid for cid, c in self.components.items() if c["status"] == ComponentStatus.FAILED]
 
 
-def observe(ctx: Context, doc: dict) -> dict[str, Observation]:
+def observe(ctx: Context, doc: StateDoc) -> dict[str, Observation]:
     """What every non-final component of `doc` is doing now, one batched call per backend."""
-    comps = doc["components"]
-    by_backend: dict[str, dict[str, dict]] = {}
-    for cid, rec in comps.items():
-        if rec.get("status") not in FINAL:
-            by_backend.setdefault(rec.get("backend", "local"), {})[cid] = rec
     seen: dict[str, Observation] = {}
-    for name, records in by_backend.items():
+    for name, records in by_backend(live_components(doc)).items():
         seen.update(ctx.backend_named(name).observe(records))
     return seen
 
@@ -62,13 +60,13 @@ def reconcile(ctx: Context) -> StatusReport:
         with ctx.state.update() as doc:
             for cid in changed:
                 rec = doc["components"].get(cid)
-                if rec is None or rec.get("status") in FINAL:
+                if rec is None or rec["status"] in COMPONENT_FINAL:
                     continue  # changed under us (another command stopped it): theirs wins
                 obs = seen[cid]
                 rec.update(status=obs.status, exit_code=obs.exit_code, reason=obs.reason)
             for run_id, (status, reason) in runs_to_fail.items():
                 run = doc["runs"].get(run_id)
-                if run is not None and run.get("status") == "running":
+                if run is not None and run["status"] == RunStatus.RUNNING:
                     run.update(status=status, reason=reason)
         for cid in changed:
             obs = seen[cid]
@@ -76,15 +74,15 @@ def reconcile(ctx: Context) -> StatusReport:
     if _heal(ctx, doc):
         doc = ctx.state.read()
     return StatusReport(
-        profile=doc.get("profile"), tiers=doc["tiers"], nodes=doc["nodes"], components=doc["components"],
+        profile=doc["profile"], tiers=doc["tiers"], nodes=doc["nodes"], components=doc["components"],
         runs=doc["runs"], current_run=doc.get("current_run"),
-        sandboxes=dict(Counter(s.get("status", "unknown") for s in doc["sandboxes"].values())), changed=changed,
+        sandboxes=dict(Counter(s["status"] for s in doc["sandboxes"].values())), changed=changed,
     )
 
 
-def _heal(ctx: Context, doc: dict) -> bool:
+def _heal(ctx: Context, doc: StateDoc) -> bool:
     """Let backends that recover from lost nodes (Slurm: a bounded requeue) take their next step."""
-    names = {t.get("backend", "local") for t in doc["tiers"].values()}
+    names = {t["backend"] for t in doc["tiers"].values()}
     progressed = False
     for name in sorted(names):
         heal = getattr(ctx.backend_named(name), "heal", None)
@@ -94,21 +92,21 @@ def _heal(ctx: Context, doc: dict) -> bool:
     return progressed
 
 
-def _differs(rec: dict | None, obs: Observation) -> bool:
+def _differs(rec: ComponentRecord | None, obs: Observation) -> bool:
     if rec is None:
         return False
-    if obs.status == "unknown" and obs.reason == "ending":
+    if obs.status == ComponentStatus.UNKNOWN and obs.reason == "ending":
         return False  # the supervisor is writing the exit code: look again next time
-    return (rec.get("status"), rec.get("exit_code"), rec.get("reason")) != (obs.status, obs.exit_code, obs.reason)
+    return (rec["status"], rec["exit_code"], rec["reason"]) != (obs.status, obs.exit_code, obs.reason)
 
 
-def _runs_whose_trainer_ended(doc: dict, seen: dict[str, Observation]) -> dict[str, tuple[str, str]]:
+def _runs_whose_trainer_ended(doc: StateDoc, seen: dict[str, Observation]) -> dict[str, tuple[RunStatus, str]]:
     """A run still marked running whose trainer component has ended without saying so."""
     out = {}
     for cid, obs in seen.items():
-        rec = doc["components"].get(cid) or {}
-        run = doc["runs"].get(rec.get("run") or "")
-        if rec.get("kind") == "trainer" and run and run.get("status") == "running" and obs.status in FINAL:
+        rec = doc["components"][cid]
+        run = component_run(doc, rec)
+        if rec["kind"] == "trainer" and run and run["status"] == RunStatus.RUNNING and obs.status in COMPONENT_FINAL:
             reason = f"trainer {obs.reason or obs.status}"
-            out[rec["run"]] = ("failed" if obs.status == "failed" else "finished", reason)
+            out[rec["run"]] = (RunStatus.FAILED if obs.status == ComponentStatus.FAILED else RunStatus.FINISHED, reason)
     return out

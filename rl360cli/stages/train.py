@@ -1,6 +1,6 @@
 """Stage `train`: start the run's trainer on the training tier.
 
-The trainer component (`python -m rl360cli.rl.driver`) sets up Ray and the
+The trainer component (`python -m rl360cli.loop.driver`) sets up Ray and the
 session actors, the trainer and the weight broadcast, and runs the loop. It
 finds the run's engines and router in the state file, so `serve` comes first.
 Idempotent: a trainer of this run that is already running is left alone.
@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 
 from rl360cli.backends.base import ComponentSpec
+from rl360cli.ports import free_port
 from rl360cli.stages.base import Action, Context, python_argv, start_component
+from rl360cli.state import ComponentRecord
 
 NAME = "train"
 
@@ -34,23 +36,9 @@ def trainer_spec(ctx: Context, *, resume: bool = False) -> ComponentSpec:
                             rdzv_id=f"rl360-{ctx.run_id}")
         env = {**thread_env(ctx, "training", sharing=ranks), "GLOO_SOCKET_IFNAME": "lo"}
     else:
-        argv, env = python_argv("rl360cli.rl.driver", *driver_args), thread_env(ctx, "training")
+        argv, env = python_argv("rl360cli.loop.driver", *driver_args), thread_env(ctx, "training")
     return ComponentSpec(name="trainer", tier="training", stage=NAME, kind="trainer", argv=argv, run=ctx.run_id,
                          env=env)
-
-
-def free_port(preferred: int = 0) -> int:
-    """`preferred` if it is free on 127.0.0.1, else any free port there."""
-    import socket
-
-    for port in (preferred, 0) if preferred else (0,):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
-    raise RuntimeError("no free port on 127.0.0.1")
 
 
 def plan(ctx: Context) -> list[Action]:
@@ -62,8 +50,9 @@ def plan(ctx: Context) -> list[Action]:
     return [Action(stage=NAME, verb="start", subject=spec.id, detail=detail, command=spec.argv)]
 
 
-def apply(ctx: Context, *, resume: bool = False) -> dict:
-    resume = resume or bool(ctx.state.read()["runs"].get(ctx.run_id or "", {}).get("resumed"))
+def apply(ctx: Context, *, resume: bool = False) -> ComponentRecord:
+    run = ctx.state.read()["runs"].get(ctx.run_id or "")
+    resume = resume or bool(run and run["resumed"])
     spec = trainer_spec(ctx, resume=resume)
     if ctx.profile.backend == "slurm":
         # The session actors live on the rollout tier: a Ray cluster across the allocations
@@ -87,8 +76,8 @@ def ray_port(ctx: Context) -> int:
 
 def thread_env(ctx: Context, tier: str, *, sharing: int = 1) -> dict[str, str]:
     """Math-library threads for a component: its tier's CPUs shared among `sharing` components."""
-    tier_record = ctx.state.read()["tiers"].get(tier, {})
-    cpus = (tier_record.get("resources") or {}).get("cpus") or 1
+    tier_record = ctx.state.read()["tiers"].get(tier)
+    cpus = (tier_record["resources"]["cpus"] if tier_record else None) or 1
     threads = str(max(1, int(cpus // sharing)))
     # Idle OpenMP threads that spin steal the cores other components need (decode steps 15x slower).
     return {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OMP_WAIT_POLICY": "PASSIVE"}

@@ -208,7 +208,7 @@ class WeightBroadcaster:
 
     async def _connect(self) -> dict[str, str]:
         """(Re)build the group with the live engines; returns the engines dropped on the way."""
-        from rl360cli.trainer.process_group import StatelessGroup
+        from rl360cli.inference.process_group import StatelessGroup
 
         dropped: dict[str, str] = {}
         await self._teardown(tell=self._group_engines)

@@ -1,7 +1,7 @@
 """The megatron trainer: GRPO updates of a Llama/Qwen2 model as a megatron-core `GPTModel`, TP x DP.
 
 The cluster counterpart of `torch_trainer.TorchTrainer`, with the same methods, the same batch
-format and the same loss (`rl360cli.rl.grpo.policy_loss`). Every rank of a torchrun world builds
+format and the same step loop (`rl360cli.trainer.step`). Every rank of a torchrun world builds
 one; global rank 0 (the *leader*) is the one the RL loop talks to, the others *follow*:
 
     # every rank (torchrun --nproc-per-node 2 ...): collective, builds its TP shard from the HF folder
@@ -15,7 +15,7 @@ one; global rank 0 (the *leader*) is the one the RL loop talks to, the others *f
         trainer.serve()                            # runs the leader's commands until close()
 
 `megatron_launch.trainer_argv(...)` is the torchrun command line of the trainer component;
-`follow_run(...)` is what ranks > 0 of `python -m rl360cli.rl.driver` run. How it works:
+ranks > 0 of `python -m rl360cli.loop.driver` build their shard and `serve()`. How it works:
 - Model: `GPTModel` with Megatron's local (non-Transformer-Engine) layer spec: RMSNorm, SwiGLU,
   RoPE, grouped-query attention, Qwen2's q/k/v bias, tied or untied embeddings. Weights are read
   from the Hugging Face safetensors and converted and sharded by `megatron_convert`.
@@ -59,14 +59,13 @@ import torch
 
 from rl360cli.errors import Rl360Error
 from rl360cli.rl.config import GRPOConfig
-from rl360cli.rl.grpo import policy_loss
 from rl360cli.rl.train_batch import TrainBatch
 from rl360cli.trainer.config import TrainerConfig
 from rl360cli.trainer.megatron_convert import ModelSpec, hf_sources, shard, to_hf, to_megatron
+from rl360cli.trainer.step import train_step
 
 # Followers wait for the leader's next command while it generates rollouts: allow a long wait.
 _CONTROL_TIMEOUT = timedelta(hours=12)
-_STATS = ("loss", "pg_loss", "kl_loss", "clip_frac", "ratio_mean", "approx_kl", "tokens")
 
 
 class MegatronTrainer:
@@ -285,38 +284,22 @@ class MegatronTrainer:
         from megatron.core import parallel_state as ps
 
         micro_batches = batch.split(max_tokens=self.config.micro_batch_tokens)
-        mine = range(self.dp_rank, len(micro_batches), self.dp)
-        totals = torch.zeros(len(_STATS), dtype=torch.float64)
-        grad_norm = 0.0
-        for _ in range(self.config.num_epochs):
-            self.optimizer.zero_grad(set_to_none=True)
-            for index in mine:
-                micro = micro_batches[index]
-                loss, stats = policy_loss(
-                    self._forward_logprobs(micro.input_ids), micro.old_logprobs, micro.advantages, micro.loss_mask,
-                    denominator=micro.loss_denominator(self.grpo.aggregation, norm_tokens=self.grpo.norm_tokens),
-                    **self.grpo.loss_kwargs(),
-                )  # fmt: skip
-                loss.backward()
-                # Sums as the torch trainer keeps them; token-weighted means are divided at the end.
-                totals += torch.tensor([stats.loss, stats.pg_loss, stats.kl_loss, stats.clip_frac * stats.num_tokens,
-                                        stats.ratio_mean * stats.num_tokens, stats.approx_kl * stats.num_tokens,
-                                        stats.num_tokens], dtype=torch.float64)  # fmt: skip
-            self._sum_grads_over_dp()
-            grad_norm = self._clip_grads()
-            self.optimizer.step()
-        self.version += 1
-        if self.dp > 1:
+        dp_group = ps.get_data_parallel_group(with_context_parallel=False) if self.dp > 1 else None
+
+        def sum_over_dp(sums: torch.Tensor) -> torch.Tensor:
             # One rank per TP position in each DP group: the sum counts every micro-batch once.
-            dist.all_reduce(totals, group=ps.get_data_parallel_group(with_context_parallel=False))
-        figures = dict(zip(_STATS, totals.tolist()))
-        tokens = max(figures.pop("tokens"), 1.0)
-        epochs = self.config.num_epochs
-        return {
-            "loss": figures["loss"] / epochs, "pg_loss": figures["pg_loss"] / epochs,
-            "kl_loss": figures["kl_loss"] / epochs, "grad_norm": grad_norm,
-            **{name: figures[name] / tokens for name in ("clip_frac", "ratio_mean", "approx_kl")},
-        }  # fmt: skip
+            if dp_group is not None:
+                dist.all_reduce(sums, group=dp_group)
+            return sums
+
+        stats = train_step(
+            micro_batches.shard(self.dp_rank, self.dp),  # dealt round robin over the DP ranks
+            grpo=self.grpo, num_epochs=self.config.num_epochs, optimizer=self.optimizer,
+            logprobs=lambda micro: self._forward_logprobs(micro.input_ids),
+            clip_grads=self._clip_grads, reduce_grads=self._sum_grads_over_dp, reduce_sums=sum_over_dp,
+        )
+        self.version += 1
+        return stats
 
     def _sum_grads_over_dp(self) -> None:
         import torch.distributed as dist
@@ -404,23 +387,6 @@ class MegatronTrainer:
 
     def _shard_file(self) -> str:
         return f"tp{self.tp_rank:02d}_pp000.pt"
-
-
-# ---------------------------------------------------------------------- the follower ranks (launch: megatron_launch)
-
-
-def follow_run(state_path: str, run_id: str) -> int:
-    """Ranks > 0 of the trainer component: build this rank's shard of the run's trainer and serve rank 0."""
-    from rl360cli.stages.run import load_run_recipe
-    from rl360cli.state import StateFile
-
-    record = StateFile(state_path).read()["runs"][run_id]  # read only: rank 0 keeps the state file
-    run_dir = Path(record["run_dir"])
-    recipe = load_run_recipe(run_dir)
-    trainer = MegatronTrainer(run_dir / "policy" / "v0", recipe.trainer, recipe.grpo, seed=recipe.run.seed,
-                              device=default_device())  # fmt: skip
-    trainer.serve()
-    return 0
 
 
 def default_device() -> str:

@@ -8,10 +8,9 @@ generation config) once; a marker file records what it was made from, so a secon
 same inputs returns at once and a call with different inputs is refused rather than silently
 mixing policies. The folder is built beside `out_dir` and renamed into place, so a crash never
 leaves a half-written policy. By `ModelConfig.kind`:
-- `tiny`: a byte-level BPE tokenizer trained here (`tokenizer.py`) on synthetic arith
-  conversations and the task set's instructions, a small Llama from scratch, and a supervised
-  warm-up (`warmup.py`); deterministic for a seed, so built once per machine under
-  `$RL360_CACHE_DIR` (`cache.py`) and linked. `warmup.json` records the warm-up.
+- `tiny`: the demo task family's tiny policy (`rl360cli.tasks.tiny_policy`: a byte-level BPE
+  tokenizer, a small Llama from scratch, a supervised warm-up); deterministic for a seed, so built
+  once per machine under `$RL360_CACHE_DIR` (`cache.py`) and linked. `warmup.json` records the warm-up.
 - `gguf-package`: a GGUF file shipped in a pip package, dequantised once into a cache
   (`gguf.py`) and linked here.
 - `huggingface`: a saved Hugging Face folder, validated and linked here (hard links where the
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rl360cli.errors import Rl360Error
+from rl360cli.tasks import tiny_policy
 from rl360cli.trainer.cache import DONE, built_once, cache_root
 from rl360cli.trainer.config import ModelConfig
 
@@ -46,7 +46,7 @@ def prepare_policy(model: ModelConfig, *, tasks_dir: Path, out_dir: Path, seed: 
     out_dir = Path(out_dir)
     tasks_dir = Path(tasks_dir)
     recipe = {"format": FORMAT, "model": dataclasses.asdict(model), "seed": seed,
-              "tasks": _tasks_digest(tasks_dir) if model.kind == "tiny" else None}  # fmt: skip
+              "tasks": tiny_policy.tasks_digest(tasks_dir) if model.kind == "tiny" else None}  # fmt: skip
     marker = out_dir / MARKER
     if marker.is_file():
         try:
@@ -69,9 +69,11 @@ def prepare_policy(model: ModelConfig, *, tasks_dir: Path, out_dir: Path, seed: 
         if model.kind == "tiny":
             # Deterministic for its settings and the code that builds it (one thread, a seed):
             # built once per machine, then linked.
-            key = hashlib.sha256(json.dumps([recipe, _tiny_code_digest()], sort_keys=True).encode()).hexdigest()[:16]
+            code = tiny_policy.code_digest()
+            key = hashlib.sha256(json.dumps([recipe, code], sort_keys=True).encode()).hexdigest()[:16]
             source, details = built_once(cache_root() / "models" / f"tiny-{key}",
-                                         lambda staging: _prepare_tiny(model, tasks_dir=tasks_dir, out=staging, seed=seed))
+                                         lambda staging: tiny_policy.build(model, tasks_dir=tasks_dir, out=staging,
+                                                                           seed=seed))
             _link_files(source, staging, fallback="copy")
         elif model.kind == "gguf-package":
             from rl360cli.trainer.gguf import cached_hf_folder
@@ -122,93 +124,6 @@ def validate_hf_folder(path: Path) -> Path:
         raise Rl360Error(f"model folder {path} has no chat template",
                          fix="use an instruct/chat model, or set tokenizer.chat_template before save_pretrained()")  # fmt: skip
     return path
-
-
-def build_tiny_model(model: ModelConfig, tokenizer: Any, seed: int) -> Any:
-    """A freshly initialised small Llama sized by `model`, over `tokenizer`'s vocabulary."""
-    import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=model.hidden_size,
-        intermediate_size=4 * model.hidden_size,
-        num_hidden_layers=model.num_layers,
-        num_attention_heads=model.num_heads,
-        num_key_value_heads=model.num_heads,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(seed)
-    llama = LlamaForCausalLM(config)
-    llama.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                                               bos_token_id=None, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)  # fmt: skip
-    return llama
-
-
-def _prepare_tiny(model: ModelConfig, *, tasks_dir: Path, out: Path, seed: int) -> dict:
-    import torch
-
-    from rl360cli.trainer import arith, warmup
-    from rl360cli.trainer.tokenizer import train_tokenizer
-
-    instructions = _instructions(tasks_dir)
-    if model.warmup_steps and not all(text.startswith(arith.TASK_PREFIX) for text in instructions):
-        raise Rl360Error(
-            f"the tiny policy's warm-up knows only arith tasks, and {tasks_dir} holds others",
-            fix="set [model] warmup_steps = 0, or use tasks written by recipes/tasks/generate_arith.py",
-        )
-    tokenizer = train_tokenizer([*warmup.synthetic_corpus(seed), *instructions], vocab_size=model.vocab_size)
-    # One thread: the result is then the same on every machine (no thread-count-dependent float
-    # reductions), and on a small shared machine two spinning OpenMP threads run several times slower.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        llama = build_tiny_model(model, tokenizer, seed)
-        report = warmup.supervised_warmup(llama, tokenizer, num_steps=model.warmup_steps, lr=model.warmup_lr,
-                                          batch_size=model.warmup_batch_size, seed=seed,
-                                          exclude=instructions)  # fmt: skip
-    finally:
-        torch.set_num_threads(threads)
-    if model.dtype == "bfloat16":
-        llama = llama.to(torch.bfloat16)
-    llama.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    (out / "warmup.json").write_text(json.dumps(dataclasses.asdict(report), indent=2) + "\n")
-    return {"vocab_size": len(tokenizer), "num_parameters": sum(p.numel() for p in llama.parameters()),
-            "warmup_seconds": round(report.seconds, 2)}  # fmt: skip
-
-
-def _instructions(tasks_dir: Path) -> list[str]:
-    if not tasks_dir.is_dir():
-        raise Rl360Error(f"task folder {tasks_dir} does not exist", fix="set [tasks] path to a Harbor dataset folder")
-    texts = [p.read_text() for p in sorted(tasks_dir.glob("*/instruction.md"))]
-    if not texts:
-        raise Rl360Error(f"{tasks_dir} holds no tasks (no */instruction.md)", fix="point [tasks] path at a Harbor dataset")
-    return texts
-
-
-def _tasks_digest(tasks_dir: Path) -> str:
-    digest = hashlib.sha256()
-    for text in _instructions(tasks_dir):
-        digest.update(text.encode())
-        digest.update(b"\0")
-    return digest.hexdigest()[:16]
-
-
-def _tiny_code_digest() -> str:
-    """A digest of the modules that build the tiny policy: a change to any of them rebuilds it."""
-    from rl360cli.rl import agent
-    from rl360cli.trainer import arith, tokenizer, warmup
-
-    digest = hashlib.sha256()
-    for module in (agent, arith, tokenizer, warmup):
-        digest.update(Path(module.__file__).read_bytes())
-    digest.update(Path(__file__).read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def _link_files(source: Path, dest: Path, *, fallback: str) -> None:

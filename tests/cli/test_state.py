@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from rl360cli.state import SCHEMA_VERSION, StateError, StateFile
+from rl360cli.state import (SCHEMA_VERSION, ComponentStatus, NodeStatus, RunStatus, SandboxStatus, StateError,
+                            StateFile, TierStatus)
 
 
 def test_missing_file_is_an_empty_cluster(tmp_path):
@@ -71,9 +72,67 @@ def test_corrupt_file_is_an_error_naming_file_and_fix_and_is_left_untouched(tmp_
 def test_newer_schema_is_refused(tmp_path):
     path = tmp_path / "state.json"
     path.write_text(json.dumps({"schema_version": SCHEMA_VERSION + 1}))
-    with pytest.raises(StateError, match="upgrade rl360"):
+    with pytest.raises(StateError, match=f"schema {SCHEMA_VERSION + 1}, newer than .* upgrade rl360"):
         StateFile(path).read()
     assert json.loads(path.read_text()) == {"schema_version": SCHEMA_VERSION + 1}
+
+
+def test_a_version_1_file_is_migrated_as_it_is_read_and_stored_as_version_2_by_the_next_write(tmp_path):
+    path = tmp_path / "state.json"
+    record = {"digest": "sha256:" + "a" * 64, "size": 5, "pulled_at": "2026-11-29T10:00:00.000+00:00",
+              "seconds": 1.5}
+    old = {"schema_version": 1, "created_at": "2026-11-29T10:00:00.000+00:00",
+           "updated_at": "2026-11-29T10:00:00.000+00:00", "profile": None,
+           "tiers": {}, "components": {}, "runs": {}, "sandboxes": {},
+           "nodes": {"n1": {"address": "127.0.0.1", "tier": "rollout", "cpus": 4, "memory_mb": 4096,
+                            "images": {"reg/a:1": record, "reg/b:2": "sha256:" + "b" * 64}},
+                     "n2": {"address": "127.0.0.2", "tier": "rollout", "cpus": 4, "memory_mb": 4096, "images": {}}}}
+    path.write_text(json.dumps(old))
+    state = StateFile(path)
+    doc = state.read()
+    assert doc["schema_version"] == SCHEMA_VERSION == 2
+    # Version 1's bare digest is a record now; the record that was one already is left as it was.
+    assert doc["nodes"]["n1"]["images"] == {"reg/a:1": record, "reg/b:2": {"digest": "sha256:" + "b" * 64}}
+    assert doc["nodes"]["n2"]["images"] == {}
+    assert json.loads(path.read_text()) == old  # reading never writes
+    with state.update() as doc:
+        doc["runs"]["r1"] = {"status": "running"}
+    stored = json.loads(path.read_text())
+    assert stored["schema_version"] == 2
+    assert stored["nodes"]["n1"]["images"]["reg/b:2"] == {"digest": "sha256:" + "b" * 64}
+    assert json.loads(state.backup_path.read_text()) == old  # the previous good version, as it was
+
+
+def test_a_file_written_by_this_code_loads_unchanged(tmp_path):
+    path = tmp_path / "state.json"
+    image = {"digest": "sha256:" + "c" * 64, "size": 7, "pulled_at": "2026-11-29T10:00:00.000+00:00", "seconds": 2.0,
+             "started_at": "2026-11-29T09:59:58.000+00:00", "attempts": 1, "image_id": "sha256:" + "d" * 64,
+             "source": "prewarm", "superseded": []}
+    with StateFile(path).update() as doc:
+        doc["profile"] = {"name": "local", "path": "/x/cluster/local.toml", "backend": "local"}
+        doc["tiers"]["rollout"] = {"kind": "rollout", "backend": "local", "status": TierStatus.READY,
+                                   "nodes": ["local"], "resources": {"cpus": 2.0, "memory_mb": 1024, "gpus": 0,
+                                                                     "cpu_list": []}}
+        doc["nodes"]["local"] = {"address": "127.0.0.1", "tier": "all", "cpus": 2, "memory_mb": 4096,
+                                 "reserved_cpus": 2.0, "reserved_memory_mb": 1024, "status": NodeStatus.READY,
+                                 "images": {"reg/a:1": image}}
+        doc["components"]["rollout/engine-0"] = {"backend": "local", "node": "local", "pid": 1, "start_time": 2,
+                                                 "status": ComponentStatus.RUNNING, "run": "r1", "kind": "engine-local"}
+        doc["runs"]["r1"] = {"name": "r", "status": RunStatus.RUNNING, "step": 3, "policy_version": 3}
+        doc["sandboxes"]["s1"] = {"run": "fleet", "node": "local", "provider": "process",
+                                  "status": SandboxStatus.RUNNING}
+        doc["current_run"] = "r1"
+    written = json.loads(path.read_text())
+    assert written["schema_version"] == SCHEMA_VERSION
+    # The statuses are written as their strings.
+    assert (written["components"]["rollout/engine-0"]["status"], written["runs"]["r1"]["status"],
+            written["tiers"]["rollout"]["status"], written["nodes"]["local"]["status"],
+            written["sandboxes"]["s1"]["status"]) == ("running", "running", "ready", "ready", "running")
+    assert StateFile(path).read() == written  # a fresh reader: the document as it is on disk
+    with StateFile(path).update():
+        pass  # a write of what was read changes nothing but the time of the write
+    rewritten = json.loads(path.read_text())
+    assert rewritten.pop("updated_at") >= written.pop("updated_at") and rewritten == written
 
 
 def test_lock_timeout_names_the_holding_pid(tmp_path):

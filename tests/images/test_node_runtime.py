@@ -6,9 +6,10 @@ import subprocess
 
 import pytest
 
-from rl360cli.config import NodeSpec
+from rl360cli.nodes.config import NodeSpec
 from rl360cli.images.config import ImageRef
-from rl360cli.nodes.runtime import NodeError, connect
+from rl360cli.nodes.base import NodeError
+from rl360cli.nodes.runtime import connect
 
 pytestmark = pytest.mark.docker
 

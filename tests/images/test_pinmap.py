@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rl360cli.config import NodeSpec
+from rl360cli.nodes.config import NodeSpec
 from rl360cli.images.config import ImageSpec
 from rl360cli.images.pinmap import MB, Demand, PinMapError, Where, plan_pins, slots
 

@@ -6,7 +6,7 @@ import pytest
 
 from rl360cli.images.config import ImageRef
 from rl360cli.images.puller import PullTask, RetryPolicy, make_waves, run_waves
-from rl360cli.nodes.runtime import DockerRuntime
+from rl360cli.nodes.docker_runtime import DockerRuntime
 
 REF = ImageRef.parse("rl360/x:1", default_registry="127.0.0.1:5000")
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from rl360cli.config import ClusterProfile, NodeSpec
 from rl360cli.errors import Rl360Error
+from rl360cli.nodes.config import NodeSpec
 from rl360cli.nodes.selector import select_nodes
 
-PROFILE = ClusterProfile(name="t", nodes=tuple(
-    NodeSpec(name=n, tier="service" if n == "s1" else "rollout", docker_host=f"unix:///tmp/{n}.sock")
-    for n in ("n1", "n2", "n3", "n10", "s1")))
+NODES = tuple(NodeSpec(name=n, tier="service" if n == "s1" else "rollout", docker_host=f"unix:///tmp/{n}.sock")
+              for n in ("n1", "n2", "n3", "n10", "s1"))
 
 
 @pytest.mark.parametrize("selector, expected", [
@@ -24,7 +23,7 @@ PROFILE = ClusterProfile(name="t", nodes=tuple(
     ("tier:service,n[2-3]", ["n2", "n3", "s1"]),
 ])
 def test_selection(selector, expected):
-    assert [n.name for n in select_nodes(PROFILE, selector)] == expected
+    assert [n.name for n in select_nodes(NODES, selector, profile="t")] == expected
 
 
 @pytest.mark.parametrize("selector, message", [
@@ -37,10 +36,10 @@ def test_selection(selector, expected):
 ])
 def test_bad_selectors(selector, message):
     with pytest.raises(Rl360Error) as caught:
-        select_nodes(PROFILE, selector, where="p.toml")
+        select_nodes(NODES, selector, profile="t", where="p.toml")
     assert message in str(caught.value)
 
 
 def test_a_profile_without_nodes():
     with pytest.raises(Rl360Error, match="lists no nodes; add \\[\\[nodes\\]\\]"):
-        select_nodes(ClusterProfile(name="empty"), None)
+        select_nodes((), None, profile="empty")

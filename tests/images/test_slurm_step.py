@@ -9,7 +9,7 @@ import time
 import pytest
 
 from rl360cli.images.config import ImageRef
-from rl360cli.nodes.runtime import NodeError
+from rl360cli.nodes.base import NodeError
 from rl360cli.nodes.slurm_step import SlurmStep, SlurmStepRuntime
 from tests.conftest import need
 from tests.images.conftest import node_digests

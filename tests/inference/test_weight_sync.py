@@ -12,7 +12,7 @@ import torch
 
 from rl360cli.inference.client import EngineClient
 from rl360cli.trainer.broadcast import WeightBroadcaster, WeightSyncError, _buckets
-from rl360cli.trainer.process_group import StatelessGroup
+from rl360cli.inference.process_group import StatelessGroup
 
 from .conftest import free_port
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from rl360cli.rl.outcome import InfraCause, Outcome
+from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.rl.trajectory import Trajectory
 
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from rl360cli.rl.batch import build_batch
 from rl360cli.rl.grpo import policy_loss
-from rl360cli.rl.outcome import InfraCause, Outcome
+from rl360cli.outcome import InfraCause, Outcome
 from tests.rl.factories import make_trajectory
 
 FAST = settings(max_examples=60, deadline=None)
@@ -128,8 +128,13 @@ def test_refusals():
         build_batch(group("a", [1.0, 0.0], versions=[5, 3]), current_version=4)
     with pytest.raises(ValueError, match="current_version"):
         build_batch(group("a", [1.0, 0.0]), max_staleness=1)
-    with pytest.raises(ValueError, match="min_valid"):
-        build_batch(group("a", [1.0, 0.0]), min_valid=1)
+    # A bad min_valid is GRPOConfig's to refuse: test_rl_config.py.
+
+
+def test_the_denominator_of_an_unknown_aggregation_is_a_key_error_never_another_mode():
+    batch, _ = build_batch(group("a", [1.0, 0.0]))
+    with pytest.raises(KeyError):
+        batch.loss_denominator("sum")
 
 
 def test_padded_tensors_follow_the_shift_convention():
@@ -153,6 +158,17 @@ def test_padded_tensors_follow_the_shift_convention():
     # Packed tensors are token-aligned.
     assert batch.packed_input_ids.tolist() == [tok for t in trajectories for tok in t.token_ids.tolist()]
     assert batch.packed_loss_mask.tolist() == [bool(m) for t in trajectories for m in t.loss_mask.tolist()]
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 7])
+def test_data_parallel_shards_deal_every_micro_batch_once(world):
+    trajectories = [t for g in range(4) for t in group(f"g{g}", [1.0, 0.0, 0.25, 0.5], start_seed=g * 7)]
+    batch, _ = build_batch(trajectories)
+    parts = batch.split(30)
+    shards = [parts.shard(rank, world) for rank in range(world)]
+    assert [p.indices.tolist() for rank in range(world) for p in shards[rank]] == \
+        [parts[i].indices.tolist() for rank in range(world) for i in range(rank, len(parts), world)]
+    assert sum(len(shard) for shard in shards) == len(parts)
 
 
 @pytest.mark.parametrize("max_tokens", [1, 30, 64, 10_000])

@@ -68,7 +68,7 @@ def test_kwargs_feed_build_batch_and_policy_loss():
 
 def test_outcome_and_config_import_neither_torch_nor_numpy():
     code = (
-        "import sys, rl360cli.rl, rl360cli.rl.outcome, rl360cli.rl.config; "
+        "import sys, rl360cli.rl, rl360cli.outcome, rl360cli.rl.config; "
         "heavy = {'torch', 'numpy', 'msgpack'} & set(sys.modules); assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

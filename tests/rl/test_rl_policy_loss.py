@@ -7,7 +7,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rl360cli.rl.grpo import aggregate_loss, kl_penalty, policy_loss
+from rl360cli.rl.grpo import (
+    aggregate_loss,
+    clipped_pg_losses,
+    kl_penalty,
+    log_importance_ratio,
+    loss_stats,
+    policy_loss,
+    truncated_is_weights,
+)
 
 FAST = settings(max_examples=60, deadline=None)
 AGGREGATIONS = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
@@ -78,6 +86,71 @@ def test_ratio_is_clamped_before_exp():
     loss, stats = one_token(100.0, 0.0, -1.0, clip_low=0.2, clip_high=0.2)
     assert loss.item() == pytest.approx(math.exp(20.0), rel=1e-12)
     assert math.isfinite(stats.approx_kl)
+
+
+def test_log_ratio_is_clamped_on_both_sides_and_zero_off_the_mask():
+    logprobs = torch.tensor([[25.0, -30.0, 0.5, float("nan")]], dtype=torch.float64, requires_grad=True)
+    base = torch.tensor([[0.0, 0.0, 0.0, 0.0]], dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([[True, True, True, False]])
+    log_ratio = log_importance_ratio(logprobs, base, mask)
+    assert log_ratio.tolist() == [[20.0, -20.0, 0.5, 0.0]]
+    log_ratio.sum().backward()
+    # Clamped tokens and the masked (NaN) one get no gradient; the base is a constant.
+    assert logprobs.grad.tolist() == [[0.0, 0.0, 1.0, 0.0]] and base.grad is None
+
+
+@pytest.mark.parametrize("clip_c", [None, 3.0])
+def test_clip_flags_match_the_hand_formula(clip_c):
+    clip_low, clip_high = 0.2, 0.28
+    ratios = [0.5, 0.9, 1.0, 1.3, 2.5, 4.0]
+    advantages = [-2.0, -0.5, 0.0, 1.0]
+    grid = [(r, a) for r in ratios for a in advantages]
+    ratio = torch.tensor([[r for r, _ in grid]], dtype=torch.float64)
+    adv = torch.tensor([[a for _, a in grid]], dtype=torch.float64)
+    pg = clipped_pg_losses(ratio, adv, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
+    expected = [reference_token_loss(math.log(r), 0.0, a, clip_low, clip_high, clip_c) for r, a in grid]
+    assert pg.losses[0].tolist() == pytest.approx(expected, abs=1e-12)
+    # PPO clipping acts above 1 + clip_high with A > 0 and below 1 - clip_low with A < 0; the dual
+    # clip bounds -A * max(ratio, 1 - clip_low) at -A * c, that is acts where A < 0 and ratio > c.
+    assert pg.clipped[0].tolist() == [(a > 0 and r > 1 + clip_high) or (a < 0 and r < 1 - clip_low) for r, a in grid]
+    assert pg.dual_clipped[0].tolist() == [clip_c is not None and a < 0 and r > clip_c for r, a in grid]
+
+
+def test_truncated_importance_weights_by_hand():
+    old = torch.tensor([[math.log(3.0), math.log(1.5), -30.0, 25.0, float("inf")]], dtype=torch.float64)
+    old.requires_grad_(True)
+    rollout = torch.zeros(1, 5, dtype=torch.float64)
+    mask = torch.tensor([[True, True, True, True, False]])
+    tis = truncated_is_weights(old, rollout, mask, tis_cap=2.0)
+    # min(exp(clamp(old - rollout, -20, 20)), 2); 1 off the mask.
+    assert tis.weights[0].tolist() == pytest.approx([2.0, 1.5, math.exp(-20.0), 2.0, 1.0], rel=1e-12)
+    assert tis.capped[0].tolist() == [True, False, False, True, False]
+    assert not tis.weights.requires_grad
+
+
+def test_the_composition_in_the_module_doc_is_policy_loss():
+    g = torch.Generator().manual_seed(0)
+    logprobs = (-torch.rand(3, 5, generator=g, dtype=torch.float64)).requires_grad_(True)
+    old, ref, rollout = (-torch.rand(3, 5, generator=g, dtype=torch.float64) for _ in range(3))
+    advantages = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    mask = torch.rand(3, 5, generator=g) < 0.7
+    clips = dict(clip_low=0.2, clip_high=0.28, clip_c=1.5)
+    loss, stats = policy_loss(
+        logprobs, old, advantages, mask, aggregation="seq-mean-token-mean", ref_logprobs=ref, kl_coef=0.1,
+        rollout_logprobs=rollout, tis_cap=1.2, **clips,
+    )  # fmt: skip
+    log_ratio = log_importance_ratio(logprobs, old, mask)
+    ratio = log_ratio.exp()
+    pg = clipped_pg_losses(ratio, torch.where(mask, advantages[:, None], 0.0), **clips)
+    tis = truncated_is_weights(old, rollout, mask, tis_cap=1.2)
+    pg_loss = aggregate_loss(pg.losses * tis.weights, mask, "seq-mean-token-mean")
+    kl_loss = aggregate_loss(kl_penalty(logprobs, ref, mask=mask), mask, "seq-mean-token-mean")
+    composed = pg_loss + 0.1 * kl_loss
+    assert torch.equal(composed, loss)
+    assert loss_stats(
+        mask, loss=composed, pg_loss=pg_loss, kl_loss=kl_loss, ratio=ratio, log_ratio=log_ratio, pg=pg, tis=tis
+    ) == stats
+    assert 0 < stats.tis_clip_frac < 1 and stats.num_tokens == int(mask.sum())
 
 
 def test_gradient_of_unclipped_and_clipped_tokens():
@@ -193,10 +266,19 @@ def test_arguments_are_checked():
         policy_loss(lp, lp, torch.zeros(3), torch.ones(2, 3))
     with pytest.raises(ValueError, match="old_logprobs"):
         policy_loss(lp, torch.zeros(2, 4), torch.zeros(2), torch.ones(2, 3))
-    with pytest.raises(ValueError, match="aggregation"):
-        policy_loss(lp, lp, torch.zeros(2), torch.ones(2, 3), aggregation="sum")
-    with pytest.raises(ValueError, match="clip_c"):
-        policy_loss(lp, lp, torch.zeros(2), torch.ones(2, 3), clip_c=0.5)
+    # Bad settings (aggregation="sum", clip_c=0.5, ...) are GRPOConfig's to refuse: test_rl_config.py.
+
+
+def test_an_unknown_mode_is_a_key_error_never_another_mode():
+    # Settings are validated once, by GRPOConfig; past it, a mode outside the valid ones must not
+    # fall through to some other mode's arithmetic.
+    losses, mask = torch.ones(2, 3), torch.ones(2, 3)
+    with pytest.raises(KeyError):
+        aggregate_loss(losses, mask, "sum")
+    with pytest.raises(KeyError):
+        aggregate_loss(losses, mask, "sum", denominator=6.0)
+    with pytest.raises(KeyError):
+        kl_penalty(losses, losses, "k4")
 
 
 garbage = st.sampled_from([float("nan"), float("inf"), -float("inf"), 1e30, -1e30, 50.0])

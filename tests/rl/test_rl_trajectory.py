@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tests.rl.factories import make_trajectory
 
 from rl360cli.rl.compaction import log_cap, truncate_log
-from rl360cli.rl.outcome import InfraCause, Outcome
+from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.rl.trajectory import SCHEMA_VERSION, Trajectory
 
 FAST = settings(max_examples=60, deadline=None)

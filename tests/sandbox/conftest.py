@@ -101,7 +101,7 @@ def docker_node_specs(docker_nodes):
     """NodeSpec objects of the running dev Docker nodes (2 CPUs, 4 GB each, as cluster/dev-docker.toml says)."""
     import docker
 
-    from rl360cli.config import NodeSpec
+    from rl360cli.nodes.config import NodeSpec
 
     specs = [NodeSpec(name=n["name"], docker_host=n["docker_host"], cpus=2.0, memory_mb=4096)
              for n in docker_nodes["nodes"]]
@@ -197,7 +197,7 @@ def dev_script(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def spare_spec():
-    from rl360cli.config import NodeSpec
+    from rl360cli.nodes.config import NodeSpec
     from tests.conftest import DEV_ROOT
 
     return NodeSpec(name=SPARE, docker_host=f"unix://{DEV_ROOT}/docker/{SPARE}/docker.sock", cpus=2.0,

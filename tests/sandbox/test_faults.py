@@ -12,8 +12,7 @@ import threading
 import docker
 import pytest
 
-from rl360cli.config import ClusterProfile
-from rl360cli.rl.outcome import InfraCause, Outcome
+from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.sandbox import janitor
 from rl360cli.sandbox.attempt import run_attempt
 from rl360cli.sandbox.config import SandboxConfig
@@ -79,7 +78,7 @@ def test_a_container_killed_from_outside_mid_attempt(docker_provider, docker_nod
     where = {}
 
     async def agent(sandbox):
-        where.update(node=sandbox.node, cid=sandbox.inner.container_id)
+        where.update(node=sandbox.node, cid=sandbox.info()["container_id"])
         started.set()
         await sandbox.exec("sleep 120", timeout_s=180)
 
@@ -132,8 +131,7 @@ def test_a_nodes_dockerd_stopped_mid_attempt_is_node_lost_and_retried_elsewhere(
     # janitor finds it by its labels (nothing else knows it) and removes it.
     dev_script("start-node", SPARE)
     assert len(containers_of(provider.run_id, [spare_node])) == 1
-    profile = ClusterProfile(name="t", nodes=(spare_node, n1))
-    removed = janitor.remove_all(profile, {}, runs={provider.run_id})
+    removed = janitor.remove_all((spare_node, n1), {}, runs={provider.run_id})
     assert len(removed) == 1 and removed[0].startswith(f"{SPARE}/")
     assert containers_of(provider.run_id, [spare_node, n1]) == []
 

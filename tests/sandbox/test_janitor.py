@@ -12,7 +12,6 @@ import uuid
 import pytest
 
 from rl360cli.backends import procinfo
-from rl360cli.config import ClusterProfile
 from rl360cli.sandbox import janitor
 from tests.conftest import REPO
 from tests.sandbox.conftest import containers_of, live_processes_under
@@ -20,7 +19,7 @@ from tests.sandbox.conftest import containers_of, live_processes_under
 ORCHESTRATOR = """
 import asyncio, json, os, signal, sys
 from pathlib import Path
-from rl360cli.config import NodeSpec
+from rl360cli.nodes.config import NodeSpec
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.process import ProcessProvider
 from rl360cli.sandbox.task import Task
@@ -61,11 +60,11 @@ def test_process_sandboxes_of_a_crashed_orchestrator_are_removed(bwrap, sandbox_
     made = crash_orchestrator(run_id, sandbox_root, [])
     assert all(os.path.isdir(f) for f in made["folders"])
     assert procinfo.is_alive(made["keeper"])  # the fleet member outlived its orchestrator, as it should
-    removed = janitor.remove_all(ClusterProfile(name="t"), {}, process_root=sandbox_root)
+    removed = janitor.remove_all((), {}, process_root=sandbox_root)
     assert sorted(removed) == sorted(f"local/{os.path.basename(f)}" for f in made["folders"])
     assert not any(os.path.exists(f) for f in made["folders"])
     assert not procinfo.is_alive(made["keeper"]) and not live_processes_under(sandbox_root)
-    assert janitor.remove_all(ClusterProfile(name="t"), {}, process_root=sandbox_root) == []  # idempotent
+    assert janitor.remove_all((), {}, process_root=sandbox_root) == []  # idempotent
 
 
 def test_a_live_orchestrators_sandboxes_are_left_alone(bwrap, sandbox_root):
@@ -79,7 +78,7 @@ def test_a_live_orchestrators_sandboxes_are_left_alone(bwrap, sandbox_root):
     async def go():
         sandbox = await provider.start(load_task(EXAMPLES / "hello-world"), attempt_id="x", labels={})
         try:
-            return janitor.remove_all(ClusterProfile(name="t"), {}, process_root=sandbox_root), sandbox.folder
+            return janitor.remove_all((), {}, process_root=sandbox_root), sandbox.folder
         finally:
             await sandbox.stop()
 
@@ -93,8 +92,7 @@ def test_containers_of_a_crashed_orchestrator_are_found_by_label(bwrap, sandbox_
     hosts = [s.docker_host for s in docker_node_specs]
     made = crash_orchestrator(run_id, sandbox_root, hosts)
     assert len(containers_of(run_id, docker_node_specs)) == len(hosts)
-    profile = ClusterProfile(name="dev", nodes=tuple(docker_node_specs))
-    removed = janitor.remove_all(profile, {}, runs={run_id}, process_root=sandbox_root)
+    removed = janitor.remove_all(tuple(docker_node_specs), {}, runs={run_id}, process_root=sandbox_root)
     assert sorted(r.split("/")[1] for r in removed if not r.startswith("local/")) == \
         sorted(c[:12] for c in made["containers"])
     assert containers_of(run_id, docker_node_specs) == []
@@ -102,8 +100,8 @@ def test_containers_of_a_crashed_orchestrator_are_found_by_label(bwrap, sandbox_
 
 
 def test_an_unreachable_node_is_reported_not_fatal(tmp_path, sandbox_root):
-    from rl360cli.config import NodeSpec
+    from rl360cli.nodes.config import NodeSpec
 
-    profile = ClusterProfile(name="t", nodes=(NodeSpec(name="gone", docker_host=f"unix://{tmp_path}/x.sock"),))
-    assert janitor.remove_all(profile, {}, process_root=sandbox_root) == []
+    nodes = (NodeSpec(name="gone", docker_host=f"unix://{tmp_path}/x.sock"),)
+    assert janitor.remove_all(nodes, {}, process_root=sandbox_root) == []
     assert len(janitor.last_problems) == 1 and janitor.last_problems[0].startswith("gone: cannot list sandboxes")

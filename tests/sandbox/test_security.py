@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rl360cli.rl.outcome import Outcome
+from rl360cli.outcome import Outcome
 from rl360cli.sandbox.attempt import run_attempt
 from rl360cli.sandbox.task import load_task
 from tests.conftest import REPO

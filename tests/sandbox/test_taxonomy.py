@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from rl360cli.config import NodeSpec
-from rl360cli.rl.outcome import InfraCause, Outcome
+from rl360cli.nodes.config import NodeSpec
+from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.sandbox.attempt import ModelFailure, oracle_agent, run_attempt
-from rl360cli.sandbox.provider import FaultInjector
+from rl360cli.sandbox.faults import FaultInjector
 from rl360cli.sandbox.task import load_task
 from rl360cli.sandbox.taxonomy import RULES, TABLE, Event, InfraError, Observed, classify
 from tests.conftest import REPO
@@ -200,7 +200,7 @@ def test_row_sandbox_killed(process_provider, tmp_path):
     task = load_task(write_task(tmp_path, "t"))
 
     async def agent(sandbox):
-        shutil.rmtree(sandbox.inner.folder)  # removed from outside while the agent works
+        shutil.rmtree(sandbox.info()["folder"])  # removed from outside while the agent works
         await sandbox.exec("true", timeout_s=5)
 
     result = attempt(process_provider(), task, agent)

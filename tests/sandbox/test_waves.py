@@ -13,13 +13,14 @@ import shutil
 import pytest
 
 from rl360cli.errors import Rl360Error
-from rl360cli.rl.outcome import InfraCause, Outcome
+from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.process import ProcessProvider
 from rl360cli.sandbox.provider import NodeCapacity, SandboxProvider
 from rl360cli.sandbox.task import load_task
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 from rl360cli.sandbox.waves import AdmissionController, node_images_from_state
+from rl360cli.state import empty_state
 from tests.sandbox.conftest import BUSYBOX, run, write_task
 
 
@@ -211,7 +212,7 @@ def test_a_whole_attempt_lost_mid_way_is_rerun_on_another_node(nodes, task):
     async def agent(sandbox):
         calls.append(sandbox.node)
         if len(calls) == 1:
-            shutil.rmtree(sandbox.inner.inner.folder)  # the sandbox disappears under the agent
+            shutil.rmtree(sandbox.info()["folder"])  # the sandbox disappears under the agent
         await sandbox.exec("echo done > /app/out", timeout_s=10)
 
     result = run(ctl.run_attempt(task, agent, attempt_id="lost", rerun_agent=True))
@@ -223,14 +224,16 @@ def test_a_whole_attempt_lost_mid_way_is_rerun_on_another_node(nodes, task):
 
 def agent_breaking_once():
     async def agent(sandbox):
-        shutil.rmtree(sandbox.inner.inner.folder)
+        shutil.rmtree(sandbox.info()["folder"])
         await sandbox.exec("true", timeout_s=10)
 
     return agent
 
 
-def test_node_images_from_state_accepts_both_shapes():
-    doc = {"nodes": {"n1": {"images": {"a:1": {"digest": "sha256:1", "size": 3}, "b:2": "sha256:2"}},
+def test_node_images_from_state_reads_the_digest_of_each_image_record():
+    # The one shape (rl360cli/state.py NodeImage); a version-1 bare digest is migrated on load (tests/cli/test_state.py).
+    doc = {"nodes": {"n1": {"images": {"a:1": {"digest": "sha256:1", "size": 3, "pulled_at": None, "seconds": 0.5},
+                                       "b:2": {"digest": "sha256:2"}}},
                      "n2": {"address": "x"}}}
     assert node_images_from_state(doc) == {"n1": {"a:1": "sha256:1", "b:2": "sha256:2"}, "n2": {}}
-    assert node_images_from_state({}) == {}
+    assert node_images_from_state(empty_state()) == {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rl360cli.backends import slurm_cmd
-from rl360cli.backends.slurm_options import SlurmOptions, time_limit_minutes
+from rl360cli.backends.config import SlurmOptions, time_limit_minutes
 from rl360cli.backends.slurm_preflight import parse_cluster_info
 from rl360cli.config import load_profile
 from rl360cli.configload import ConfigError

@@ -30,7 +30,7 @@ def test_no_requeue_left_fails_the_tier_and_keeps_the_run_failed(tmp_path):
     state = StateFile(tmp_path / "state.json")
     profile = load_profile(write_profile(tmp_path, "dev-nq", slurm={"max_requeues": 2}))
     seed(state, requeues=2)
-    messages = slurm_requeue._requeue(SlurmBackend(profile, state), ("training",), ["n7"])
+    messages = SlurmBackend(profile, state).recovery.requeue(("training",), ["n7"])
     assert messages == ["tier training: lost n7; no requeue left (max_requeues = 2)"]
     doc = state.read()
     assert doc["tiers"]["training"]["status"] == "failed"
@@ -45,7 +45,7 @@ def test_components_marked_for_restart_and_the_run_resumes(tmp_path):
     state = StateFile(tmp_path / "state.json")
     seed(state, requeues=0)
     with state.update() as doc:
-        slurm_requeue._mark_for_restart(doc, ("training",), ["999990"], ["n7"])
+        slurm_requeue.mark_for_restart(doc, ("training",), ["999990"], ["n7"])
     doc = state.read()
     trainer = doc["components"]["training/trainer"]
     assert (trainer["status"], trainer["reason"], trainer["restart"]) == ("failed", "node_lost", True)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from rl360cli.trainer.step import STAT_KEYS
 from tests.conftest import need
 
 import torch
@@ -181,6 +182,8 @@ def test_a_train_step_matches_the_torch_trainer(world, case, kind, tp):
     expected_stats = trainer.train_step(batches["step1"])
     expected = {n: t.detach() for n, t in trainer.named_tensors()}
     got_stats, got = results["stats1"], results["named1"]
+    # One step loop (rl360cli/trainer/step.py) for both: the same statistics, in the same order.
+    assert list(got_stats) == list(expected_stats) == list(STAT_KEYS)
     for key in ("loss", "pg_loss", "grad_norm", "clip_frac", "ratio_mean", "approx_kl"):
         assert got_stats[key] == pytest.approx(expected_stats[key], rel=2e-4, abs=1e-6), key
     assert expected_stats["grad_norm"] > 1.0  # so clipping by the global norm was active
@@ -244,7 +247,7 @@ def test_trainer_argv_one_node_and_several():
 
     one = trainer_argv(["--state", "s.json", "--run", "r1"], nproc_per_node=4, master_port=29511, python="py")
     assert one == ("py", "-m", "torch.distributed.run", "--nproc-per-node=4", "--nnodes=1", "--node-rank=0",
-                   "--master-addr=127.0.0.1", "--master-port=29511", "-m", "rl360cli.rl.driver", "--",
+                   "--master-addr=127.0.0.1", "--master-port=29511", "-m", "rl360cli.loop.driver", "--",
                    "--state", "s.json", "--run", "r1")  # fmt: skip
     many = trainer_argv(["--run", "r1"], nproc_per_node=8, nnodes=2, master_addr="n1", master_port=29511,
                         rdzv_id="rl360-r1", python="py")  # fmt: skip

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from rl360cli.errors import Rl360Error
-from rl360cli.rl.agent import ConversationTokens, observation_ids
+from rl360cli.agent.conversation import ConversationTokens, observation_ids
 from rl360cli.trainer.config import ModelConfig
 from tests.conftest import REPO, need
 

@@ -6,7 +6,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, decoders
 from transformers import PreTrainedTokenizerFast
 
-from rl360cli.rl.agent import ConversationTokens, format_observation, observation_ids, parse_action
+from rl360cli.agent.conversation import ConversationTokens, format_observation, observation_ids, parse_action
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")

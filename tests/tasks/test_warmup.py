@@ -24,7 +24,7 @@ RECIPE = REPO / "recipes" / "local-smoke.toml"
 def attempts(tmp_path_factory):
     import torch
 
-    from rl360cli.trainer.arith_rollout import load_tasks, run_tasks
+    from rl360cli.tasks.arith_rollout import load_tasks, run_tasks
     from rl360cli.trainer.model import load_policy, prepare_policy
 
     recipe = load_recipe(RECIPE)

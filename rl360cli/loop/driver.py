@@ -1,84 +1,83 @@
 """The trainer component of a run: sets up Ray, the session actors, the trainer and the weight
 broadcast, runs the loop, and keeps the run's record in the state file current.
 
-    python -m rl360cli.rl.driver --state .rl360/state.json --run RUN_ID [--resume]
+    python -m rl360cli.loop.driver --state .rl360/state.json --run RUN_ID [--resume]
 
 `rl360 train` (and `rl360 up`) start it on the training tier; it finds the
-engines and the router of its run in the state file.
+engines and the router of its run in the state file, and the recipe in the
+run folder. Under torchrun (the megatron trainer) rank 0 runs the loop and
+ranks > 0 follow it (`follow_run`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import sys
 import traceback
 from pathlib import Path
 
-from rl360cli.state import StateFile, now_iso
+from rl360cli.config import ClusterProfile, Recipe, load_profile, load_run_recipe
+from rl360cli.ports import free_port
+from rl360cli.state import RunStatus, StateDoc, StateFile, live_components, now_iso, profile_path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rl360cli.rl.driver")
+    parser = argparse.ArgumentParser(prog="python -m rl360cli.loop.driver")
     parser.add_argument("--state", required=True)
     parser.add_argument("--run", required=True)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--ray-address", default=None, help="join this Ray cluster instead of starting one")
     args = parser.parse_args(argv)
     if int(os.environ.get("RANK", "0")) > 0:
-        # A follower rank of the megatron trainer under torchrun: it runs rank 0's commands on its
-        # shard and never touches the state file (rank 0 records the run).
-        from rl360cli.trainer.megatron_trainer import follow_run
-
         return follow_run(args.state, args.run)
     state = StateFile(args.state)
     try:
         summary = run(state, args.run, resume=args.resume, ray_address=args.ray_address)
     except Exception as e:  # noqa: BLE001 — whatever ends the run is recorded, then the component fails
         traceback.print_exc()
-        set_run(state, args.run, status="failed", reason=f"{type(e).__name__}: {e}"[:300], ended_at=now_iso())
+        set_run(state, args.run, status=RunStatus.FAILED, reason=f"{type(e).__name__}: {e}"[:300], ended_at=now_iso())
         return 3
-    set_run(state, args.run, status="finished", ended_at=now_iso(), **summary)
+    set_run(state, args.run, status=RunStatus.FINISHED, ended_at=now_iso(), **summary)
     return 0
 
 
 def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None) -> dict:
     import ray
 
+    from rl360cli.loop.train_loop import LoopParts, latest_checkpoint, train_loop
     from rl360cli.metrics import MetricsLogger
-    from rl360cli.rl.loop import LoopParts, train_loop
-    from rl360cli.rl.rollouts import Rollouts
-    from rl360cli.rl.session_actor import ActorSetup, SessionActor
+    from rl360cli.rollout.rollouts import Rollouts
     from rl360cli.sandbox.task import load_task_set
-    from rl360cli.stages.run import load_run_recipe
+    from rl360cli.sandbox.waves import node_images_from_state
     from rl360cli.trainer.broadcast import WeightBroadcaster
-    from rl360cli.trainer.torch_trainer import TorchTrainer, latest_checkpoint
+    from rl360cli.trainer.builder import build_trainer
 
     doc = state.read()
     record = doc["runs"][run_id]
     run_dir = Path(record["run_dir"])
     recipe = load_run_recipe(run_dir)
+    recorded_profile = profile_path(doc)
+    profile = load_profile(recorded_profile) if recorded_profile else None
     engines, router = engine_urls(doc, run_id)
     policy_dir = run_dir / "policy" / "v0"
     log(f"run {run_id}: {len(engines)} engines behind {router}, policy {policy_dir}")
 
-    if recipe.trainer.kind == "megatron":
-        from rl360cli.trainer.megatron_trainer import MegatronTrainer, default_device
-
-        trainer = MegatronTrainer(policy_dir, recipe.trainer, recipe.grpo, seed=recipe.run.seed,
-                                  device=default_device())
-    else:
-        trainer = TorchTrainer(policy_dir, recipe.trainer, recipe.grpo, seed=recipe.run.seed)
+    trainer = build_trainer(policy_dir, recipe.trainer, recipe.grpo, seed=recipe.run.seed)
     start_step = 0
-    checkpoint = latest_checkpoint(run_dir) if resume else None
+    checkpoint = latest_checkpoint(run_dir / "checkpoints") if resume else None
     if checkpoint is not None:
         start_step = trainer.load_checkpoint(checkpoint)["next_step"]
         log(f"resumed from {checkpoint} at step {start_step}, policy version {trainer.version}")
 
-    profile = doc.get("profile") or {}
+    # The profile's weight-sync port if it is free here, else any free port (two runs on one
+    # machine must not meet in each other's process group).
     broadcaster = WeightBroadcaster(
         engines, backend=recipe.trainer.sync_backend, master_address="127.0.0.1",
-        master_port=sync_port(profile), bucket_mb=recipe.trainer.sync_bucket_mb, group_name=f"rl360-{run_id}",
+        master_port=free_port(profile.sync_port if profile else 0), bucket_mb=recipe.trainer.sync_bucket_mb,
+        group_name=f"rl360-{run_id}",
     )
     broadcaster.connect()
     if trainer.version > 0:
@@ -87,18 +86,13 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     # "local" starts a private Ray instance even when another one runs on this machine.
     ray.init(address=ray_address or "local", num_cpus=None if ray_address else max(2, os.cpu_count() or 2),
              include_dashboard=False, log_to_driver=True, configure_logging=False)
-    remote_actor = ray.remote(SessionActor)
-    # In a Ray cluster across the tiers the actors go to the rollout tier's nodes, spread out.
-    placement = ({"resources": {"tier_rollout": 0.001}, "scheduling_strategy": "SPREAD"} if ray_address else {})
-    actors = [
-        remote_actor.options(num_cpus=0, max_concurrency=10_000, **placement).remote(ActorSetup(
-            run_id=run_id, run_dir=str(run_dir), policy_dir=str(policy_dir), router_url=router, actor_index=i,
-            profile_path=profile.get("path"), cpu_list=rollout_cpus(profile),
-            node_images={name: node.get("images", {}) for name, node in doc["nodes"].items()}))
-        for i in range(recipe.rollout.num_session_actors)
-    ]
+    actors = start_session_actors(recipe, profile, run_id=run_id, policy_dir=policy_dir, router=router,
+                                  node_images=node_images_from_state(doc),
+                                  in_cluster=ray_address is not None)
     task_ids = [t.id for t in load_task_set(Path(recipe.tasks.path), include=recipe.tasks.include)]
-    rollouts = Rollouts(actors, task_ids, recipe.loop, seed=recipe.run.seed)
+    rollouts = Rollouts(actors, task_ids, num_tasks_per_step=recipe.loop.num_tasks_per_step,
+                        num_samples_per_task=recipe.loop.num_samples_per_task,
+                        max_generation_rounds=recipe.loop.max_generation_rounds, seed=recipe.run.seed)
     metrics = MetricsLogger(run_dir, run_name=run_id, project=recipe.metrics.wandb_project,
                             config={"recipe": str(run_dir / "recipe.toml")}, use_wandb=recipe.metrics.wandb)
 
@@ -109,14 +103,15 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
             f"train {values['train_s']:.2f}s sync {_fmt(values.get('weight_sync_s'))}s "
             f"overlap {_fmt(values.get('overlap_ratio'))} step {values['step_s']:.1f}s")
 
-    set_run(state, run_id, status="running", pid=os.getpid())
+    set_run(state, run_id, status=RunStatus.RUNNING, pid=os.getpid())
     try:
-        train_loop(LoopParts(recipe=recipe, rollouts=rollouts, trainer=trainer, broadcaster=broadcaster,
-                             log=metrics.log, on_step=on_step, checkpoint_dir=run_dir / "checkpoints",
+        train_loop(LoopParts(rollouts=rollouts, trainer=trainer, weight_sync=broadcaster, loop=recipe.loop,
+                             grpo=recipe.grpo, checkpoint_every=recipe.trainer.checkpoint_every,
+                             checkpoint_dir=run_dir / "checkpoints", log=metrics.log, on_step=on_step,
                              keep_samples=SampleKeeper(run_dir / "samples.jsonl", policy_dir)),
                    start_step=start_step)
         # Megatron: release the follower ranks (on failure torchrun ends them when rank 0 exits).
-        getattr(trainer, "close", lambda: None)()
+        trainer.close()
         versions = engine_versions(engines)
     finally:
         metrics.close()
@@ -130,6 +125,40 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     return {"policy_version": trainer.version, "engine_versions": versions}
 
 
+def start_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_id: str, policy_dir: Path,
+                         router: str, node_images: dict[str, dict[str, str | None]], in_cluster: bool) -> list:
+    """The run's Ray session actors, each given its configuration as plain data."""
+    import ray
+
+    from rl360cli.rollout.session_actor import ActorSetup, SessionActor
+
+    remote_actor = ray.remote(SessionActor)
+    # In a Ray cluster across the tiers the actors go to the rollout tier's nodes, spread out.
+    placement = {"resources": {"tier_rollout": 0.001}, "scheduling_strategy": "SPREAD"} if in_cluster else {}
+    # The local backend may pin the rollout tier to some CPUs: the actors and their sandboxes keep to them.
+    pinned = profile is not None and profile.backend == "local"
+    setup = ActorSetup(run_id=run_id, policy_dir=str(policy_dir), router_url=router, actor_index=0,
+                       tasks_path=recipe.tasks.path, tasks_include=recipe.tasks.include, rollout=recipe.rollout,
+                       sandbox=recipe.sandbox, nodes=profile.nodes if profile else (), node_images=node_images,
+                       cpu_list=profile.tiers["rollout"].cpu_list if pinned else ())
+    return [remote_actor.options(num_cpus=0, max_concurrency=10_000, **placement)
+            .remote(dataclasses.replace(setup, actor_index=i))
+            for i in range(recipe.rollout.num_session_actors)]
+
+
+def follow_run(state_path: str, run_id: str) -> int:
+    """Ranks > 0 of the megatron trainer under torchrun: build this rank's shard of the run's trainer
+    and run rank 0's commands on it until rank 0 closes it. Never touches the state file's records
+    (rank 0 keeps them)."""
+    from rl360cli.trainer.megatron_trainer import MegatronTrainer, default_device
+
+    run_dir = Path(StateFile(state_path).read()["runs"][run_id]["run_dir"])
+    recipe = load_run_recipe(run_dir)
+    MegatronTrainer(run_dir / "policy" / "v0", recipe.trainer, recipe.grpo, seed=recipe.run.seed,
+                    device=default_device()).serve()
+    return 0
+
+
 class SampleKeeper:
     """Writes the first few trajectories of every step, decoded, to samples.jsonl."""
 
@@ -141,8 +170,6 @@ class SampleKeeper:
         self.per_step = per_step
 
     def __call__(self, step: int, trajectories: list) -> None:
-        import json
-
         with open(self.path, "a") as f:
             for t in trajectories[: self.per_step]:
                 f.write(json.dumps({
@@ -153,15 +180,13 @@ class SampleKeeper:
                 }) + "\n")
 
 
-def engine_urls(doc: dict, run_id: str) -> tuple[list[str], str]:
+def engine_urls(doc: StateDoc, run_id: str) -> tuple[list[str], str]:
     """The run's live engines (direct URLs, for the weight broadcast) and its router."""
     engines, router = [], None
-    for rec in doc["components"].values():
-        if rec.get("run") != run_id or rec.get("status") in ("failed", "stopped", "exited"):
-            continue
-        if rec.get("kind", "").startswith("engine"):
+    for rec in live_components(doc, run=run_id).values():
+        if rec["kind"].startswith("engine"):
             engines.append(rec["url"])
-        elif rec.get("kind") == "router":
+        elif rec["kind"] == "router":
             router = rec["url"]
     if not engines or router is None:
         raise RuntimeError(f"run {run_id} has no running engines or router; start them with `rl360 serve`")
@@ -185,24 +210,6 @@ def engine_versions(urls: list[str]) -> dict[str, int | None]:
         return await asyncio.gather(*(ask(url) for url in urls))
 
     return dict(zip(urls, asyncio.run(ask_all())))
-
-
-def rollout_cpus(profile: dict) -> tuple[int, ...]:
-    """The CPUs the profile pins the rollout tier to (local backend), for the actors and their sandboxes."""
-    from rl360cli.config import load_profile
-
-    if not profile.get("path") or profile.get("backend") != "local":
-        return ()
-    return load_profile(profile["path"]).tiers["rollout"].cpu_list
-
-
-def sync_port(profile: dict) -> int:
-    """The profile's weight-sync port if it is free here, else any free port (two runs on one
-    machine must not meet in each other's process group)."""
-    from rl360cli.config import load_profile
-    from rl360cli.stages.train import free_port
-
-    return free_port(load_profile(profile["path"]).sync_port if profile.get("path") else 0)
 
 
 def set_run(state: StateFile, run_id: str, **fields) -> None:

@@ -6,7 +6,7 @@ makes everything both sides of the local recipe need, so they cannot drift apart
 - `instruction(program)`: the task's instruction.md (what the policy reads);
 - `expression(program)`: the canonical answer, a Python expression in x written left to right;
 - `action(expr)` / `SUBMIT`: the agent's two replies (a fenced bash block that writes answer.py,
-  then a turn without a block), in the format of `rl360cli.rl.agent`;
+  then a turn without a block), in the format of `rl360cli.agent.conversation`;
 - `cases(program)`: the verifier's (input, output) pairs, and `check_answer(src, cases)`, the
   verifier itself. `recipes/tasks/generate_arith.py` writes `check_answer`'s own source into each
   task's tests/test.sh, so the in-process check (warm-up, tuning, tests) and the real verifier
@@ -14,7 +14,7 @@ makes everything both sides of the local recipe need, so they cannot drift apart
 
 Standard library only: test.sh runs it under `python3 -I -S`.
 
-    python -c "from rl360cli.trainer.arith import *; import random; p = random_program(random.Random(0)); print(instruction(p), expression(p))"
+    python -c "from rl360cli.tasks.arith import *; import random; p = random_program(random.Random(0)); print(instruction(p), expression(p))"
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""Slurm options of a cluster profile (`[slurm]`): where and how each tier is allocated.
+"""Configuration of the backends: each tier's size (`[tiers.NAME]`) and the Slurm options (`[slurm]`).
 
-The per-tier table (`[tiers.NAME]`: num_nodes, gpus_per_node, cpus_per_node,
-memory_gb_per_node, partition, constraint, time_limit) says how big each tier
-is; this table says how every allocation is asked for. Validated at load time,
-so `rl360 plan` catches a malformed time limit before an allocation is spent.
+The per-tier table (`TierSpec`: num_nodes, gpus_per_node, cpus_per_node,
+memory_gb_per_node, partition, constraint, time_limit; on the local backend a
+share of this machine) says how big each tier is; `[slurm]` says how every
+allocation is asked for. Validated at load time, so `rl360 plan` catches a
+malformed time limit before an allocation is spent.
 
     python -m pytest tests/slurm/test_slurm_config.py
 """
@@ -13,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Literal
+
+TIERS = ("service", "training", "rollout")
 
 # Slurm's time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (and "infinite"/"UNLIMITED" for limits).
 _TIME = re.compile(r"^(?:(?P<days>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?"
@@ -51,6 +54,37 @@ def check_time_limit(text: str, name: str = "time_limit") -> int:
     if minutes is None or minutes < 1:
         raise ValueError(f"{name} must be a finite Slurm time of at least a minute (got {text!r}); e.g. 04:00:00")
     return minutes
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TierSpec:
+    num_nodes: int = 1
+    gpus_per_node: int = 0
+    # Slurm: CPUs and memory asked per node (None: the partition's default / the whole node if exclusive).
+    cpus_per_node: int | None = None
+    memory_gb_per_node: float | None = None
+    # Local backend: the fraction of this machine's CPUs and memory the tier reserves, and
+    # optionally the CPUs its components are pinned to (so tiers do not compete for cores).
+    share: float = 1 / 3
+    cpu_list: tuple[int, ...] = ()
+    # Slurm: per-tier overrides of the profile's [slurm] options.
+    partition: str | None = None
+    constraint: str | None = None
+    time_limit: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_nodes < 1:
+            raise ValueError(f"num_nodes must be at least 1 (got {self.num_nodes})")
+        if self.gpus_per_node < 0:
+            raise ValueError(f"gpus_per_node must be >= 0 (got {self.gpus_per_node})")
+        if self.cpus_per_node is not None and self.cpus_per_node < 1:
+            raise ValueError(f"cpus_per_node must be at least 1 (got {self.cpus_per_node})")
+        if not 0 < self.share <= 1:
+            raise ValueError(f"share must be in (0, 1] (got {self.share})")
+        if any(c < 0 for c in self.cpu_list):
+            raise ValueError(f"cpu_list holds CPU numbers >= 0 (got {list(self.cpu_list)})")
+        if self.time_limit is not None:
+            check_time_limit(self.time_limit)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

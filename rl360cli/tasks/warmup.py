@@ -22,8 +22,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rl360cli.rl.agent import ConversationTokens, format_observation
-from rl360cli.trainer import arith
+from rl360cli.agent.conversation import ConversationTokens, format_observation
+from rl360cli.tasks import arith
 
 RAMP_STEPS = 20
 

@@ -15,7 +15,6 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from rl360cli.rl.loop_config import LoopConfig
 from rl360cli.rl.trajectory import Trajectory
 
 
@@ -49,17 +48,22 @@ class GenerationReport:
 
 
 class Rollouts:
-    def __init__(self, actors: list, task_ids: list[str], loop: LoopConfig, *, seed: int):
+    """Hands a step's groups to the session actors, round robin, and collects them."""
+
+    def __init__(self, actors: list, task_ids: list[str], *, num_tasks_per_step: int, num_samples_per_task: int,
+                 max_generation_rounds: int, seed: int):
         self.actors = actors
         self.task_ids = sorted(task_ids)
-        self.loop = loop
+        self.num_tasks_per_step = num_tasks_per_step
+        self.num_samples_per_task = num_samples_per_task
+        self.max_generation_rounds = max_generation_rounds
         self.seed = seed
         self._next_actor = 0
 
     def tasks_for_step(self, step: int) -> list[str]:
-        if self.loop.num_tasks_per_step >= len(self.task_ids):
+        if self.num_tasks_per_step >= len(self.task_ids):
             return list(self.task_ids)
-        return random.Random(self.seed * 100003 + step).sample(self.task_ids, self.loop.num_tasks_per_step)
+        return random.Random(self.seed * 100003 + step).sample(self.task_ids, self.num_tasks_per_step)
 
     def submit(self, step: int) -> Generation:
         generation = Generation(step=step)
@@ -72,8 +76,8 @@ class Rollouts:
         groups = [_decode(ray.get(ref)[1]) for ref in generation.refs]
         first_round = [t.reward for g in groups for t in g if t.is_valid]
         done = {t[0].task_id for t in groups if t and _has_signal(t)}
-        for round_index in range(1, self.loop.max_generation_rounds):
-            missing = self.loop.num_tasks_per_step - len(done)
+        for round_index in range(1, self.max_generation_rounds):
+            missing = self.num_tasks_per_step - len(done)
             if missing <= 0:
                 break
             fresh = [t for t in self.task_ids if t not in done]
@@ -96,7 +100,7 @@ class Rollouts:
             actor = self.actors[self._next_actor % len(self.actors)]
             self._next_actor += 1
             group_id = f"s{generation.step}-r{round_index}-{task_id}"
-            generation.refs.append(actor.run_group.remote(task_id, group_id, self.loop.num_samples_per_task))
+            generation.refs.append(actor.run_group.remote(task_id, group_id, self.num_samples_per_task))
             generation.task_ids.append(task_id)
 
 

@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from rl360cli.agent.config import RolloutConfig
+from rl360cli.agent.conversation import ConversationTokens, format_observation, parse_action
 from rl360cli.inference.client import EngineClient, EngineError
-from rl360cli.rl.agent import ConversationTokens, format_observation, parse_action
-from rl360cli.rl.loop_config import RolloutConfig
-from rl360cli.rl.outcome import InfraCause
+from rl360cli.outcome import InfraCause
 from rl360cli.rl.trajectory import Trajectory
 from rl360cli.sandbox.attempt import InfraError, run_attempt
 from rl360cli.sandbox.provider import SandboxProvider

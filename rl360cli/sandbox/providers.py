@@ -1,0 +1,45 @@
+"""The sandbox providers by name, and `make_provider`, which builds the one a recipe's `[sandbox]` names.
+
+    provider = make_provider(recipe.sandbox, nodes=profile.nodes, run_id="r1")
+
+The concrete providers are imported here, when asked for, never by the interface
+(rl360cli/sandbox/provider.py): the docker provider loads the docker SDK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from rl360cli.sandbox.config import SandboxConfig
+from rl360cli.sandbox.faults import FaultInjector
+from rl360cli.sandbox.provider import SandboxProvider
+from rl360cli.sandbox.waves import AdmissionController
+
+if TYPE_CHECKING:
+    from rl360cli.nodes.config import NodeSpec
+
+
+def make_provider(config: SandboxConfig, *, nodes: Sequence[NodeSpec] = (), run_id: str = "",
+                  node_images: Mapping[str, Mapping[str, str | None]] | None = None, admission: bool = True,
+                  max_concurrent_pulls: int = 8) -> SandboxProvider:
+    """The provider `config` names, with fault injection when asked, behind the admission controller.
+
+    `nodes` are the profile's Docker nodes (docker provider). `node_images` is what each node's cache
+    holds, `{node: {image_ref: digest}}` (`node_images_from_state` reads it from the caches `rl360
+    prewarm-images` records in the state file), for warm-first placement.
+    """
+    provider: SandboxProvider
+    if config.provider == "docker":
+        from rl360cli.sandbox.docker_provider import DockerProvider
+
+        provider = DockerProvider(nodes, config=config, run_id=run_id, max_concurrent_pulls=max_concurrent_pulls)
+    else:
+        from rl360cli.sandbox.process import ProcessProvider
+
+        provider = ProcessProvider(config, run_id=run_id)
+    if config.inject_failure_rate > 0:
+        provider = FaultInjector(provider, rate=config.inject_failure_rate, seed=config.inject_seed)
+    if admission:
+        provider = AdmissionController(provider, config=config, node_images=node_images)
+    return provider

@@ -1,0 +1,25 @@
+"""The trainer a recipe's `[trainer] kind` names, built from the prepared policy folder.
+
+    trainer = build_trainer(run_dir / "policy" / "v0", recipe.trainer, recipe.grpo, seed=recipe.run.seed)
+
+The megatron trainer (megatron-core, loaded only when asked for) must be built on every rank of its
+torchrun world; the torch trainer is one process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rl360cli.rl.config import GRPOConfig
+from rl360cli.trainer.config import TrainerConfig
+from rl360cli.trainer.protocol import Trainer
+
+
+def build_trainer(model_dir: Path, config: TrainerConfig, grpo: GRPOConfig, *, seed: int) -> Trainer:
+    if config.kind == "megatron":
+        from rl360cli.trainer.megatron_trainer import MegatronTrainer, default_device
+
+        return MegatronTrainer(model_dir, config, grpo, seed=seed, device=default_device())
+    from rl360cli.trainer.torch_trainer import TorchTrainer
+
+    return TorchTrainer(model_dir, config, grpo, seed=seed)

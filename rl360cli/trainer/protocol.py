@@ -1,0 +1,55 @@
+"""The seams between the loop and its trainer: `Trainer` and `WeightSync`, as `typing.Protocol`s.
+
+The loop (rl360cli/loop/train_loop.py) holds one of each and calls nothing else, so the torch
+trainer and the megatron trainer (and the gloo or NCCL broadcaster) are interchangeable:
+
+    stats = trainer.train_step(batch)                               # the policy version goes up by one
+    sync.broadcast(trainer.named_tensors(), trainer.version)        # every engine serves that version
+    trainer.save_checkpoint(path, {"next_step": step + 1})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from rl360cli.rl.train_batch import TrainBatch
+    from rl360cli.trainer.broadcast import SyncStats
+
+
+class Trainer(Protocol):
+    """A policy being trained: GRPO steps, its weights by the engines' names, checkpoints."""
+
+    version: int
+    """The policy version: 0 for the prepared policy, one more after each `train_step`."""
+
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One policy update on `batch`; returns `rl360cli.trainer.step.STAT_KEYS`."""
+
+    def named_tensors(self) -> Iterator[tuple[str, Any]]:
+        """The full weights under their Hugging Face names (what the engines load)."""
+
+    def save_checkpoint(self, path: Path, loop_state: dict) -> None:
+        """Write the model, the optimizer and `loop_state` to `path` (atomically: a folder renamed in)."""
+
+    def load_checkpoint(self, path: Path) -> dict:
+        """Restore what `save_checkpoint` wrote; returns its `loop_state` (with `version`)."""
+
+    def close(self) -> None:
+        """Release what the trainer holds beyond this process (the megatron follower ranks)."""
+
+
+class WeightSync(Protocol):
+    """New weights from the trainer to every engine, tagged with the policy version."""
+
+    def connect(self) -> None:
+        """Form the group with every engine."""
+
+    def broadcast(self, named_tensors: Iterable[tuple[str, Any]], version: int) -> SyncStats:
+        """Send the weights; engines that fail are dropped and named in `SyncStats.failed`."""
+
+    def close(self) -> None:
+        """Leave the group."""
+

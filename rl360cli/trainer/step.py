@@ -1,0 +1,75 @@
+"""One GRPO policy update, as both trainers run it: epochs over micro-batches, the loss, statistics.
+
+    stats = train_step(micro_batches, grpo=grpo, num_epochs=2, optimizer=opt,
+                       logprobs=lambda micro: model_logprobs(micro.input_ids, micro.attention_mask),
+                       clip_grads=lambda: clip(params, 1.0))
+
+Each micro-batch's loss is already divided by the whole batch's denominator
+(`MicroBatch.loss_denominator`), so the gradients of the micro-batches add up
+to the gradient of the whole batch's loss; the same holds across data-parallel
+ranks, which is why the megatron trainer *sums* gradients and statistic sums
+over DP (`reduce_grads`, `reduce_sums`). What the two trainers differ in — how
+logprobs are computed, how gradients are reduced and clipped — comes in as
+functions; everything else is this one loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from rl360cli.rl.config import GRPOConfig
+from rl360cli.rl.grpo import policy_loss
+from rl360cli.rl.train_batch import MicroBatch
+
+STAT_KEYS = ("loss", "pg_loss", "kl_loss", "grad_norm", "clip_frac", "ratio_mean", "approx_kl")
+"""What `train_step` returns (and `metrics.jsonl` holds under `train`)."""
+
+# Summed over micro-batches (and DP ranks): the losses as they are (each is its share of the whole),
+# the token means weighted by their token counts, and the token count that undoes the weighting.
+_SUMMED = ("loss", "pg_loss", "kl_loss")
+_TOKEN_MEANS = ("clip_frac", "ratio_mean", "approx_kl")
+
+
+def train_step(
+    micro_batches: Sequence[MicroBatch],
+    *,
+    grpo: GRPOConfig,
+    num_epochs: int,
+    optimizer: torch.optim.Optimizer,
+    logprobs: Callable[[MicroBatch], torch.Tensor],
+    clip_grads: Callable[[], float],
+    reduce_grads: Callable[[], None] = lambda: None,
+    reduce_sums: Callable[[torch.Tensor], torch.Tensor] = lambda sums: sums,
+) -> dict[str, float]:
+    """`num_epochs` optimizer steps over `micro_batches` (this rank's share of the batch); the figures
+    of `STAT_KEYS`: losses averaged over epochs, token means over every loss token, the last grad norm.
+
+    `logprobs(micro)` is the policy's [B, T-1] logprobs with gradient; `clip_grads()` clips the
+    gradients and returns their norm before clipping; `reduce_grads()` runs between backward and
+    clipping; `reduce_sums(sums)` combines the statistic sums of all ranks.
+    """
+    sums = torch.zeros(len(_SUMMED) + len(_TOKEN_MEANS) + 1, dtype=torch.float64)
+    grad_norm = 0.0
+    for _ in range(num_epochs):
+        optimizer.zero_grad(set_to_none=True)
+        for micro in micro_batches:
+            loss, stats = policy_loss(
+                logprobs(micro), micro.old_logprobs, micro.advantages, micro.loss_mask,
+                denominator=micro.loss_denominator(grpo.aggregation, norm_tokens=grpo.norm_tokens),
+                **grpo.loss_kwargs(),
+            )
+            loss.backward()
+            sums += torch.tensor([*(getattr(stats, name) for name in _SUMMED),
+                                  *(getattr(stats, name) * stats.num_tokens for name in _TOKEN_MEANS),
+                                  stats.num_tokens], dtype=torch.float64)
+        reduce_grads()
+        grad_norm = clip_grads()
+        optimizer.step()
+    figures = reduce_sums(sums).tolist()
+    tokens = max(figures[-1], 1.0)
+    out = {name: figures[i] / num_epochs for i, name in enumerate(_SUMMED)}
+    out["grad_norm"] = grad_norm
+    out.update({name: figures[len(_SUMMED) + i] / tokens for i, name in enumerate(_TOKEN_MEANS)})
+    return {name: out[name] for name in STAT_KEYS}
