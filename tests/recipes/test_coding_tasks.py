@@ -1,4 +1,5 @@
-"""The coding-32 task set: exactly what recipes/tasks/generate_coding.py writes; 32 Harbor tasks that
+"""The coding-32 task set: its 32 folders are the only source, and the parts every task shares stay the
+same in all of them (a check over the folders, shown to name a task that drifts); 32 Harbor tasks that
 load; each task's oracle reaches reward 1 and a no-op does not (`rl360 tasks check`, process provider:
 a sample here, all 32 in a slow test, a sample on the dev Docker nodes); and the verifier scores 0,
 as a model failure and never an infrastructure failure, the ways model-written code can misbehave.
@@ -10,13 +11,14 @@ as a model failure and never an infrastructure failure, the ways model-written c
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
+import tomllib
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -27,7 +29,6 @@ from rl360cli.sandbox.task import load_task_set
 from tests.conftest import REPO, need
 
 TASKS = REPO / "recipes" / "tasks" / "coding-32"
-GENERATOR = REPO / "recipes" / "tasks" / "generate_coding.py"
 IMAGE = "127.0.0.1:5000/rl360/python:3.11"
 # Two written from scratch (prebuilt image), two bug fixes (environment/Dockerfile), mixed difficulty.
 SAMPLE = ("run-length-encoding", "expression-evaluator", "fix-binary-search", "fix-deep-merge")
@@ -69,11 +70,170 @@ def isolation():
 
 
 # ----------------------------------------------------------------------------- the folder
+#
+# The 32 folders are the only source of the tasks. The parts every task shares must stay the same in all
+# of them: each file is normalised (the task's own values replaced by placeholders) and must be what most
+# tasks normalise to, so a shared part is changed in every task or the check names the ones left behind.
+
+KINDS = Counter(scratch=24, bugfix=8)  # from scratch: docker_image; bug fix: environment/Dockerfile
+# task.toml fields that are the task's own; every other line is shared (by the tasks of one kind).
+OWN_FIELDS = re.compile(r"^(name|description|keywords|difficulty|category|tags|module|num_tests) = .*$", re.M)
+DOCKER_IMAGE = re.compile(r'^docker_image = "(.*)"$', re.M)
 
 
-def test_folder_is_what_the_generator_writes():
-    proc = subprocess.run([sys.executable, str(GENERATOR), "--check"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, f"rerun {GENERATOR.relative_to(REPO)}:\n{proc.stderr}"
+def _shared(texts: dict[str, str], what: str, problems: list[str]) -> str | None:
+    """What most tasks' `what` is, with a problem for each task whose `what` is something else."""
+    if not texts:
+        return None
+    template, count = Counter(texts.values()).most_common(1)[0]
+    if 2 * count <= len(texts):
+        problems.append(f"{what}: no version is shared by most of the {len(texts)} tasks")
+        return None
+    for task_id, text in sorted(texts.items()):
+        if text != template:
+            diff = list(difflib.unified_diff(template.splitlines(), text.splitlines(), lineterm="", n=0))[3:7]
+            problems.append(f"{task_id}: {what} differs from the other tasks': {' | '.join(diff)}")
+    return template
+
+
+def coding_task_problems(root: Path) -> list[str]:
+    """What is wrong with the task set in `root` ("<task>: ..." where one task is at fault); [] when nothing."""
+    problems: list[str] = []
+    kinds: dict[str, str] = {}
+    difficulties: Counter[str] = Counter()
+    test_sh, pytest_ini, tails, solve_sh, dockerfiles, images = {}, {}, {}, {}, {}, {}
+    tomls: dict[str, dict[str, str]] = {"scratch": {}, "bugfix": {}}
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        task_id = folder.name
+        bad = (lambda why, task_id=task_id: problems.append(f"{task_id}: {why}"))
+        try:
+            toml_text = (folder / "task.toml").read_text()
+            meta = tomllib.loads(toml_text)
+            task, metadata = meta["task"], meta["metadata"]
+            module = re.fullmatch(r"/app/(\w+)\.py", metadata["module"])[1]
+        except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
+            bad(f"task.toml does not load or names no /app/<module>.py: {exc!r}")
+            continue
+        kind = kinds[task_id] = "bugfix" if (folder / "environment" / "Dockerfile").exists() else "scratch"
+        files = {"task.toml", "instruction.md", "tests/test.sh", "tests/pytest.ini", f"tests/test_{module}.py",
+                 "solution/solve.sh"}
+        if kind == "bugfix":
+            files |= {"environment/Dockerfile", f"environment/{module}.py"}
+        present = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+        if present != files:
+            bad(f"files missing {sorted(files - present)}, unexpected {sorted(present - files)}")
+            continue
+        read = {rel: (folder / rel).read_text() for rel in files}
+
+        # task.toml: its own values, then the rest as text (shared by the tasks of one kind).
+        if task.get("name") != f"rl360/{task_id}":
+            bad(f"task.toml names {task.get('name')!r}, not rl360/{task_id}")
+        if task_id.startswith("fix-") != (kind == "bugfix"):
+            bad("a bug-fix task (environment/Dockerfile) is named fix-<...>, and only a bug-fix task is")
+        tags = metadata.get("tags", [])
+        if tags[:1] != ["coding-32"] or task.get("keywords") != ["python", *tags[1:]]:
+            bad(f"tags {tags} / keywords {task.get('keywords')}: want ['coding-32', *t] / ['python', *t]")
+        difficulties[metadata.get("difficulty")] += 1
+        image = DOCKER_IMAGE.search(toml_text)
+        if (image is None) != (kind == "bugfix"):
+            # Harbor ignores environment/Dockerfile when docker_image is set.
+            bad("a from-scratch task names docker_image, a bug-fix task (environment/Dockerfile) does not")
+        if image:
+            images[task_id] = image[1]
+        tomls[kind][task_id] = DOCKER_IMAGE.sub("docker_image = <image>", OWN_FIELDS.sub(r"\1 = <\1>", toml_text))
+
+        # The hidden tests: plain test functions, as many as task.toml and test.sh say.
+        tests = read[f"tests/test_{module}.py"]
+        num_tests = len(re.findall(r"^def test_", tests, flags=re.M))
+        if num_tests < 3 or "parametrize" in tests or metadata.get("num_tests") != num_tests:
+            bad(f"{num_tests} plain test functions (want 3 or more, no parametrize), "
+                f"task.toml says {metadata.get('num_tests')}")
+        if 'sys.path.insert(0, "/app")' not in tests:
+            bad("the hidden tests do not put /app on sys.path (the verifier runs python3 -I)")
+        own = {f"rl360/{task_id}": "rl360/<id>", f"all {num_tests} tests pass": "all <num_tests> tests pass",
+               f"tests passed / {num_tests} ": "tests passed / <num_tests> ",
+               f'"$status" {num_tests} <<': '"$status" <num_tests> <<'}
+        text = read["tests/test.sh"]
+        for value, placeholder in own.items():
+            text = text.replace(value, placeholder)
+        test_sh[task_id] = text
+        pytest_ini[task_id] = read["tests/pytest.ini"]
+
+        # instruction.md: the task's own text, a blank line, then the shared how-to-act section.
+        head, sep, tail = read["instruction.md"].rpartition("\n\n## ")
+        tails[task_id] = sep + tail if head.strip() else ""
+
+        # solve.sh: a shared frame around a here-document with the reference module.
+        lines = read["solution/solve.sh"].replace(f"rl360/{task_id}", "rl360/<id>").splitlines(keepends=True)
+        start = f"cat > /app/{module}.py <<'PY'\n"
+        if start not in lines or lines[-1] != "PY\n" or lines.count("PY\n") != 1:
+            bad(f"solution/solve.sh is not one here-document `{start.strip()}` ... `PY` at its end")
+        else:
+            solve_sh[task_id] = "".join(lines[:lines.index(start)]) + "cat > /app/<module>.py <<'PY'\n...\nPY\n"
+
+        if kind == "bugfix":
+            text = read["environment/Dockerfile"].replace(f"{module}.py", "<module>.py")
+            image = re.search(r"^FROM (\S+)$", text, flags=re.M)
+            if image:
+                images[task_id] = image[1]
+                text = text.replace(image[0], "FROM <image>")
+            dockerfiles[task_id] = text
+
+    # The set: 24 + 8 tasks, mixed difficulties, and each shared part the same in every task.
+    if Counter(kinds.values()) != KINDS or len(kinds) != sum(KINDS.values()):
+        problems.append(f"kinds of task: {dict(Counter(kinds.values()))}, want {dict(KINDS)}")
+    if set(difficulties) != {"easy", "medium", "hard"} or min(difficulties.values()) < 4:
+        problems.append(f"difficulties {dict(difficulties)}: want easy, medium and hard, 4 or more of each")
+    _shared(images, "the sandbox image (docker_image, environment/Dockerfile's FROM)", problems)
+    _shared(test_sh, "tests/test.sh", problems)
+    ini = _shared(pytest_ini, "tests/pytest.ini", problems)
+    if ini is not None and [ln for ln in ini.splitlines() if ln.strip() and not ln.startswith("#")] != ["[pytest]"]:
+        problems.append("tests/pytest.ini: the verifier's pytest configuration must stay empty")
+    _shared(tails, "instruction.md's closing section (after the last blank line and '## ' heading)", problems)
+    _shared(solve_sh, "solution/solve.sh (outside the reference module)", problems)
+    _shared(dockerfiles, "environment/Dockerfile", problems)
+    scratch = _shared(tomls["scratch"], "task.toml (from-scratch tasks)", problems)
+    bugfix = _shared(tomls["bugfix"], "task.toml (bug-fix tasks)", problems)
+    if scratch is not None and bugfix is not None and "docker_image = <image>\n" in scratch:
+        # The two kinds' task.toml differ only by docker_image (and the comment right above it).
+        lines = scratch.splitlines(keepends=True)
+        start = end = lines.index("docker_image = <image>\n")
+        while start and lines[start - 1].startswith("#"):
+            start -= 1
+        if "".join(lines[:start] + lines[end + 1:]) != bugfix:
+            problems.append("task.toml: bug-fix and from-scratch tasks differ in more than docker_image")
+    return problems
+
+
+def test_tasks_keep_their_shared_parts_in_step():
+    problems = coding_task_problems(TASKS)
+    assert not problems, "\n".join(problems)
+
+
+# One task's drift, in each shared part: (task, file, text, replacement).
+DRIFTS = {
+    "test.sh": ("word-wrap", "tests/test.sh", "ulimit -v 262144", "ulimit -v 524288"),
+    "test-count": ("roman-numerals", "task.toml", "num_tests = 5", "num_tests = 6"),
+    "pytest.ini": ("trie", "tests/pytest.ini", "[pytest]\n", "[pytest]\naddopts = -x\n"),
+    "instruction": ("knapsack", "instruction.md", "hidden tests", "the tests"),
+    "task.toml": ("fix-chunks", "task.toml", "memory_mb = 512", "memory_mb = 1024"),
+    "docker_image": ("fix-deep-merge", "task.toml", 'workdir = "/app"', 'docker_image = "x/y:1"\nworkdir = "/app"'),
+    "Dockerfile": ("fix-leap-year", "environment/Dockerfile", "WORKDIR /app", "WORKDIR /srv"),
+    "solve.sh": ("lru-cache", "solution/solve.sh", "set -e\n", "set -eu\n"),
+}
+
+
+@pytest.mark.parametrize("drift", DRIFTS)
+def test_shared_parts_check_names_the_task_that_drifts(tmp_path, drift):
+    task_id, rel, text, replacement = DRIFTS[drift]
+    root = tmp_path / "coding-32"
+    shutil.copytree(TASKS, root)
+    assert coding_task_problems(root) == []
+    path = root / task_id / rel
+    assert text in path.read_text(), (task_id, rel)
+    path.write_text(replacement.join(path.read_text().rsplit(text, 1)))
+    problems = coding_task_problems(root)
+    assert problems and all(problem.startswith(f"{task_id}: ") for problem in problems), problems
 
 
 def test_all_32_tasks_load():
