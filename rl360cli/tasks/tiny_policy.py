@@ -3,10 +3,17 @@ scratch, and a supervised warm-up, written as a Hugging Face folder.
 
 `rl360cli.trainer.model.prepare_policy` calls `build` for `[model] kind = "tiny"` once per machine
 for given settings, seed, task set (`tasks_digest`) and code (`code_digest`), and links the folder
-into each run. Deterministic for a seed (one thread, CPU).
+into each run.
 
-    details = build(ModelConfig(kind="tiny", warmup_steps=172), tasks_dir=Path("recipes/tasks/arith-32"),
-                    out=Path("/tmp/tiny"), seed=3)
+The same seed gives the same policy on every x86-64 machine. The warm-up is chaotic (one rounding
+difference in one step changes the policy it ends with), and the kernels torch and MKL pick depend
+on the CPU: from the same seed an AVX-512 and an AVX2 build passed 0.61 and 0.54 of the tasks. So
+the build runs in a child process whose kernels are pinned (`REPRODUCIBLE_ENV`: torch's portable
+kernels, MKL's conditional-numerical-reproducibility mode, one thread, no oneDNN).
+
+    details = build(ModelConfig(kind="tiny", warmup_steps=140), tasks_dir=Path("recipes/tasks/arith-32"),
+                    out=Path("/tmp/tiny"), seed=2)
+    python -m rl360cli.tasks.tiny_policy '{"model": {...}, "tasks_dir": ..., "out": ..., "seed": 2}'   # the child
 
 Tests: tests/trainer/test_model.py, tests/tasks/test_warmup.py.
 """
@@ -16,6 +23,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,29 +35,38 @@ from rl360cli.tasks import arith, tokenizer, warmup
 from rl360cli.trainer.config import ModelConfig
 
 
-def build(model: ModelConfig, *, tasks_dir: Path, out: Path, seed: int) -> dict:
-    """Write the tiny policy (weights, tokenizer with its chat template, warmup.json) to `out`; returns
-    what the warm-up did."""
-    import torch
+# Read by torch and MKL when they load, hence set for a child process rather than in this one.
+REPRODUCIBLE_ENV = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "OMP_NUM_THREADS": "1",
+                    "MKL_NUM_THREADS": "1"}
 
+
+def build(model: ModelConfig, *, tasks_dir: Path, out: Path, seed: int) -> dict:
+    """Write the tiny policy (weights, tokenizer with its chat template, warmup.json) to `out`, in a child
+    process with `REPRODUCIBLE_ENV`; returns what the warm-up did."""
     instructions = instructions_of(tasks_dir)
     if model.warmup_steps and not all(text.startswith(arith.TASK_PREFIX) for text in instructions):
         raise Rl360Error(
             f"the tiny policy's warm-up knows only arith tasks, and {tasks_dir} holds others",
             fix="set [model] warmup_steps = 0, or use tasks written by recipes/tasks/generate_arith.py",
         )
-    tok = tokenizer.train_tokenizer([*warmup.synthetic_corpus(seed), *instructions], vocab_size=model.vocab_size)
-    # One thread: the result is then the same on every machine (no thread-count-dependent float
-    # reductions), and on a small shared machine two spinning OpenMP threads run several times slower.
-    threads = torch.get_num_threads()
+    request = {"model": dataclasses.asdict(model), "tasks_dir": str(tasks_dir), "out": str(out), "seed": seed}
+    child = subprocess.run([sys.executable, "-m", __name__, json.dumps(request)], capture_output=True, text=True,
+                           env={**os.environ, **REPRODUCIBLE_ENV})
+    if child.returncode != 0:
+        raise RuntimeError(f"building the tiny policy failed (exit {child.returncode}): {child.stderr[-2000:]}")
+    return json.loads(child.stdout.splitlines()[-1])
+
+
+def _build_here(model: ModelConfig, *, tasks_dir: Path, out: Path, seed: int) -> dict:
+    import torch
+
+    torch.backends.mkldnn.enabled = False  # oneDNN picks its kernels by CPU too
     torch.set_num_threads(1)
-    try:
-        llama = build_tiny_model(model, tok, seed)
-        report = warmup.supervised_warmup(llama, tok, num_steps=model.warmup_steps, lr=model.warmup_lr,
-                                          batch_size=model.warmup_batch_size, seed=seed,
-                                          exclude=instructions)  # fmt: skip
-    finally:
-        torch.set_num_threads(threads)
+    instructions = instructions_of(tasks_dir)
+    tok = tokenizer.train_tokenizer([*warmup.synthetic_corpus(seed), *instructions], vocab_size=model.vocab_size)
+    llama = build_tiny_model(model, tok, seed)
+    report = warmup.supervised_warmup(llama, tok, num_steps=model.warmup_steps, lr=model.warmup_lr,
+                                      batch_size=model.warmup_batch_size, seed=seed, exclude=instructions)
     if model.dtype == "bfloat16":
         llama = llama.to(torch.bfloat16)
     llama.save_pretrained(out)
@@ -109,3 +128,8 @@ def code_digest() -> str:
     digest.update(Path(__file__).read_bytes())
     return digest.hexdigest()[:16]
 
+
+if __name__ == "__main__":
+    request = json.loads(sys.argv[1])
+    print(json.dumps(_build_here(ModelConfig(**request["model"]), tasks_dir=Path(request["tasks_dir"]),
+                                 out=Path(request["out"]), seed=request["seed"])))
