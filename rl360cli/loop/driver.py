@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import traceback
@@ -47,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None) -> dict:
     import ray
 
+    from rl360cli.loop.samples import SampleKeeper
     from rl360cli.loop.train_loop import LoopParts, latest_checkpoint, train_loop
     from rl360cli.metrics import MetricsLogger
     from rl360cli.rollout.rollouts import Rollouts
@@ -157,27 +157,6 @@ def follow_run(state_path: str, run_id: str) -> int:
     MegatronTrainer(run_dir / "policy" / "v0", recipe.trainer, recipe.grpo, seed=recipe.run.seed,
                     device=default_device()).serve()
     return 0
-
-
-class SampleKeeper:
-    """Writes the first few trajectories of every step, decoded, to samples.jsonl."""
-
-    def __init__(self, path: Path, tokenizer_dir: Path, per_step: int = 4):
-        from transformers import AutoTokenizer
-
-        self.path = path
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-        self.per_step = per_step
-
-    def __call__(self, step: int, trajectories: list) -> None:
-        with open(self.path, "a") as f:
-            for t in trajectories[: self.per_step]:
-                f.write(json.dumps({
-                    "step": step, "task": t.task_id, "group": t.group_id, "sample": t.sample_index,
-                    "outcome": t.outcome.value, "cause": t.cause.value if t.cause else None, "reward": t.reward,
-                    "versions": list(t.versions), "text": self.tokenizer.decode(t.token_ids.tolist()),
-                    "detail": t.metadata.get("detail"),
-                }) + "\n")
 
 
 def engine_urls(doc: StateDoc, run_id: str) -> tuple[list[str], str]:
