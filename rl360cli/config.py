@@ -41,6 +41,11 @@ RUN_RECIPE = "recipe.toml"
 RUN_OVERRIDES = "overrides.json"
 
 
+def run_policy_dir(run_dir: Path) -> Path:
+    """Where a run's policy version 0 is prepared (`rl360 serve`), which its engines and trainer load."""
+    return run_dir / "policy" / "v0"
+
+
 # ----------------------------------------------------------------------------- cluster profile
 
 

@@ -18,7 +18,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from rl360cli.config import ClusterProfile, Recipe, load_profile, load_run_recipe
+from rl360cli.config import RUN_RECIPE, ClusterProfile, Recipe, load_profile, load_run_recipe, run_policy_dir
 from rl360cli.ports import free_port
 from rl360cli.state import RunStatus, StateDoc, StateFile, live_components, now_iso, profile_path
 
@@ -62,7 +62,7 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     recorded_profile = profile_path(doc)
     profile = load_profile(recorded_profile) if recorded_profile else None
     engines, router = engine_urls(doc, run_id)
-    policy_dir = run_dir / "policy" / "v0"
+    policy_dir = run_policy_dir(run_dir)
     log(f"run {run_id}: {len(engines)} engines behind {router}, policy {policy_dir}")
 
     trainer = build_trainer(policy_dir, recipe.trainer, recipe.grpo, seed=recipe.run.seed)
@@ -94,7 +94,7 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
                         num_samples_per_task=recipe.loop.num_samples_per_task,
                         max_generation_rounds=recipe.loop.max_generation_rounds, seed=recipe.run.seed)
     metrics = MetricsLogger(run_dir, run_name=run_id, project=recipe.metrics.wandb_project,
-                            config={"recipe": str(run_dir / "recipe.toml")}, use_wandb=recipe.metrics.wandb)
+                            config={"recipe": str(run_dir / RUN_RECIPE)}, use_wandb=recipe.metrics.wandb)
 
     def on_step(step: int, version: int, values: dict) -> None:
         set_run(state, run_id, step=step, policy_version=version, reward_mean=values.get("reward_mean"))
@@ -154,7 +154,7 @@ def follow_run(state_path: str, run_id: str) -> int:
 
     run_dir = Path(StateFile(state_path).read()["runs"][run_id]["run_dir"])
     recipe = load_run_recipe(run_dir)
-    MegatronTrainer(run_dir / "policy" / "v0", recipe.trainer, recipe.grpo, seed=recipe.run.seed,
+    MegatronTrainer(run_policy_dir(run_dir), recipe.trainer, recipe.grpo, seed=recipe.run.seed,
                     device=default_device()).serve()
     return 0
 

@@ -15,6 +15,7 @@ import socket
 from pathlib import Path
 
 from rl360cli.backends.base import ComponentSpec
+from rl360cli.config import run_policy_dir
 from rl360cli.errors import Rl360Error
 from rl360cli.stages.base import Action, Context, component_is_live, start_component
 from rl360cli.stages.train import thread_env
@@ -27,7 +28,7 @@ def applies(ctx: Context) -> bool:
 
 
 def policy_dir(ctx: Context) -> Path:
-    return ctx.run_dir / "policy" / "v0"
+    return run_policy_dir(ctx.run_dir)
 
 
 def component_specs(ctx: Context) -> list[ComponentSpec]:

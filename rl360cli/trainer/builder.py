@@ -1,6 +1,6 @@
 """The trainer a recipe's `[trainer] kind` names, built from the prepared policy folder.
 
-    trainer = build_trainer(run_dir / "policy" / "v0", recipe.trainer, recipe.grpo, seed=recipe.run.seed)
+    trainer = build_trainer(run_policy_dir(run_dir), recipe.trainer, recipe.grpo, seed=recipe.run.seed)
 
 The megatron trainer (megatron-core, loaded only when asked for) must be built on every rank of its
 torchrun world; the torch trainer is one process.
