@@ -56,10 +56,35 @@ def squeue_ids() -> set[str]:
     return set(slurm_out("squeue", "-h", "-a", "-o", "%A").split())
 
 
-def sacct_states(job_ids) -> dict[str, str]:
-    """Raw job id -> sacct state (first word), for jobs only (no steps)."""
-    out = slurm_out("sacct", "-n", "-P", "-X", "-o", "JobIDRaw,State", "-j", ",".join(job_ids))
+# slurmdbd records a job's or step's end asynchronously: right after squeue stops listing it, sacct may
+# still say RUNNING for a few seconds. The readers below poll until the record has settled.
+UNSETTLED = {"PENDING", "RUNNING", "REQUEUED", "COMPLETING", "RESIZING", "SUSPENDED"}
+ACCOUNTING_LAG_S = 30.0
+
+
+def _settled(read, timeout_s: float = ACCOUNTING_LAG_S) -> dict[str, str]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states = read()
+        if not UNSETTLED & set(states.values()) or time.monotonic() > deadline:
+            return states
+        time.sleep(0.5)
+
+
+def _sacct(*args: str) -> dict[str, str]:
+    out = slurm_out("sacct", "-n", "-P", "-o", "JobIDRaw,State", *args)
     return {line.split("|")[0]: line.split("|")[1].split()[0] for line in out.splitlines() if "|" in line}
+
+
+def sacct_states(job_ids) -> dict[str, str]:
+    """Raw job id -> settled sacct state (first word), for jobs only (no steps)."""
+    return _settled(lambda: _sacct("-X", "-j", ",".join(job_ids)))
+
+
+def sacct_step_state(step_key: str) -> str:
+    """The settled sacct state of one step ("66.1")."""
+    job_id = step_key.split(".")[0]
+    return _settled(lambda: {step_key: _sacct("-j", job_id).get(step_key, "PENDING")})[step_key]
 
 
 def dev_slurm(*args: str) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm.conftest import sacct_states, slurm_out, squeue_ids, start_component, write_profile
+from tests.slurm.conftest import sacct_states, sacct_step_state, squeue_ids, start_component, write_profile
 
 pytestmark = pytest.mark.slurm
 
@@ -25,11 +25,6 @@ def small_cluster(rl360, tmp_path) -> dict:
     proc = rl360("provision", "--profile", str(profile))
     assert proc.returncode == 0, proc.stderr
     return rl360.doc()
-
-
-def sacct_step_state(step_key: str) -> str:
-    out = slurm_out("sacct", "-n", "-P", "-o", "JobIDRaw,State", "-j", step_key.split(".")[0])
-    return next(line.split("|")[1].split()[0] for line in out.splitlines() if line.startswith(step_key + "|"))
 
 
 def test_a_failing_task_takes_its_step_down_and_status_says_why(rl360, small_cluster):
