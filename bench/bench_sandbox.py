@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,15 +32,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.report import write_section  # noqa: E402
 from rl360cli.nodes.config import NodeSpec  # noqa: E402
 from rl360cli.sandbox.attempt import run_attempt  # noqa: E402
-from rl360cli.sandbox.config import SandboxConfig  # noqa: E402
+from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig  # noqa: E402
 from rl360cli.sandbox.providers import make_provider  # noqa: E402
 from rl360cli.sandbox.task import load_task  # noqa: E402
 
 DEV_ROOT = Path(os.environ.get("RL360_DEV_ROOT", "/tmp/rl360-dev"))
 PYTHON = "127.0.0.1:5000/rl360/python:3.11"
 CHECK = "python3 -c 'print(sum(range(10)) == 45)'"
+LATENCY_CPUS = 0.5
 SECTION = "## Sandboxes"
 
 
@@ -117,35 +120,55 @@ async def sustained(provider, task, count: int, concurrency: int) -> dict:
     return {"attempts": count, "ok": len(ok), "wall_s": wall, "per_s": count / wall, "phases": phases}
 
 
-def provider_for(kind: str, nodes, concurrency: int, *, admission: bool = True):
-    config = SandboxConfig(provider=kind, cpus=0.05, memory_mb=256, max_concurrent=concurrency,
-                           wave_size=concurrency, wave_interval_s=0.25)
+def provider_for(kind: str, nodes, concurrency: int, *, admission: bool = True, cpus: float = 0.05,
+                 pool: int = 0):
+    config = SandboxConfig(provider=kind, cpus=cpus, memory_mb=256, max_concurrent=concurrency,
+                           wave_size=concurrency, wave_interval_s=0.25, warm_pool=WarmPoolConfig(size=pool))
     return make_provider(config, nodes=nodes or (), run_id=f"bench-{uuid.uuid4().hex[:6]}", admission=admission)
+
+
+def raw_docker_runs(node: NodeSpec, count: int, cpus: float) -> dict[str, list[float]]:
+    """The daemon's floor: `docker run --rm` of the same image and check, with the same limits."""
+    argv = ["docker", "-H", node.docker_host, "run", "--rm", "--network", "none", f"--cpus={cpus}",
+            "--memory=256m", "--memory-swap=256m", "--pids-limit=256", PYTHON, "sh", "-c", CHECK]
+    totals = []
+    for i in range(count + 2):
+        began = time.perf_counter()
+        out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout
+        assert out.strip() == "True", out
+        if i >= 2:
+            totals.append(time.perf_counter() - began)
+    return {"total": totals}
 
 
 async def main_async(args) -> dict:
     out: dict = {"latency": {}, "sustained": {}}
     with tempfile.TemporaryDirectory(prefix="rl360-bench-") as tmp:
         task = load_task(make_task(Path(tmp)))
-        kinds = ["process"]
         nodes = docker_nodes()
+        # (row, provider kind, warm pool size per node and spec)
+        rows = [("process", "process", 0)]
         if nodes:
-            kinds.append("docker")
-        for kind in kinds:
+            rows += [("docker", "docker", 0), ("docker, warm pool", "docker", args.pool)]
+            out["latency"]["raw `docker run --rm`"] = await asyncio.to_thread(
+                raw_docker_runs, nodes[0], args.cycles, LATENCY_CPUS)
+        for row, kind, pool in rows:
             one_node = nodes[:1] if kind == "docker" else None
-            provider = provider_for(kind, one_node, 1, admission=False)  # the provider's own cost, no waves
+            # The provider's own cost, no waves; the raw run's limits.
+            provider = provider_for(kind, one_node, 1, admission=False, cpus=LATENCY_CPUS, pool=pool)
             try:
-                out["latency"][kind] = await cycles(provider, task, args.cycles)
+                out["latency"][row] = await cycles(provider, task, args.cycles)
             finally:
                 await provider.close()
             count = args.attempts if kind == "process" else args.docker_attempts
-            provider = provider_for(kind, nodes if kind == "docker" else None, 32)
+            provider = provider_for(kind, nodes if kind == "docker" else None, 32, pool=pool)
             try:
-                out["sustained"][kind] = await sustained(provider, task, count, 32)
+                out["sustained"][row] = await sustained(provider, task, count, 32)
+                out["sustained"][row]["pool"] = getattr(provider.inner, "pool_stats", lambda: None)()
             finally:
                 await provider.close()
-            s = out["sustained"][kind]
-            print(f"{kind}: cycle p50 {statistics.median(out['latency'][kind]['total']) * 1000:.0f} ms; "
+            s = out["sustained"][row]
+            print(f"{row}: cycle p50 {statistics.median(out['latency'][row]['total']) * 1000:.0f} ms; "
                   f"{s['per_s']:.1f} attempts/s at 32 concurrent ({s['ok']}/{s['attempts']} rewarded)", flush=True)
     out["docker_nodes"] = len(nodes) if nodes else 0
     return out
@@ -158,43 +181,43 @@ def render(data: dict, args) -> str:
              f"{time.strftime('%Y-%m-%d')}; load average {load:.1f} when it ended (other work on the machine slows "
              "every figure). The check is `" + CHECK + "`; the process provider runs the host's python3 under "
              "bubblewrap, the docker provider runs the dev python image (cached on the node).", "",
-             f"**One sandbox at a time** ({args.cycles} cycles after 2 warm-up ones): start, exec of the check, stop.",
-             "", "| provider | start p50 / p95 | exec p50 / p95 | stop p50 / p95 | start+exec+stop p50 / p95 |",
-             "|---|---|---|---|---|"]
-    for kind, phases in data["latency"].items():
-        cells = [f"{q(phases[n], 0.5) * 1000:.0f} / {q(phases[n], 0.95) * 1000:.0f} ms"
+             f"**One sandbox at a time** ({args.cycles} cycles after 2 warm-up ones): start, exec of the check, "
+             f"stop, each sandbox limited to {LATENCY_CPUS:g} CPU and 256 MB. The raw row is the daemon's floor: "
+             "`docker run --rm` of the same image and check with the same limits, on the same node, in the same run. "
+             f"The warm pool keeps {args.pool} started containers per node and spec; a start takes one and the "
+             "pool refills behind it while the attempt runs.",
+             "", "| provider | start p50 / p95 | exec p50 / p95 | stop p50 / p95 | start+exec+stop p50 / p95 |"
+             " p50 / raw p50 |", "|---|---|---|---|---|---|"]
+    raw = data["latency"].get("raw `docker run --rm`")
+    for row, phases in data["latency"].items():
+        cells = [f"{q(phases[n], 0.5) * 1000:.0f} / {q(phases[n], 0.95) * 1000:.0f} ms" if n in phases else "—"
                  for n in ("start", "exec", "stop", "total")]
-        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+        ratio = f"{q(phases['total'], 0.5) / q(raw['total'], 0.5):.2f}" if raw and row.startswith("docker") else ""
+        lines.append(f"| {row} | " + " | ".join(cells) + f" | {ratio} |")
     lines += ["", "**Sustained, 32 attempts in flight** (a full attempt: start, an agent running the check, "
               "upload tests, test.sh, reward, stop; through the admission controller, 0.05 CPU reserved each):", "",
-              "| provider | attempts | rewarded | seconds | attempts/s | median start / agent / tests+verify / stop |",
-              "|---|---|---|---|---|---|"]
-    for kind, s in data["sustained"].items():
+              "| provider | attempts | rewarded | seconds | attempts/s | median start / agent / tests+verify / stop "
+              "| pool hits |", "|---|---|---|---|---|---|---|"]
+    for row, s in data["sustained"].items():
         p = s["phases"]
-        lines.append(f"| {kind}{' (%d nodes)' % data['docker_nodes'] if kind == 'docker' else ''} | {s['attempts']} | "
-                     f"{s['ok']} | {s['wall_s']:.1f} | {s['per_s']:.1f} | {p['start'] * 1000:.0f} / "
-                     f"{p['agent'] * 1000:.0f} / {(p['upload_tests'] + p['verify'] + p['reward']) * 1000:.0f} / "
-                     f"{p['stop'] * 1000:.0f} ms |")
+        pool = s.get("pool")
+        hits = (f"{pool.hits}/{pool.hits + pool.misses} ({pool.waited} waited)"
+                if pool and pool.hits + pool.misses and "pool" in row else "")
+        nodes = f" ({data['docker_nodes']} nodes)" if row.startswith("docker") else ""
+        lines.append(f"| {row}{nodes} | {s['attempts']} | {s['ok']} | {s['wall_s']:.1f} | {s['per_s']:.1f} | "
+                     f"{p['start'] * 1000:.0f} / {p['agent'] * 1000:.0f} / "
+                     f"{(p['upload_tests'] + p['verify'] + p['reward']) * 1000:.0f} / {p['stop'] * 1000:.0f} ms | "
+                     f"{hits} |")
     if "docker" not in data["latency"]:
         lines += ["", "The dev Docker nodes were not running: no docker figures."]
     lines += ["", "A process sandbox costs a folder (its stop renames it away; the deletion runs in the background: "
               "deleting is slow on this disk) and one bubblewrap start per command (a fresh pid namespace "
-              "each time); a Docker sandbox costs a container create/start/remove and a `docker exec` per command "
-              "through the daemon's API, so its floor is the daemon's, and all three dev daemons share these cores.",
+              "each time). A Docker sandbox costs a container create + start (the daemon's runc start is most of "
+              "it), a `docker exec` per command and a removal; its stop only sends the removal (the provider "
+              "finishes it in the background and waits for it when it closes), and with a warm pool the create + "
+              "start happens before the attempt asks. All three dev daemons share these cores.",
               ""]
     return "\n".join(lines)
-
-
-def write_section(text: str) -> None:
-    path = REPO / "docs" / "benchmarks.md"
-    doc = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = doc.find(SECTION + "\n")
-    if start < 0:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    else:
-        end = doc.find("\n## ", start + len(SECTION))
-        doc = doc[:start] + text + (doc[end + 1:] if end >= 0 else "")
-    path.write_text(doc.rstrip("\n") + "\n")
 
 
 def main() -> None:
@@ -202,13 +225,14 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=40)
     parser.add_argument("--attempts", type=int, default=320)
     parser.add_argument("--docker-attempts", type=int, default=96)
+    parser.add_argument("--pool", type=int, default=3, help="Warm pool size per node and spec for the pooled rows.")
     parser.add_argument("--no-write", action="store_true", help="Print only; leave docs/benchmarks.md alone.")
     args = parser.parse_args()
     data = asyncio.run(main_async(args))
     text = render(data, args)
     print(text)
     if not args.no_write:
-        write_section(text)
+        write_section(SECTION.removeprefix("## "), text.split("\n", 2)[2])
 
 
 if __name__ == "__main__":

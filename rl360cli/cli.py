@@ -6,7 +6,8 @@
 
 Exit codes: 0 success; 1 bad input or a failed precondition (one line that
 names the fix; a traceback only with --verbose); 2 usage; 3 a run or
-component failed.
+component failed; 4 the run that `up` or `logs --follow` followed was
+stopped (`rl360 down`) before it ended.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def _global_options(
 
 
 def _register() -> None:
-    from rl360cli.commands import down, logs, prewarm_images, provision, sandboxes, serve, status, tasks, train, up
+    from rl360cli.commands import (down, logs, prewarm_images, provision, report, sandboxes, serve, status, tasks, train,
+                                   up)
 
     app.command("up")(up.up)
     app.command("plan")(up.plan)
@@ -50,6 +52,7 @@ def _register() -> None:
     app.command("status")(status.status)
     app.command("provision")(provision.provision)
     app.command("logs")(logs.logs)
+    app.command("report")(report.report)
     app.command("serve")(serve.serve)
     app.command("train")(train.train)
     app.command("prewarm-images")(prewarm_images.prewarm_images)

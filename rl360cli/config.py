@@ -11,9 +11,16 @@ own tables (`[run]`, `[tasks]`, `[metrics]`).
     recipe = load_recipe(Path("recipes/local-smoke.toml"))
     profile = load_profile(recipe.run.profile)
 
-A run folder keeps the recipe it was started with (`save_run_recipe`), so the
-processes of the run (the driver, the trainer's ranks) read it back with
-`load_run_recipe(run_dir)`, the command line's overrides applied.
+Command-line overrides (`--set section.key=value`, and `--inject-failures R`,
+which is `--set sandbox.inject_failure_rate=R`) go into the recipe's TOML
+before it is validated, so they pass the same checks as the file:
+
+    recipe = load_recipe(path, overrides=[parse_override("run.seed=3")])
+
+A run folder keeps the recipe it was started with (`save_run_recipe`): the
+file as it was (`recipe.toml`) and the overrides as they were typed
+(`overrides.json`), so the processes of the run (the driver, the trainer's
+ranks) read the same recipe back with `load_run_recipe(run_dir)`.
 """
 
 from __future__ import annotations
@@ -21,16 +28,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from rl360cli.agent.config import RolloutConfig
 from rl360cli.backends.config import TIERS, SlurmOptions, TierSpec
-from rl360cli.configload import NAME, ConfigError, load_toml
+from rl360cli.configload import (NAME, ConfigError, Override, from_mapping, load_toml, parse_override, read_toml,
+                                 with_overrides)
 from rl360cli.images.config import RegistrySpec
 from rl360cli.inference.config import EngineConfig
-from rl360cli.loop.config import LoopConfig
+from rl360cli.loop.config import EvalConfig, LoopConfig, check_held_out
 from rl360cli.nodes.config import NodeSpec
 from rl360cli.rl.config import GRPOConfig
 from rl360cli.sandbox.config import SandboxConfig
@@ -139,55 +148,106 @@ class Recipe:
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    # Evaluation on held-out tasks during training (off without a path).
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
         if self.rollout.max_new_tokens >= self.rollout.max_total_tokens:
             raise ValueError("rollout.max_new_tokens must be smaller than rollout.max_total_tokens")
 
 
-def load_recipe(path: Path | str, *, base_dir: Path | str | None = None) -> Recipe:
-    """Load a recipe; relative paths in it (tasks, model) are relative to `base_dir`, by default
-    the recipe file's own folder, so a recipe means the same thing from any working folder."""
+def load_recipe(path: Path | str, *, base_dir: Path | str | None = None,
+                overrides: Sequence[Override] = ()) -> Recipe:
+    """Load a recipe, `overrides` put into its TOML first; relative paths in it (tasks, model, profile;
+    also those an override sets) are relative to `base_dir`, by default the recipe file's own folder, so
+    a recipe means the same thing from any working folder."""
     path = Path(path)
-    recipe = load_toml(Recipe, path)
+    data = read_toml(path)
+    try:
+        recipe = from_mapping(Recipe, with_overrides(Recipe, data, overrides), where=str(path))
+    except ConfigError as e:
+        raise _blame(e, path, data, overrides) from None
     base = Path(base_dir) if base_dir else path.parent
     tasks = dataclasses.replace(recipe.tasks, path=str((base / recipe.tasks.path).absolute()))
     run = dataclasses.replace(recipe.run, profile=str((base / recipe.run.profile).absolute()))
     model = recipe.model
     if model.kind == "huggingface" and model.path and not Path(model.path).is_absolute():
         model = dataclasses.replace(model, path=str((base / model.path).absolute()))
-    return dataclasses.replace(recipe, run=run, tasks=tasks, model=model)
+    evaluation = recipe.eval
+    if evaluation.path:
+        evaluation = dataclasses.replace(evaluation, path=str((base / evaluation.path).absolute()))
+    check_held_out(evaluation, tasks_path=tasks.path, tasks_include=tasks.include, where=str(path))
+    return dataclasses.replace(recipe, run=run, tasks=tasks, model=model, eval=evaluation)
+
+
+def _blame(error: ConfigError, path: Path, data: dict, overrides: Sequence[Override]) -> ConfigError:
+    """The error of a recipe with overrides, said of the file when the file alone fails too, else of the
+    overrides that touch the key or table it names (all of them when it names none)."""
+    if not overrides or error.problem.startswith("--set "):
+        return error
+    try:
+        from_mapping(Recipe, data, where=str(path))
+    except ConfigError:
+        return error
+    detail = error.problem.removeprefix(f"{path}: ")
+    effective = list({o.key: o for o in overrides}.values())  # a key set twice: the later one counts
+    named = [o for o in effective if o.key in detail or f"[{'.'.join(o.path[:-1])}]" in detail] or effective
+    return ConfigError(f"--set {' '.join(o.text for o in named)}: {detail}", error.fix)
 
 
 def load_profile(path: Path | str) -> ClusterProfile:
     return load_toml(ClusterProfile, Path(path))
 
 
-def save_run_recipe(run_dir: Path, recipe: Recipe, recipe_path: Path | None, *, copy_recipe: bool) -> None:
-    """Keep in `run_dir` what `load_run_recipe` reads back: the recipe file (when `copy_recipe`) and
-    the command line's overrides, with the folder relative paths in the recipe are taken from."""
+def inject_failures_override(rate: float) -> Override:
+    """`--inject-failures RATE`: one more override of the recipe."""
+    return parse_override(f"sandbox.inject_failure_rate={rate!r}")
+
+
+def save_run_recipe(run_dir: Path, recipe_path: Path | None, overrides: Sequence[Override], *,
+                    copy_recipe: bool) -> None:
+    """Keep in `run_dir` what `load_run_recipe` reads back: the recipe file (when `copy_recipe`), the
+    command line's overrides as typed, and the folder relative paths in the recipe are taken from."""
     if recipe_path and copy_recipe:
         shutil.copyfile(recipe_path, run_dir / RUN_RECIPE)
-    overrides = {"inject_failure_rate": recipe.sandbox.inject_failure_rate,
-                 "base_dir": str(recipe_path.parent) if recipe_path else None}
-    (run_dir / RUN_OVERRIDES).write_text(json.dumps(overrides))
+    saved = {"set": [o.text for o in overrides], "base_dir": str(recipe_path.parent) if recipe_path else None}
+    (run_dir / RUN_OVERRIDES).write_text(json.dumps(saved, indent=1) + "\n")
 
 
-def recipe_with_overrides(recipe: Recipe, overrides: dict) -> Recipe:
-    """The recipe with the command line's overrides (`--inject-failures`) applied."""
-    rate = overrides.get("inject_failure_rate")
-    if rate is None or rate == recipe.sandbox.inject_failure_rate:
-        return recipe
+def record_run_overrides(run_dir: Path, overrides: Sequence[Override]) -> None:
+    """Replace the overrides `run_dir` keeps (a resumed run's, or `rl360 train --set`'s) with `overrides`;
+    the folder its recipe's relative paths are taken from stays."""
+    saved = {**_saved_overrides(run_dir), "set": [o.text for o in overrides]}
+    saved.pop("inject_failure_rate", None)  # of before `--set`: it is in `overrides` now (run_overrides)
+    (run_dir / RUN_OVERRIDES).write_text(json.dumps(saved, indent=1) + "\n")
+
+
+def run_overrides(run_dir: Path) -> list[Override]:
+    """The overrides a run was started with (also from an `overrides.json` of before `--set`, which had
+    only `inject_failure_rate`)."""
+    saved = _saved_overrides(run_dir)
+    overrides = [parse_override(text) for text in saved.get("set", [])]
+    if saved.get("inject_failure_rate"):
+        overrides.insert(0, inject_failures_override(saved["inject_failure_rate"]))
+    return overrides
+
+
+def load_run_recipe(run_dir: Path, *, extra: Sequence[Override] = ()) -> Recipe:
+    """The recipe a run was started with, its overrides applied (then `extra`, which a command about to
+    add them checks with this before `save_run_recipe` records them)."""
+    return load_recipe(run_dir / RUN_RECIPE, base_dir=_saved_overrides(run_dir).get("base_dir"),
+                       overrides=[*run_overrides(run_dir), *extra])
+
+
+def _saved_overrides(run_dir: Path) -> dict:
+    path = run_dir / RUN_OVERRIDES
+    if not path.exists():
+        return {}
     try:
-        sandbox = dataclasses.replace(recipe.sandbox, inject_failure_rate=rate)
-    except ValueError as e:
-        raise ConfigError(f"--inject-failures {rate}: {e}") from None
-    return dataclasses.replace(recipe, sandbox=sandbox)
-
-
-def load_run_recipe(run_dir: Path) -> Recipe:
-    """The recipe a run was started with, overrides applied."""
-    overrides_path = run_dir / RUN_OVERRIDES
-    overrides = json.loads(overrides_path.read_text()) if overrides_path.exists() else {}
-    recipe = load_recipe(run_dir / RUN_RECIPE, base_dir=overrides.get("base_dir"))
-    return recipe_with_overrides(recipe, overrides)
+        saved = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not valid JSON ({e})",
+                          "restore it, or delete it to run without overrides") from None
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{path}: expected an object", "restore it, or delete it to run without overrides")
+    return saved

@@ -6,17 +6,26 @@ field's type. An unknown key is an error that suggests the closest valid key,
 and a `ValueError` from a dataclass's `__post_init__` comes back naming the
 file and the table, so a bad recipe is caught before an allocation is spent.
 
+Command-line overrides (`--set section.key=value`) are put into the raw TOML
+mapping before it is validated (`parse_override`, `with_overrides`), so they
+pass exactly the checks the file does.
+
     profile = load_toml(ClusterProfile, Path("cluster/local.toml"))
+    data = with_overrides(Recipe, read_toml(path), [parse_override("run.seed=3")])
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
+import math
 import re
 import tomllib
 import types
 import typing
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
@@ -29,20 +38,145 @@ NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
 
 class ConfigError(Rl360Error):
-    """A configuration file that cannot be loaded: names the file, the key and the reason."""
+    """A configuration file that cannot be loaded: names the file, the key and the reason, on one line
+    (a key or a dataclass's message with a line break in it is joined up)."""
+
+    def __init__(self, problem: str, fix: str | None = None):
+        super().__init__(_one_line(problem), _one_line(fix) if fix else None)
 
 
 def load_toml(cls: type[T], path: Path) -> T:
     """Read `path` and build `cls` from it; any problem is a `ConfigError`."""
+    return from_mapping(cls, read_toml(path), where=str(path))
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The raw mapping of TOML file `path`; a missing, unreadable or malformed file is a `ConfigError`."""
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file", "check the path") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a TOML file", "pass the file inside it") from None
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML ({e})", "fix the syntax at that line") from None
+        raise ConfigError(f"{path}: not valid TOML ({_one_line(str(e))})", "fix the syntax at that line") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot be read ({e})") from None
-    return from_mapping(cls, data, where=str(path))
+        raise ConfigError(f"{path}: cannot be read ({_one_line(str(e))})") from None
+
+
+# ----------------------------------------------------------------------------- command-line overrides
+
+# `section.key` or deeper (`engine.extra_args.name`): TOML bare keys joined by dots.
+_OVERRIDE_KEY = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """One `--set section.key=value`: where it goes in the TOML, the value as TOML reads it, and its text."""
+
+    path: tuple[str, ...]
+    value: Any
+    text: str
+
+    @property
+    def key(self) -> str:
+        return ".".join(self.path)
+
+
+def parse_override(text: str) -> Override:
+    """`run.seed=3` -> an `Override`; the value is read as a TOML value (`3`, `5e-6`, `"docker"`, `[1, 2]`,
+    `{a = 1}`), and text that is not one is a string, so `--set sandbox.provider=docker` needs no quotes."""
+    key, sep, raw = text.partition("=")
+    key, raw = key.strip(), raw.strip()
+    if not sep or not _OVERRIDE_KEY.match(key):
+        raise ConfigError(f"--set {_one_line(text)}: expected section.key=value", "for example --set run.seed=3")
+    try:
+        doc = tomllib.loads(f"value = {raw}")
+    except tomllib.TOMLDecodeError:
+        doc = {}
+    # More than one key means the text carried a line break and TOML of its own: it is a string then.
+    value = doc["value"] if list(doc) == ["value"] else raw
+    return Override(path=tuple(key.split(".")), value=value, text=f"{key}={raw}")
+
+
+def with_overrides(cls: type, data: dict[str, Any], overrides: Sequence[Override]) -> dict[str, Any]:
+    """A copy of the raw mapping `data` (of dataclass `cls`) with each override put in place, later ones
+    winning. A key `cls` does not have is a `ConfigError` naming the closest valid key; types and ranges
+    are left to `from_mapping`, which checks the result as it checks a file."""
+    merged = copy.deepcopy(data)
+    for override in overrides:
+        check_override_key(cls, override)
+        table = merged
+        for depth, name in enumerate(override.path[:-1]):
+            inner = table.setdefault(name, {})
+            if not isinstance(inner, dict):
+                where = ".".join(override.path[: depth + 1])
+                raise ConfigError(f"--set {override.text}: {where} is {_kind(inner)}, not a table",
+                                  f"set it whole: --set {where}=VALUE")
+            table = inner
+        table[override.path[-1]] = override.value
+    return merged
+
+
+def check_override_key(cls: type, override: Override) -> None:
+    """Walk `override.path` through `cls`'s fields (and the values of its dict fields)."""
+    tp: Any = cls
+    for depth, name in enumerate(override.path):
+        tp = _table_type(tp)
+        if dataclasses.is_dataclass(tp):
+            fields = [f.name for f in dataclasses.fields(tp) if f.init]
+            if name not in fields:
+                raise ConfigError(f"--set {override.text}: {_join('.'.join(override.path[:depth]), name)}: "
+                                  "unknown key", _closest_key(cls, override.path[:depth], name, fields))
+            tp = typing.get_type_hints(tp)[name]
+        elif get_origin(tp) is dict:
+            tp = (get_args(tp) or (str, Any))[1]
+        elif tp is Any:
+            return
+        else:
+            where = ".".join(override.path[:depth])
+            raise ConfigError(f"--set {override.text}: {where} is a value, not a table",
+                              f"set it whole: --set {where}=VALUE")
+
+
+def _table_type(tp: Any) -> Any:
+    """The dataclass or dict inside `X | None`, else `tp` itself."""
+    if get_origin(tp) in (typing.Union, types.UnionType):
+        for option in get_args(tp):
+            if dataclasses.is_dataclass(option) or get_origin(option) is dict:
+                return option
+    return tp
+
+
+def _closest_key(cls: type, prefix: tuple[str, ...], name: str, fields: list[str]) -> str:
+    """The valid key nearest `prefix.name`: a sibling if one is close, else any key of `cls` (`seed` ->
+    `run.seed`)."""
+    close = difflib.get_close_matches(name, fields, n=1)
+    if close:
+        return f"did you mean '{'.'.join((*prefix, close[0]))}'?"
+    every = list(_dotted_keys(cls))
+    close = difflib.get_close_matches(".".join((*prefix, name)), every, n=1) or [
+        k for k in every if k.rsplit(".", 1)[-1] == name][:1]
+    if close:
+        return f"did you mean '{close[0]}'?"
+    return f"valid keys here: {', '.join(sorted(fields))}"
+
+
+def _dotted_keys(cls: type, prefix: str = ""):
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        key = _join(prefix, f.name)
+        inner = _table_type(hints[f.name])
+        if dataclasses.is_dataclass(inner):
+            yield from _dotted_keys(inner, key)
+        else:
+            yield key
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def from_mapping(cls: type[T], data: Any, *, where: str, table: str = "") -> T:
@@ -90,7 +224,7 @@ def _convert(tp: Any, value: Any, where: str, key: str) -> Any:
         if value not in allowed:
             close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"use one of {', '.join(map(repr, allowed))}"
-            raise ConfigError(f"{where}: {key}: {value!r} is not allowed", hint)
+            raise ConfigError(f"{where}: {key}: {_shown(value)} is not allowed", hint)
         return value
     if dataclasses.is_dataclass(tp):
         return from_mapping(tp, value, where=where, table=key)
@@ -116,6 +250,10 @@ def _convert(tp: Any, value: Any, where: str, key: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _type_error(where, key, "a number", value)
+        # nan passes every `<` and `>` check a __post_init__ makes, inf most upper ones; neither means
+        # anything in a recipe or profile.
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{where}: {key}: expected a finite number, got {value}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
@@ -129,7 +267,13 @@ def _convert(tp: Any, value: Any, where: str, key: str) -> Any:
 
 
 def _type_error(where: str, key: str, expected: str, value: Any) -> ConfigError:
-    return ConfigError(f"{where}: {key}: expected {expected}, got {_kind(value)} {value!r}")
+    return ConfigError(f"{where}: {key}: expected {expected}, got {_kind(value)} {_shown(value)}")
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """`repr(value)`, cut to `limit` characters (a 5,000-character string, or a whole table, is no help)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _kind(value: Any) -> str:

@@ -22,8 +22,9 @@ from rl360cli.state import RUN_FINAL, RunStatus
 
 STAMP = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z) ")
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
-# The exit code of a command that followed a run to its end, by the run's final status (every one of RUN_FINAL).
-FINAL_RUN: dict[RunStatus, int] = {RunStatus.FINISHED: 0, RunStatus.STOPPED: 0, RunStatus.FAILED: 3}
+# The exit code of a command that followed a run to its end, by the run's final status (every one of RUN_FINAL):
+# a stopped run (`rl360 down`) did not fail, but did not finish either (cli.py lists the codes).
+FINAL_RUN: dict[RunStatus, int] = {RunStatus.FINISHED: 0, RunStatus.STOPPED: 4, RunStatus.FAILED: 3}
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,10 @@ class InfraCause(StrEnum):
     """The verifier itself failed to run or wrote no reward."""
     TIMEOUT_INFRA = "timeout_infra"
     """A timeout outside the agent's budget (start, upload, verifier wall clock)."""
+    SESSION_TIMEOUT = "session_timeout"
+    """The whole session (sandbox start to stop, every generation and command) ran past
+    `[rollout] session_timeout_s`: cut so that the step does not wait on it (a hung daemon, engine
+    or command)."""
     PROVIDER_ERROR = "provider_error"
     """The sandbox provider (Docker daemon, remote API) returned an error."""
     INJECTED = "injected"

@@ -43,7 +43,9 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timezone
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, NotRequired, Required, TypedDict, TypeVar
+from types import UnionType
+from typing import (Any, Literal, NotRequired, Required, TypedDict, TypeVar, Union, get_args, get_origin,
+                    get_type_hints, is_typeddict)
 
 from rl360cli.errors import Rl360Error
 
@@ -303,6 +305,7 @@ class RunRecord(TypedDict):
     policy_version: int
     status: RunStatus
     resumed: bool  # reopened with --resume
+    overrides: NotRequired[list[str]]  # the `--set` overrides as typed, `--inject-failures` among them (stages/run.py)
     pid: NotRequired[int]  # the trainer's driver process (loop/driver.py)
     reward_mean: NotRequired[float | None]  # of the last step (loop/driver.py)
     ended_at: NotRequired[str]  # loop/driver.py
@@ -512,8 +515,10 @@ class StateFile:
             doc = _loads(raw)
         except ValueError as e:  # json's and orjson's decode errors are both ValueErrors
             raise StateError(f"state file {self.path} is corrupt ({e})", fix) from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("schema_version"), int):
-            raise StateError(f"state file {self.path} is not an rl360 state file (no schema_version)", fix)
+        # `type(...) is int`: JSON's true is no schema version; versions start at 1.
+        if not isinstance(doc, dict) or type(doc.get("schema_version")) is not int or doc["schema_version"] < 1:
+            raise StateError(f"state file {self.path} is not an rl360 state file (no schema_version of 1 or more)",
+                             fix)
         version = doc["schema_version"]
         if version > SCHEMA_VERSION:
             raise StateError(
@@ -528,6 +533,9 @@ class StateFile:
             if step in _MIGRATIONS:
                 _MIGRATIONS[step](doc)
             doc["schema_version"] = step + 1
+        problem = _shape_problem(doc)
+        if problem:
+            raise StateError(f"state file {self.path}: {problem}", fix)
         return doc
 
 
@@ -539,6 +547,84 @@ def _node_images_as_records(doc: dict[str, Any]) -> None:
             for ref, entry in images.items():
                 if isinstance(entry, str):
                     images[ref] = {"digest": entry}
+
+
+def _runtime_types(annotation: Any) -> tuple[type, ...]:
+    """The JSON types a field annotated `annotation` may hold (a TypedDict or dict[...] is an object,
+    a status enum or Literal of strings a string); empty for one that is not checked."""
+    origin = get_origin(annotation)
+    if origin in (Required, NotRequired):
+        return _runtime_types(get_args(annotation)[0])
+    if origin in (Union, UnionType):
+        return tuple(t for arg in get_args(annotation) for t in _runtime_types(arg))
+    if origin is Literal:
+        return tuple({type(arg) for arg in get_args(annotation)})
+    if annotation is type(None):
+        return (type(None),)
+    if annotation is float:
+        return (float, int)
+    if origin in (list, tuple) or annotation in (list, tuple):
+        return (list,)
+    if origin is dict or annotation is dict or is_typeddict(annotation):
+        return (dict,)
+    if isinstance(annotation, type) and issubclass(annotation, (str, int, bool)):
+        return (str,) if issubclass(annotation, str) else (annotation,)
+    return ()
+
+
+_KINDS = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "a list",
+          dict: "an object", type(None): "null"}
+# Section -> its record type; the fields of each, with the JSON types they may hold (built on first use).
+_SECTION_RECORDS: dict[str, Any] = {}
+_FIELD_TYPES: dict[Any, dict[str, frozenset[type]]] = {}
+_ANY_JSON = frozenset({type(None), str, int, float, bool, list, dict})
+
+
+def json_field_types(record_type: Any) -> dict[str, frozenset[type]]:
+    """Field of `record_type` (one of the TypedDicts above) -> the exact types the JSON parser makes
+    that the field may hold (what `StateFile.read` checks; tests/fuzz/test_fuzz_state.py draws others)."""
+    if record_type not in _FIELD_TYPES:
+        hints = get_type_hints(record_type, include_extras=True)
+        _FIELD_TYPES[record_type] = {name: frozenset(types) for name, hint in hints.items()
+                                     if (types := _runtime_types(hint))}
+    return _FIELD_TYPES[record_type]
+
+
+def _expected(types: frozenset[type]) -> str:
+    return " or ".join(_KINDS[t] for t in sorted(types, key=list(_KINDS).index) if not (t is int and float in types))
+
+
+def _shape_problem(doc: dict[str, Any]) -> str | None:
+    """The first record or field of `doc` whose JSON type its TypedDict does not allow, said in one
+    line (None when every one fits). Fields not in the schema and missing fields are left alone:
+    writers add fields as they go, and one check per present field keeps a 3 MB state quick."""
+    if not _SECTION_RECORDS:
+        _SECTION_RECORDS.update(tiers=TierRecord, nodes=NodeRecord, components=ComponentRecord, runs=RunRecord,
+                                sandboxes=SandboxRecord)
+    # Exact types (`type(v) in allowed`), not isinstance: as fast as it gets over 8,192 sandboxes, and
+    # JSON's true is no integer here.
+    top = json_field_types(StateDoc)
+    for name, value in doc.items():
+        allowed = top.get(name)
+        if allowed and type(value) not in allowed:
+            return f"'{name}' must be {_expected(allowed)} (got {_shown(value)})"
+    checks = [("profile", {"": doc["profile"]}, ProfileRecord)] if doc["profile"] is not None else []
+    checks += [(section, doc[section], _SECTION_RECORDS[section]) for section in _SECTION_RECORDS]
+    for section, records, record_type in checks:
+        fields = json_field_types(record_type)
+        for key, record in records.items():
+            if type(record) is not dict:
+                return f"{section}[{key!r}] must be an object (got {_shown(record)})"
+            for name, value in record.items():
+                if type(value) not in fields.get(name, _ANY_JSON):
+                    where = f"{section}[{key!r}]" if key else section
+                    return f"{where}.{name} must be {_expected(fields[name])} (got {_shown(value)})"
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # Schema version -> the step that brings a document of that version to the next one, in place.

@@ -138,3 +138,20 @@ def cli(state_path: Path):
         return run_cli(*args, state=state_path, **kwargs)
 
     return call
+
+
+# With RL360_TEST_WORKERS=2 (cluster/dev/test.sh: pytest -n 2 --dist loadgroup), tests that use the
+# shared dev services run on one worker, one after another: some stop or kill a node (a slurmd, a
+# dockerd), which would fail the other worker's tests on that node. The rest spread over both.
+SERVICES_GROUP = "dev-services"
+SERVICE_MARKERS = ("docker", "slurm", "sshd")
+SERVICE_PATHS = ("tests/slurm/", "tests/dev/", "tests/images/", "tests/loop/test_loop_slurm.py")
+SERVICE_FIXTURES = {"docker_nodes", "docker_node_specs", "slurm_cluster", "slurm", "ssh_nodes", "spare_node"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = item.path.resolve().relative_to(REPO).as_posix()
+        if (path.startswith(SERVICE_PATHS) or any(item.get_closest_marker(m) for m in SERVICE_MARKERS)
+                or SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))):
+            item.add_marker(pytest.mark.xdist_group(SERVICES_GROUP))

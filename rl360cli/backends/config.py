@@ -73,8 +73,9 @@ class TierSpec:
     time_limit: str | None = None
 
     def __post_init__(self) -> None:
-        if self.num_nodes < 1:
-            raise ValueError(f"num_nodes must be at least 1 (got {self.num_nodes})")
+        # The bound keeps a typo (1e8 nodes) from a plan that lists every node for minutes.
+        if not 1 <= self.num_nodes <= 100_000:
+            raise ValueError(f"num_nodes must be between 1 and 100000 (got {self.num_nodes})")
         if self.gpus_per_node < 0:
             raise ValueError(f"gpus_per_node must be >= 0 (got {self.gpus_per_node})")
         if self.cpus_per_node is not None and self.cpus_per_node < 1:

@@ -111,6 +111,10 @@ def _end_orphans() -> None:
     me = os.getpid()
     for sig, wait in ((signal.SIGTERM, ORPHAN_GRACE_S), (signal.SIGKILL, 1.0)):
         orphans = [p for p in procinfo.family(me) if p != me]
+        # Another component's supervisor (an engine the trainer's health watcher started again) and what it
+        # runs belong to that component: recorded in the state, ended by `rl360 down`, not with this one.
+        spared = {q for p in orphans if p != me and _is_supervisor(p) for q in procinfo.family(p)}
+        orphans = [p for p in orphans if p not in spared]
         if not orphans:
             return
         for pid in orphans:
@@ -126,6 +130,14 @@ def _end_orphans() -> None:
             except ChildProcessError:
                 return
             time.sleep(0.05)
+
+
+def _is_supervisor(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"rl360cli.backends.supervise" in f.read()
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":

@@ -32,6 +32,12 @@ ProfileOpt = Annotated[
 ]
 RunOpt = Annotated[str | None, typer.Option("--run", help="Run id (default: the current run).", show_default=False)]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print what would be done and start nothing.")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", metavar="SECTION.KEY=VALUE", show_default=False,
+                 help="Override a recipe value, checked as the recipe is; the value is TOML (3, 5e-6, docker, "
+                      "\"a b\", [1, 2]); repeatable, later ones win. Example: --set run.seed=3"),
+]
 
 
 @dataclass
@@ -47,15 +53,25 @@ def state_file() -> StateFile:
     return StateFile(GLOBALS.state_path)
 
 
+def overrides_of(texts: list[str] | None, *, inject_failures: float | None = None) -> list:
+    """The `Override`s of `--set` options (and `--inject-failures`, which is one more); bad syntax is a
+    one-line `ConfigError`."""
+    from rl360cli.config import inject_failures_override
+    from rl360cli.configload import parse_override
+
+    overrides = [inject_failures_override(inject_failures)] if inject_failures is not None else []
+    return overrides + [parse_override(text) for text in texts or ()]
+
+
 def context(*, recipe: Path | None = None, profile: Path | None = None, run: str | None = None,
-            quiet: bool = False):
-    """The stage context for this command: state, profile, recipe and run."""
+            overrides: list | None = None, quiet: bool = False):
+    """The stage context for this command: state, profile, recipe (with `overrides` applied) and run."""
     from rl360cli.config import load_recipe
     from rl360cli.stages.base import Context, resolve_profile
 
     state = state_file()
     doc = state.snapshot()
-    loaded_recipe = load_recipe(recipe) if recipe else None
+    loaded_recipe = load_recipe(recipe, overrides=overrides or ()) if recipe else None
     loaded_profile, profile_path = resolve_profile(doc, profile, loaded_recipe)
     return Context(
         state=state,

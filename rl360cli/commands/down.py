@@ -31,5 +31,5 @@ def down(
     result = down_stage.apply(ctx, grace_s=grace)
     if json_out:
         print_json(result)
-    elif not (result["components"] or result["tiers"] or result["sandboxes"]):
+    elif not (result["components"] or result["tiers"] or result["sandboxes"] or result["runs"]):
         out.print("nothing was running")

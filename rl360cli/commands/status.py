@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from rl360cli.commands.common import JsonFlag, ProfileOpt, context, out, print_json
 from rl360cli.stages.status import StatusReport, reconcile
@@ -49,19 +50,28 @@ def render(report: StatusReport) -> None:
     if report.components:
         table = Table("component", "status", "where", "ports", "since", "detail", title="components",
                       title_justify="left")
-        for row in component_rows(report.components):
+        for row in component_rows(report.components, versions=report.engine_versions):
             table.add_row(*row[:1], _styled(row[1]), *row[2:])
         out.print(table)
     if report.runs:
-        table = Table("run", "status", "step", "policy", "reward", "infra failures", title="runs", title_justify="left")
+        columns = ["run", "status", "step", "policy", "reward", "infra failures"]
+        with_overrides = any(r.get("overrides") for r in report.runs.values())
+        table = Table(*columns, *(["overrides (--set)"] if with_overrides else []), title="runs",
+                      title_justify="left")
         for rid, r in sorted(report.runs.items(), key=lambda kv: kv[1].get("started_at", "")):
             last = _last_metrics(r.get("metrics_path"))
             reward = f"{last['reward_mean']:.3f}" if "reward_mean" in last else "-"
             infra = str(last.get("infra_failures", "-"))
             mark = " *" if rid == report.current_run else ""
-            table.add_row(rid + mark, _styled(r.get("status")), f"{r.get('step', 0)}/{r.get('num_steps', '?')}",
-                          str(r.get("policy_version", "-")), reward, infra)
+            row = [rid + mark, _styled(r.get("status")), f"{r.get('step', 0)}/{r.get('num_steps', '?')}",
+                   str(r.get("policy_version", "-")), reward, infra]
+            if with_overrides:
+                row.append(" ".join(r.get("overrides") or []) or "-")
+            table.add_row(*row)
         out.print(table)
+        current = report.runs.get(report.current_run or "")
+        if current and current.get("reason"):
+            out.print(Text(f"{report.current_run}: {current['reason']}", style="dim"))
     if report.sandboxes:
         counts = ", ".join(f"{n} {s}" for s, n in sorted(report.sandboxes.items()))
         out.print(f"[bold]sandboxes[/bold] {sum(report.sandboxes.values())} ({counts})")
@@ -69,8 +79,11 @@ def render(report: StatusReport) -> None:
         out.print("nothing is provisioned or running; start with `rl360 up`")
 
 
-def component_rows(components: dict[str, ComponentRecord]) -> list[tuple[str, ...]]:
-    """One row per component; many running components of one kind in a tier (96 engines) share one row."""
+def component_rows(components: dict[str, ComponentRecord],
+                   versions: dict[str, int | None] | None = None) -> list[tuple[str, ...]]:
+    """One row per component; many running components of one kind in a tier (96 engines) share one row.
+    An engine's detail says the policy version it serves (`versions`) and how often it was restarted."""
+    versions = versions or {}
     groups: dict[tuple[str, str], list[str]] = {}
     for cid, c in components.items():
         if c["status"] == ComponentStatus.RUNNING:
@@ -82,18 +95,36 @@ def component_rows(components: dict[str, ComponentRecord]) -> list[tuple[str, ..
             members = [components[cid] for cid in ids]
             ports = sorted(p for c in members for p in (c.get("ports") or {}).values())
             nodes = {c.get("node") for c in members}
+            served = sorted({versions[cid] for cid in ids if versions.get(cid) is not None})
+            restarts = sum(int(c.get("restarts") or 0) for c in members)
             rows.append((f"{tier}/{kind} ×{len(ids)}", ComponentStatus.RUNNING, f"{len(nodes)} node(s)",
                          f"{ports[0]}–{ports[-1]}" if ports else "-",
-                         min((c.get("started_at") or "") for c in members)[11:19], ""))
+                         min((c.get("started_at") or "") for c in members)[11:19],
+                         _joined(_versions_said(served), _restarts_said(restarts))))
     for cid, c in sorted(components.items()):
         if cid in collapsed:
             continue
         where = f"job {c['job_id']}" if c.get("job_id") else f"pid {c.get('pid')}"
         ports = ",".join(str(p) for p in (c.get("ports") or {}).values()) or "-"
         detail = c.get("reason") or (f"exit {c['exit_code']}" if c.get("exit_code") is not None else "")
+        if cid in versions:
+            detail = _joined(f"serves v{versions[cid]}" if versions[cid] is not None else "version ?", detail)
+        detail = _joined(detail, _restarts_said(int(c.get("restarts") or 0)))
         rows.append((cid, c.get("status") or "unknown", f"{c.get('node', '-')} {where}", ports,
                      (c.get("started_at") or "")[11:19], detail))
     return rows
+
+
+def _versions_said(served: list[int]) -> str:
+    return "" if not served else f"serve v{served[0]}" if len(served) == 1 else f"serve v{served[0]}–v{served[-1]}"
+
+
+def _restarts_said(count: int) -> str:
+    return "" if not count else f"{count} restart" + ("s" if count > 1 else "")
+
+
+def _joined(*parts: str) -> str:
+    return ", ".join(p for p in parts if p)
 
 
 def _styled(status: str | None) -> str:

@@ -18,8 +18,8 @@ app = typer.Typer(help="Validate Harbor-format tasks before training on them.", 
 @app.command("check")
 def check(
     paths: Annotated[list[Path], typer.Argument(help="Task folders, or task set folders (folders of tasks).")],
-    provider: Annotated[str, typer.Option("--provider", help="process (this machine) or docker (the profile's "
-                                                             "nodes).")] = "process",
+    provider: Annotated[str, typer.Option("--provider", help="process (this machine), docker (the profile's "
+                                                             "nodes) or daytona (DAYTONA_API_KEY).")] = "process",
     include: Annotated[list[str] | None, typer.Option("--include", help="Only these task folder names (repeat).",
                                                       show_default=False)] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", "-j", help="Tasks checked at once.")] = 4,
@@ -31,13 +31,13 @@ def check(
     Example: rl360 tasks check recipes/tasks/examples --provider docker --profile cluster/dev-docker.toml
     """
     from rl360cli.sandbox.check import check_tasks
-    from rl360cli.sandbox.config import SandboxConfig
+    from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig
     from rl360cli.sandbox.providers import make_provider
     from rl360cli.sandbox.task import load_task_set
     from rl360cli.sandbox.waves import node_images_from_state
 
-    if provider not in ("process", "docker"):
-        raise Rl360Error(f"--provider {provider!r} is not known", "use process or docker")
+    if provider not in ("process", "docker", "daytona"):
+        raise Rl360Error(f"--provider {provider!r} is not known", "use process, docker or daytona")
     if concurrency < 1:
         raise Rl360Error(f"--concurrency must be at least 1 (got {concurrency})")
     tasks = []
@@ -51,12 +51,13 @@ def check(
     if provider == "docker" and not ctx.profile.nodes:
         raise Rl360Error(f"profile '{ctx.profile.name}' lists no Docker nodes",
                          "pass --profile cluster/dev-docker.toml (or a profile with [[nodes]])")
+    # Each task's oracle runs once: a warm pool would only make containers nobody takes.
     config = SandboxConfig(provider=provider, max_concurrent=2 * concurrency, wave_size=max(4, 2 * concurrency),
-                           wave_interval_s=0.2)
+                           wave_interval_s=0.2, warm_pool=WarmPoolConfig(size=0))
     run_id = f"check-{time.strftime('%Y%m%d-%H%M%S')}"
     sandboxes = make_provider(config, nodes=ctx.profile.nodes, run_id=run_id,
                               node_images=node_images_from_state(ctx.state.read()),
-                              max_concurrent_pulls=ctx.profile.registry.max_concurrent_pulls)
+                              registry=ctx.profile.registry)
 
     async def run():
         try:

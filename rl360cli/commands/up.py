@@ -9,12 +9,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from rl360cli.commands.common import (DryRunOpt, JsonFlag, ProfileOpt, RecipeOpt, context, out, print_action,
-                                      print_json)
+from rl360cli.commands.common import (DryRunOpt, JsonFlag, ProfileOpt, RecipeOpt, SetOpt, context, out, overrides_of,
+                                      print_action, print_json)
+from rl360cli.errors import Rl360Error
+from rl360cli.logview import FINAL_RUN
 from rl360cli.stages import up_stages
 from rl360cli.stages.base import Action, Context
-from rl360cli.config import recipe_with_overrides
 from rl360cli.stages.run import start_run
+from rl360cli.state import RunStatus
 
 DEFAULT_RECIPE = Path("recipes/local-smoke.toml")
 
@@ -25,27 +27,38 @@ def up(
     dry_run: DryRunOpt = False,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the recipe's last run from its checkpoint.")] = False,
     inject_failures: Annotated[
-        float | None, typer.Option("--inject-failures", help="Fail this fraction of sandbox starts and execs.")
+        float | None,
+        typer.Option("--inject-failures", help="Fail this fraction of sandbox starts and execs "
+                                               "(--set sandbox.inject_failure_rate=RATE).")
     ] = None,
+    set_values: SetOpt = None,
     detach: Annotated[bool, typer.Option("--detach", help="Return once the run has started.")] = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Provision the tiers, start the engines and the trainer, and follow the run to its end.
 
-    Example: rl360 up --recipe recipes/local-smoke.toml
+    Exit codes: 0 the run finished, 1 bad input, 3 the run failed, 4 the run was stopped (`rl360 down`).
+
+    Example: rl360 up --recipe recipes/local-smoke.toml --set run.seed=3
     """
-    ctx = context(recipe=recipe or DEFAULT_RECIPE, profile=profile, quiet=json_out)
-    if inject_failures is not None:
-        ctx.recipe = recipe_with_overrides(ctx.need_recipe(), {"inject_failure_rate": inject_failures})
+    overrides = overrides_of(set_values, inject_failures=inject_failures)
+    ctx = context(recipe=recipe or DEFAULT_RECIPE, profile=profile, overrides=overrides, quiet=json_out)
     if dry_run:
         ctx.run_id = ctx.run_id if resume else "<new run>"
-        _show_plan(ctx, json_out)
+        _show_plan(ctx, json_out, overrides)
         return
-    start_run(ctx, resume=resume)
+    start_run(ctx, resume=resume, overrides=overrides)
     applied = [stage.NAME for stage in up_stages() if stage.applies(ctx)]
-    for stage in up_stages():
-        if stage.NAME in applied:
-            stage.apply(ctx)
+    try:
+        for stage in up_stages():
+            if stage.NAME in applied and not _was_stopped(ctx):
+                stage.apply(ctx)
+    except Rl360Error:
+        # `rl360 down` while the engines were starting: they ended "before they were ready", because of it.
+        if not _was_stopped(ctx):
+            raise
+    if _was_stopped(ctx):
+        _end_stopped_start(ctx, json_out)
     if json_out:
         print_json({"run": ctx.run_id, "state": str(ctx.state.path), "stages": applied})
     if not detach and "train" in applied:
@@ -54,14 +67,32 @@ def up(
         raise typer.Exit(watch_run(ctx, quiet=json_out))
 
 
-def plan(recipe: RecipeOpt = None, profile: ProfileOpt = None, json_out: JsonFlag = False) -> None:
+def _was_stopped(ctx: Context) -> bool:
+    return ctx.state.read()["runs"].get(ctx.run_id or "", {}).get("status") == RunStatus.STOPPED
+
+
+def _end_stopped_start(ctx: Context, json_out: bool) -> None:
+    """`rl360 down` came while `up` was starting the run: stop what `up` started after it (down saw only
+    what was recorded when it ran), say so, and exit with a stop's code."""
+    from rl360cli.commands.watch import stop_serving
+
+    stop_serving(ctx, ctx.run_id or "")
+    if not json_out:
+        reason = ctx.state.read()["runs"][ctx.run_id or ""].get("reason")
+        out.print(f"run {ctx.run_id} {RunStatus.STOPPED} before its loop began; {reason}")
+    raise typer.Exit(FINAL_RUN[RunStatus.STOPPED])
+
+
+def plan(recipe: RecipeOpt = None, profile: ProfileOpt = None, set_values: SetOpt = None,
+         json_out: JsonFlag = False) -> None:
     """Show what `rl360 up` would do (tiers, nodes, components, resources, ports, exact commands); start nothing.
 
     Example: rl360 plan --recipe recipes/local-smoke.toml --profile cluster/reference-33-nodes.toml
     """
-    ctx = context(recipe=recipe or DEFAULT_RECIPE, profile=profile, quiet=True)
+    overrides = overrides_of(set_values)
+    ctx = context(recipe=recipe or DEFAULT_RECIPE, profile=profile, overrides=overrides, quiet=True)
     ctx.run_id = "<new run>"
-    _show_plan(ctx, json_out)
+    _show_plan(ctx, json_out, overrides)
 
 
 def collect_plan(ctx: Context) -> list[Action]:
@@ -72,13 +103,15 @@ def collect_plan(ctx: Context) -> list[Action]:
     return actions
 
 
-def _show_plan(ctx: Context, json_out: bool) -> None:
+def _show_plan(ctx: Context, json_out: bool, overrides: list) -> None:
     actions = collect_plan(ctx)
+    texts = [o.text for o in overrides]
     if json_out:
-        print_json({"profile": str(ctx.profile_path), "recipe": str(ctx.recipe_path),
+        print_json({"profile": str(ctx.profile_path), "recipe": str(ctx.recipe_path), "overrides": texts,
                     "actions": [dataclasses.asdict(a) for a in actions]})
         return
-    table = Table(title=f"plan: {ctx.recipe_path.name if ctx.recipe_path else ''} on {ctx.profile.name}",
+    with_set = f" with --set {' '.join(texts)}" if texts else ""
+    table = Table(title=f"plan: {ctx.recipe_path.name if ctx.recipe_path else ''}{with_set} on {ctx.profile.name}",
                   show_lines=False)
     for column in ("stage", "action", "subject", "detail"):
         table.add_column(column)

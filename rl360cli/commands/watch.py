@@ -1,9 +1,13 @@
 """The live view of `rl360 up`: the run's progress step by step, then a summary.
 
-On a terminal it is a rich live table (step, reward, pass rate, infra
+On a terminal it is a progress bar (steps done of the total, time since the
+run started, the time left at the recent steps' pace), the step being generated
+(its sessions; how many are done is not reported by the loop), the latest
+held-out evaluation, and a rich live table (step, reward, pass rate, infra
 failures by cause, tokens/s, overlap, weight sync); piped, one line per step.
 Ctrl-C detaches and leaves the run going. When the run ends, its serving
-components (engines, router) are stopped; the tiers stay provisioned.
+components (engines, router) are stopped; the tiers stay provisioned. A run
+`rl360 down` stopped ends the view with its reason and exit code 4.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import time
 
 from rich.console import Group
 from rich.live import Live
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
@@ -19,6 +24,7 @@ from rl360cli.commands.common import err, out
 from rl360cli.logview import FINAL_RUN
 from rl360cli.metrics import read_metrics
 from rl360cli.stages.base import Context
+from rl360cli.stages.report.series import RunProgress, duration, eval_values, run_progress, step_rows
 from rl360cli.stages.status import reconcile
 from rl360cli.state import COMPONENT_FINAL, RUN_FINAL, ComponentStatus, RunStatus, by_backend
 
@@ -28,6 +34,8 @@ def watch_run(ctx: Context, *, quiet: bool = False, poll_s: float = 1.0) -> int:
     run_id = ctx.run_id
     started = time.monotonic()
     shown = 0
+    loop = ctx.recipe.loop if ctx.recipe is not None else None
+    sessions_per_step = loop.num_tasks_per_step * loop.num_samples_per_task if loop is not None else None
     live = Live(console=err, refresh_per_second=2, transient=False) if err.is_terminal and not quiet else None
     try:
         if live:
@@ -37,7 +45,8 @@ def watch_run(ctx: Context, *, quiet: bool = False, poll_s: float = 1.0) -> int:
             run = report.runs.get(run_id, {})
             rows = read_metrics(run.get("metrics_path") or ctx.run_dir / "metrics.jsonl")
             if live:
-                live.update(_view(run_id, run, rows, time.monotonic() - started))
+                live.update(live_view(run_id, run, rows, time.monotonic() - started, now=time.time(),
+                                  sessions_per_step=sessions_per_step))
             elif not quiet:
                 for row in rows[shown:]:
                     out.print(_line(row, run), markup=False, highlight=False)
@@ -53,7 +62,8 @@ def watch_run(ctx: Context, *, quiet: bool = False, poll_s: float = 1.0) -> int:
     finally:
         if live and live.is_started:
             live.stop()
-    stop_serving(ctx, run_id)
+    if run["status"] != RunStatus.STOPPED:
+        stop_serving(ctx, run_id)  # a stopped run's are stopped by whoever stopped it (`rl360 down`)
     if not quiet:
         out.print(_summary(run_id, run, rows, time.monotonic() - started))
     return FINAL_RUN[run["status"]]
@@ -83,10 +93,46 @@ def _line(row: dict, run: dict) -> str:
     return (f"step {row['step'] + 1}/{run.get('num_steps', '?')}  reward {_fmt(row.get('reward_mean'))}  "
             f"pass {_fmt(row.get('pass_rate'))}  infra {causes}  tok/s {_fmt(row.get('tokens_per_s'), '.0f')}  "
             f"overlap {_fmt(row.get('overlap_ratio'), '.2f')}  sync {_fmt(row.get('weight_sync_s'), '.2f')}s  "
-            f"step {_fmt(row.get('step_s'), '.1f')}s")
+            f"step {_fmt(row.get('step_s'), '.1f')}s{_eval_text(row, '  eval ')}")
 
 
-def _view(run_id: str, run: dict, rows: list[dict], elapsed: float) -> Group:
+def _eval_text(row: dict, prefix: str) -> str:
+    found = eval_values(row)
+    return prefix + " ".join(f"{k} {v:.3f}" for k, v in found.items()) if found else ""
+
+
+def progress_view(progress: RunProgress) -> Group:
+    """The run's progress bar with elapsed time and ETA, the step in generation, the latest eval."""
+    total = progress.total or 0
+    eta = duration(progress.eta_s) if progress.eta_s is not None else ("estimating" if progress.active else "-")
+    bar = Table.grid(padding=(0, 2))
+    bar.add_row(ProgressBar(total=max(total, 1), completed=min(progress.done, max(total, 1)), width=40),
+                f"{progress.done}/{total or '?'} steps", f"elapsed {duration(progress.elapsed_s)}", f"ETA {eta}")
+    lines: list = [bar]
+    if progress.current_step is not None:
+        since = f" for {duration(progress.current_step_s)}" if progress.current_step_s is not None else ""
+        if progress.sessions_done is not None and progress.sessions_total:
+            generating = Table.grid(padding=(0, 1))
+            generating.add_row(f"step {progress.current_step} generating{since}:",
+                               ProgressBar(total=progress.sessions_total, completed=progress.sessions_done, width=20),
+                               f"{progress.sessions_done}/{progress.sessions_total} sessions")
+            lines.append(generating)
+        else:
+            first = f": {progress.sessions_total} sessions in its first round" if progress.sessions_total else ""
+            unknown = " (sessions done: not reported by the loop)" if first else ""
+            lines.append(Text(f"step {progress.current_step} generating{since}{first}{unknown}", style="dim"))
+    if progress.latest_eval is not None:
+        step, found = progress.latest_eval
+        lines.append(Text(f"held-out eval at step {step}: " + "  ".join(f"{k} {v:.3f}" for k, v in found.items())))
+    return Group(*lines)
+
+
+def live_view(run_id: str, run: dict, rows: list[dict], elapsed: float, *, now: float | None = None,
+              sessions_per_step: int | None = None) -> Group:
+    """The live view's frame: progress, then the table of the last steps."""
+    progress = progress_view(run_progress(run, rows, now=time.time() if now is None else now,
+                                          sessions_per_step=sessions_per_step))
+    rows = step_rows(rows)
     table = Table("step", "reward", "pass", "infra failures", "masked", "filtered", "tok/s", "overlap", "sync s",
                   "step s", title=f"run {run_id} — {run.get('status', '?')} — {elapsed:.0f}s", title_justify="left")
     for row in rows[-12:]:
@@ -98,19 +144,21 @@ def _view(run_id: str, run: dict, rows: list[dict], elapsed: float) -> Group:
                       _fmt(row.get("overlap_ratio"), ".2f"), _fmt(row.get("weight_sync_s"), ".2f"),
                       _fmt(row.get("step_s"), ".1f"))
     if not rows:
-        return Group(table, Text("waiting for the first step (engines warming up, first batch generating)…",
-                                 style="dim"))
-    return Group(table)
+        return Group(progress, table, Text("waiting for the first step (engines warming up, first batch "
+                                           "generating)…", style="dim"))
+    return Group(progress, table)
 
 
 def _summary(run_id: str, run: dict, rows: list[dict], elapsed: float) -> Text:
     rewards = [r["reward_mean"] for r in rows if r.get("reward_mean") is not None]
     infra = sum(r.get("infra_failures", 0) for r in rows)
-    text = Text(f"run {run_id} {run.get('status')} after {run.get('step', 0)} steps in {elapsed:.0f}s",
-                style="bold red" if run.get("status") == RunStatus.FAILED else "bold")
+    style = {RunStatus.FAILED: "bold red", RunStatus.STOPPED: "bold yellow"}.get(run.get("status"), "bold")
+    text = Text(f"run {run_id} {run.get('status')} after {run.get('step', 0)} steps in {elapsed:.0f}s", style=style)
     if rewards:
         text.append(f"; reward {rewards[0]:.3f} → {rewards[-1]:.3f} (best {max(rewards):.3f})")
     text.append(f"; infra failures masked: {infra}")
+    if run.get("overrides"):
+        text.append(f"; --set {' '.join(run['overrides'])}")
     if run.get("reason"):
         text.append(f"; {run['reason']}")
     return text

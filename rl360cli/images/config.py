@@ -28,6 +28,8 @@ from rl360cli.configload import NAME, ConfigError, load_toml
 _REPO = re.compile(r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_HOST = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d{1,5})?$")
+_MIRROR = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -38,10 +40,19 @@ class RegistrySpec:
     # Image pulls in flight at once across all nodes, to stay within the registry's capacity.
     max_concurrent_pulls: int = 8
     insecure: bool = True
+    # Registry host -> where the nodes get its images instead ("host[:port][/path]"), for pulls and for
+    # tasks' FROM lines (rl360cli/images/mirrors.py). With any mirror set, a reference on a host named
+    # neither here nor as `address` is refused before a daemon sees it.
+    mirrors: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.max_concurrent_pulls < 1:
             raise ValueError(f"max_concurrent_pulls must be at least 1 (got {self.max_concurrent_pulls})")
+        for host, target in self.mirrors.items():
+            if not _HOST.match(host):
+                raise ValueError(f"mirrors: {host!r} is not a registry host (e.g. docker.io, ghcr.io)")
+            if not _MIRROR.match(target):
+                raise ValueError(f"mirrors.{host}: {target!r} is not host[:port][/path] (e.g. 127.0.0.1:5000/hub)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -5,14 +5,23 @@
         result = await engine.generate(prompt_ids, SamplingParams(temperature=1.0, max_new_tokens=64))
         result.output_ids, result.logprobs, result.finish_reason, result.weight_version
 
+With `api_key=` every request carries `Authorization: Bearer KEY` (the run's key, see apikey.py).
+
 Failures are typed: every way a request can fail ends as an `EngineError`,
 which a rollout records as an `engine_error` infra failure (masked from the
 loss), never as a reward of 0. The retry policy retries only what is certain
 not to have run: a connection that could not be opened, and a 503/429 answer
 (the router has no healthy worker right now, or sheds load) — a limited number
 of times, with backoff. A request that was sent and then lost (the engine died
-under it, a 5xx, a timeout, an aborted generation) is never retried here: the
-rollout decides.
+under it, a 5xx, a timeout, an aborted generation) is not retried here: the
+rollout decides — with one exception. A request cut because the server went
+away altogether (the connection dropped, and right after it nothing listens on
+the port: the router was killed, and the health watcher is starting it again,
+see health.py) is sent once more, as soon as the server is back
+(`reconnect_wait_s` at most); a second cut, or no server by then, is an
+`EngineError`. A cut while the server still listens is an engine that died
+under the router: that attempt fails, as before (the router does not resend it
+elsewhere either).
 
 Tested by tests/inference/test_client.py and test_router.py.
 """
@@ -89,13 +98,16 @@ class EngineClient:
     """Talks to one base URL (the router, or an engine). Create and use it inside one event loop."""
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 600.0,
-                 num_connect_retries: int = 3, retry_backoff_s: float = 0.5, max_connections: int = 0):
+                 num_connect_retries: int = 3, retry_backoff_s: float = 0.5, max_connections: int = 0,
+                 num_cut_retries: int = 1, reconnect_wait_s: float = 30.0):
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.timeout_s = timeout_s
         self.num_connect_retries = num_connect_retries
         self.retry_backoff_s = retry_backoff_s
         self.max_connections = max_connections
+        self.num_cut_retries = num_cut_retries
+        self.reconnect_wait_s = reconnect_wait_s
         self._session: Any = None
 
     async def __aenter__(self) -> EngineClient:
@@ -156,7 +168,11 @@ class EngineClient:
             await asyncio.sleep(interval_s)
 
     async def weight_version(self) -> int:
-        answer = await self.request("GET", "/get_weight_version")
+        """The policy version the engine serves now, from `/model_info` (SGLang 0.5.23 has no /get_weight_version)."""
+        answer = await self.request("GET", "/model_info")
+        if not isinstance(answer, dict):
+            raise EngineError(f"/model_info answered {type(answer).__name__}, not an object", url=self.base_url,
+                              cause="protocol")
         return parse_weight_version(answer.get("weight_version"), url=self.base_url)
 
     async def request(self, method: str, path: str, body: Any = None, *, timeout_s: float | None = None,
@@ -167,13 +183,18 @@ class EngineClient:
         url = self.base_url + path
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
         attempts = 1 + (self.num_connect_retries if retry else 0)
-        for attempt in range(attempts):
-            last = attempt == attempts - 1
+        cuts_left = self.num_cut_retries if retry else 0
+        # Set once a request was cut by a server that went away: until then, connecting is retried.
+        back_by: float | None = None
+        attempt = 0
+        while True:
+            last = attempt >= attempts - 1
             try:
                 async with self._http().request(method, url, json=body, timeout=timeout) as reply:
                     raw = await reply.read()
                     if reply.status in (429, 503) and not last:
                         await asyncio.sleep(self.retry_backoff_s * 2 ** attempt)
+                        attempt += 1
                         continue
                     if reply.status >= 400:
                         cause: Cause = ("unavailable" if reply.status in (429, 503)
@@ -187,19 +208,57 @@ class EngineClient:
                                           cause="protocol") from None
             except aiohttp.ClientConnectorError as e:
                 # The connection was never opened: nothing ran, a retry is safe.
-                if last:
+                if back_by is not None and time.monotonic() < back_by:
+                    await asyncio.sleep(min(1.0, self.retry_backoff_s))
+                    continue
+                if last or back_by is not None:
                     raise EngineError(f"cannot connect ({e.os_error})", url=self.base_url, cause="connect") from None
                 await asyncio.sleep(self.retry_backoff_s * 2 ** attempt)
+                attempt += 1
             except TimeoutError:
                 raise EngineError(f"{method} {path} timed out after {timeout.total:g}s", url=self.base_url,
                                   cause="timeout") from None
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError) as e:
+                if cuts_left and not await self._listening():
+                    # The server itself went away (a router restart): send it again once it is back and ready.
+                    cuts_left -= 1
+                    back_by = time.monotonic() + self.reconnect_wait_s
+                    await self._wait_ready(back_by)
+                    continue
                 raise EngineError(f"{method} {path}: connection lost ({type(e).__name__}: {e})", url=self.base_url,
                                   cause="disconnected") from None
             except aiohttp.ClientError as e:
                 raise EngineError(f"{method} {path}: {type(e).__name__}: {e}", url=self.base_url,
                                   cause="http") from None
-        raise AssertionError("unreachable")
+
+    async def _wait_ready(self, deadline: float) -> None:
+        """Until `deadline`: wait for the server to be ready — a router's `/readiness` (it has a healthy
+        engine: a router just started answers 5xx before that), or an engine's `/health`."""
+        import aiohttp
+
+        while time.monotonic() < deadline:
+            for path in ("/readiness", "/health"):
+                try:
+                    async with self._http().get(self.base_url + path,
+                                                timeout=aiohttp.ClientTimeout(total=2.0)) as reply:
+                        if reply.status == 200:
+                            return
+                        if reply.status != 404:  # a router that is not ready yet: do not ask /health
+                            break
+                except (TimeoutError, aiohttp.ClientError, OSError):
+                    break
+            await asyncio.sleep(0.25)
+
+    async def _listening(self) -> bool:
+        """True if the server answers `/health` now, whatever it says (it still runs: what was cut was behind
+        it). A dying process may still accept a connection from its backlog, so an answer is what counts."""
+        import aiohttp
+
+        try:
+            async with self._http().get(self.base_url + "/health", timeout=aiohttp.ClientTimeout(total=2.0)):
+                return True
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return False
 
 
 def _decode(raw: bytes, content_type: str) -> Any:

@@ -2,14 +2,43 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class SimulatedEngineConfig:
+    """`[engine.simulated]`: the stand-in engines of `kind = "simulated"` (rl360cli/inference/sim_engine.py).
+
+    Each engine takes at most `max_batch_size` requests at once (the others wait) and answers a request
+    after `prefill_ms_per_1k_tokens` per thousand prompt tokens plus `per_token_ms` per token it returns.
+    """
+
+    per_token_ms: float = 20.0
+    prefill_ms_per_1k_tokens: float = 5.0
+    # The chance that a reply submits (no bash block) instead of acting; 0 acts until max_turns.
+    submit_probability: float = 0.0
+    # What one weight update (a bucket of /update_weights_from_distributed, or from disk) takes.
+    weight_update_ms: float = 100.0
+    # Engines one process serves (each on its own port); more engines start more processes.
+    engines_per_process: int = 96
+
+    def __post_init__(self) -> None:
+        for name in ("per_token_ms", "prefill_ms_per_1k_tokens", "weight_update_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"simulated.{name} must be >= 0 (got {getattr(self, name)})")
+        if not 0.0 <= self.submit_probability <= 1.0:
+            raise ValueError(f"simulated.submit_probability must be in [0, 1] (got {self.submit_probability})")
+        if self.engines_per_process < 1:
+            raise ValueError(f"simulated.engines_per_process must be at least 1 (got {self.engines_per_process})")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class EngineConfig:
-    # `local`: rl360's own CPU engine speaking SGLang's HTTP API; `sglang`: the real SGLang server (GPUs).
-    kind: Literal["local", "sglang"] = "local"
+    # `local`: rl360's own CPU engine speaking SGLang's HTTP API; `sglang`: the real SGLang server (GPUs);
+    # `simulated`: stand-in engines, many per process, that answer after set latencies ([engine.simulated]).
+    kind: Literal["local", "sglang", "simulated"] = "local"
     num_engines: int = 1
     # Requests that arrive within `max_wait_ms` of each other are decoded together, up to `max_batch_size`.
     max_batch_size: int = 32
@@ -29,12 +58,21 @@ class EngineConfig:
     router_request_timeout_s: int = 1800
     # local only: torch CPU threads per engine (0: torch's default).
     num_threads: int = 0
+    # local only: where each engine's model, KV cache and sampling run: "cpu", "cuda" or "cuda:N".
+    device: str = "cpu"
     # How long an engine waits for the trainer inside a weight-update group before giving up.
     weight_sync_timeout_s: float = 120.0
+    # Restarts of one dead or hung engine (or the router) in a run by the trainer's health watcher
+    # (rl360cli/inference/health.py); 0 leaves a dead engine dead and the run goes on with the others.
+    max_restarts: int = 5
+    simulated: SimulatedEngineConfig = field(default_factory=SimulatedEngineConfig)
 
     def __post_init__(self) -> None:
-        if self.num_engines < 1:
-            raise ValueError(f"num_engines must be at least 1 (got {self.num_engines})")
+        if not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
+            raise ValueError(f"device must be cpu, cuda or cuda:N (got {self.device!r})")
+        # The bound keeps a typo (1e8 engines) from a plan that builds every engine's command for minutes.
+        if not 1 <= self.num_engines <= 4096:
+            raise ValueError(f"num_engines must be between 1 and 4096 (got {self.num_engines})")
         if self.max_batch_size < 1:
             raise ValueError(f"max_batch_size must be at least 1 (got {self.max_batch_size})")
         if self.max_wait_ms < 0:
@@ -44,6 +82,8 @@ class EngineConfig:
         for name in ("router_health_check_interval_s", "router_max_retries", "router_request_timeout_s"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
+        if self.max_restarts < 0:
+            raise ValueError(f"max_restarts must be >= 0 (got {self.max_restarts})")
         if self.num_threads < 0:
             raise ValueError(f"num_threads must be >= 0, 0 for torch's default (got {self.num_threads})")
         if not self.weight_sync_timeout_s > 0:

@@ -14,7 +14,7 @@ Pause modes follow SGLang: `abort` ends every request (finish reason abort),
 and tokens so far are prefilled again, under whatever weights are loaded
 when they resume), `in_place` keeps everything as it is.
 
-    engine = Engine.load("path/to/model", max_batch_size=32, max_wait_ms=5)
+    engine = Engine.load("path/to/model", max_batch_size=32, max_wait_ms=5)   # device="cuda" on a GPU
     engine.start()
     answer = engine.submit(item).result()      # SGLang's {"text", "output_ids", "meta_info"}
 
@@ -68,8 +68,11 @@ class Engine:
     """The scheduler thread, the model and the queue in front of them."""
 
     def __init__(self, model: Any, tokenizer: Any, *, model_path: str, max_batch_size: int = 32,
-                 max_wait_ms: float = 5.0, weight_version: str = "0", seed: int = 0):
-        self.model = model.eval()
+                 max_wait_ms: float = 5.0, weight_version: str = "0", seed: int = 0, device: str = "cpu"):
+        # The model, its KV cache, every step's inputs and the sampling all live on `device`; only the
+        # chosen token ids and their logprobs come back to the host, once per step.
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.model_path = model_path
         self.max_batch_size = max_batch_size
@@ -81,7 +84,7 @@ class Engine:
         self.pad_id = _pad_id(model, tokenizer, self.eos_ids)
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         _check_plain_cache(self.config)
-        self._generator = torch.Generator().manual_seed(seed)
+        self._generator = torch.Generator(device=self.device).manual_seed(seed)
         self._lock = threading.Condition()
         self._incoming: collections.deque[_Seq] = collections.deque()
         self._commands: collections.deque[tuple[Callable[[], Any], concurrent.futures.Future]] = collections.deque()
@@ -89,6 +92,7 @@ class Engine:
         self._running: list[_Seq] = []
         self._kv: BatchKV | None = None
         self._paused = False
+        self.released_weights = False
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.last_beat = time.monotonic()
@@ -151,7 +155,7 @@ class Engine:
             stop_ids |= self.eos_ids
         gen = None
         if item.params.sampling_seed is not None:
-            gen = torch.Generator().manual_seed(item.params.sampling_seed)
+            gen = torch.Generator(device=self.device).manual_seed(item.params.sampling_seed)
         seq = _Seq(item=item, prompt=prompt, future=concurrent.futures.Future(), created=time.time(),
                    generator=gen, stop_ids=frozenset(stop_ids))
         with self._lock:
@@ -195,6 +199,26 @@ class Engine:
         n = self._retract_running()
         self._kv = None
         return n
+
+    def release_memory(self, tags: tuple[str, ...]) -> int:
+        """Give the device back while a colocated trainer steps: pause (running rows re-queued), drop the
+        KV cache (`kv_cache`), move the weights to host memory (`weights`). Returns the rows re-queued."""
+        self._paused = True
+        n = self.retract_and_flush() if "kv_cache" in tags else self._retract_running()
+        if "weights" in tags and self.device.type != "cpu":
+            self.model.to("cpu")
+            self.released_weights = True
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return n
+
+    def resume_memory(self, tags: tuple[str, ...]) -> None:
+        """Undo `release_memory`: weights back on the device; generation continues (the KV cache refills)."""
+        if "weights" in tags and self.released_weights:
+            self.model.to(self.device)
+            self.released_weights = False
+        if not self.released_weights:
+            self._paused = False
 
     def abort(self, rid: str | None, message: str = "aborted") -> int:
         if rid is None:
@@ -288,7 +312,7 @@ class Engine:
     def _prefill(self, seqs: list[_Seq]) -> None:
         from transformers import DynamicCache
 
-        ids, mask, positions = left_padded([s.tokens for s in seqs], self.pad_id)
+        ids, mask, positions = (t.to(self.device) for t in left_padded([s.tokens for s in seqs], self.pad_id))
         want_prompt_logprobs = [s.item.return_logprob and s.item.logprob_start_len >= 0 and s.input_logprobs is None
                                 for s in seqs]
         cache = DynamicCache(config=self.config)
@@ -315,7 +339,7 @@ class Engine:
 
     def _decode(self) -> None:
         kv = self._kv
-        ids = torch.tensor([[s.output[-1]] for s in self._running], dtype=torch.long)
+        ids = torch.tensor([[s.output[-1]] for s in self._running], dtype=torch.long, device=self.device)
         positions = kv.next_positions()
         mask = kv.grow_mask()
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
@@ -474,13 +498,12 @@ def _prompt_logprobs(logits: torch.Tensor, prompt: list[int], start: int) -> lis
     # `logits` [T_padded, V] is right-aligned: the prompt's last token is the last row.
     offset = logits.shape[0] - len(prompt)
     logprobs = torch.log_softmax(logits.float(), dim=-1)
-    out: list[float | None] = []
-    for pos in range(start, len(prompt)):
-        if pos == 0:
-            out.append(None)
-        else:
-            out.append(float(logprobs[offset + pos - 1, prompt[pos]]))
-    return out
+    positions = list(range(max(start, 1), len(prompt)))
+    rows = torch.tensor([offset + pos - 1 for pos in positions], dtype=torch.long, device=logits.device)
+    ids = torch.tensor([prompt[pos] for pos in positions], dtype=torch.long, device=logits.device)
+    values = logprobs[rows, ids].tolist() if positions else []  # one copy to the host
+    first: list[float | None] = [None] if start == 0 and prompt else []  # the first token has no context
+    return first + values
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:

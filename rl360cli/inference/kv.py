@@ -39,11 +39,11 @@ class BatchKV:
 
     def grow_mask(self) -> torch.Tensor:
         """The mask for a decode step: one more real column for every row."""
-        return torch.cat([self.mask, torch.ones(self.rows, 1, dtype=self.mask.dtype)], dim=1)
+        return torch.cat([self.mask, torch.ones(self.rows, 1, dtype=self.mask.dtype, device=self.mask.device)], dim=1)
 
     def select(self, keep: list[int]) -> None:
         """Keep only rows `keep` (in that order), then drop columns that are padding in every kept row."""
-        index = torch.tensor(keep, dtype=torch.long)
+        index = torch.tensor(keep, dtype=torch.long, device=self.mask.device)
         for layer in _layers(self.cache):
             layer.keys = layer.keys.index_select(0, index)
             layer.values = layer.values.index_select(0, index)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from rl360cli.backends.base import ComponentSpec
 from rl360cli.inference.config import EngineConfig
+from rl360cli.inference.keyed_launch import keyed_command
 from rl360cli.inference.router import router_command, router_ready_url
 from rl360cli.inference.sglang import sglang_server_command
 from rl360cli.inference.templates import LaunchCommand, render
@@ -48,13 +49,16 @@ def health_url(host: str, port: int) -> str:
 
 
 def engine_command(engine: EngineConfig, *, model_path: str, host: str, port: int, weight_version: int = 0,
-                   api_key: str | None = None, dtype: str = "float32", seed: int = 0,
+                   api_key_file: str | None = None, dtype: str = "float32", seed: int = 0,
                    python: str = sys.executable) -> LaunchCommand:
-    """The command line of one engine of `engine.kind` (local CPU engine or real SGLang)."""
+    """The command line of one engine of `engine.kind` (local CPU engine or real SGLang).
+
+    `api_key_file`: the engine requires the key in that file (`rl360cli.inference.apikey`); the command names
+    the file, never the key."""
     if engine.kind == "sglang":
         return sglang_server_command(engine, model_path=model_path, host=host, port=port,
-                                     weight_version=weight_version, api_key=api_key, dtype=dtype, seed=seed,
-                                     python=python)
+                                     weight_version=weight_version, api_key_file=api_key_file, dtype=dtype,
+                                     seed=seed, python=python)
     values = {
         "python": python,
         "model_path": model_path,
@@ -66,31 +70,37 @@ def engine_command(engine: EngineConfig, *, model_path: str, host: str, port: in
         "dtype": dtype,
         "seed": seed,
         "num_threads": engine.num_threads or None,
+        # The CPU is the engine's default: the flag is written only for a GPU.
+        "device": engine.device if engine.device != "cpu" else None,
         "dist_timeout_s": engine.weight_sync_timeout_s,
-        "api_key": api_key,
+        # rl360's engine reads the key file itself: the key is never on its command line.
+        "api_key_file": api_key_file,
         # Loopback engines keep their gloo traffic on lo.
         "gloo_ifname": "lo" if host.startswith("127.") else None,
     }
-    return render("local-engine", values)
+    # Only `<node address>` can need filling in on the node here.
+    return keyed_command(render("local-engine", values), api_key_file=None, python=python)
 
 
 def engine_spec(engine: EngineConfig, *, index: int, model_path: str, host: str, port: int, run: str | None = None,
                 tier: str = "rollout", stage: str = "serve", node: str | None = None, weight_version: int = 0,
-                api_key: str | None = None, dtype: str = "float32", seed: int = 0) -> ComponentSpec:
+                api_key_file: str | None = None, dtype: str = "float32", seed: int = 0,
+                url_host: str | None = None) -> ComponentSpec:
+    """One engine listening on host:port; `url_host` is how others reach it when `host` is filled in on its node."""
     cmd = engine_command(engine, model_path=model_path, host=host, port=port, weight_version=weight_version,
-                         api_key=api_key, dtype=dtype, seed=seed + index)
+                         api_key_file=api_key_file, dtype=dtype, seed=seed + index)
     return ComponentSpec(name=f"engine-{index}", tier=tier, stage=stage, kind=f"engine-{engine.kind}",
                          argv=cmd.argv, env=cmd.env, ports={"http": port}, run=run, node=node,
-                         health_url=health_url(host, port))
+                         health_url=health_url(url_host or host, port))
 
 
 def router_spec(engine: EngineConfig, *, worker_urls: Sequence[str], host: str, port: int, prometheus_port: int,
                 run: str | None = None, tier: str = "service", stage: str = "serve", node: str | None = None,
-                api_key: str | None = None) -> ComponentSpec:
+                api_key_file: str | None = None, url_host: str | None = None) -> ComponentSpec:
     cmd = router_command(engine, worker_urls=worker_urls, host=host, port=port, prometheus_port=prometheus_port,
-                         api_key=api_key)
+                         api_key_file=api_key_file)
     # Ready once it has a healthy engine (its /health is up as soon as the process is);
     # `wait_router_workers` then waits for all of them.
     return ComponentSpec(name="router", tier=tier, stage=stage, kind="router", argv=cmd.argv, env=cmd.env,
                          ports={"http": port, "metrics": prometheus_port}, run=run, node=node,
-                         health_url=router_ready_url(host, port))
+                         health_url=router_ready_url(url_host or host, port))

@@ -343,6 +343,44 @@ class UpdateWeightsFromDisk:
                    flush_cache=bool(body.get("flush_cache", True)))
 
 
+@dataclass(frozen=True, slots=True)
+class UpdateWeightsFromTensor:
+    """`POST /update_weights_from_tensor`: tensors handed over by reference from a process on the same
+    machine (SGLang's colocated path). Each element of `serialized_named_tensors` is a base64 string of a
+    `ForkingPickler` dump of `[(name, tensor), ...]`: CUDA IPC handles for GPU tensors, shared-memory file
+    names for CPU ones (rl360cli/trainer/handoff.py); one element per tensor-parallel rank (rl360's engine
+    has one)."""
+
+    serialized_named_tensors: tuple[str, ...]
+    load_format: str | None = None
+    flush_cache: bool = True
+    abort_all_requests: bool = False
+    weight_version: str | None = None
+
+    @classmethod
+    def from_json(cls, body: Any) -> UpdateWeightsFromTensor:
+        _need_object(body)
+        data = body.get("serialized_named_tensors")
+        if not isinstance(data, list) or not data or not all(isinstance(d, str) for d in data):
+            raise ProtocolError("serialized_named_tensors must be a non-empty list of base64 strings")
+        return cls(serialized_named_tensors=tuple(data), load_format=body.get("load_format"),
+                   flush_cache=bool(body.get("flush_cache", True)),
+                   abort_all_requests=bool(body.get("abort_all_requests", False)),
+                   weight_version=_version_or_none(body.get("weight_version")))
+
+
+def parse_memory_tags(body: Any) -> tuple[str, ...]:
+    """`/release_memory_occupation` and `/resume_memory_occupation` take `{"tags": [...]}` (default: all)."""
+    if body is None or body == {}:
+        return MEMORY_TAGS
+    _need_object(body)
+    tags = body.get("tags") or list(MEMORY_TAGS)
+    if not isinstance(tags, list) or any(t not in MEMORY_TAGS for t in tags):
+        raise ProtocolError(f"tags must be a list of {list(MEMORY_TAGS)} (got {tags!r})")
+    return tuple(tags)
+
+
+MEMORY_TAGS = ("weights", "kv_cache")
 PAUSE_MODES = ("abort", "retract", "in_place")
 
 

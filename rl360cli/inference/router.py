@@ -6,7 +6,10 @@ front of real SGLang servers or rl360's local engines alike. Its template is
 health probe every `router_health_check_interval_s` seconds (one failure is
 enough) and by its circuit breaker; a request lost with its engine is not
 retried elsewhere (`router_max_retries = 1`) but fails back to the rollout,
-which records an `engine_error` infra failure.
+which records an `engine_error` infra failure. A dead router is started again by
+the trainer's health watcher (health.py) with the engines that are live then
+(`with_worker_urls`), and engines it restarted are added back through the
+router's worker API (`POST /workers`, `DELETE /workers/{id}`).
 
 When the package is missing this says how to install it; there is no fallback.
 
@@ -31,7 +34,9 @@ import urllib.request
 from collections.abc import Sequence
 
 from rl360cli.errors import Rl360Error
+from rl360cli.inference.apikey import KEY_PLACEHOLDER
 from rl360cli.inference.config import EngineConfig
+from rl360cli.inference.keyed_launch import keyed_command
 from rl360cli.inference.templates import LaunchCommand, render
 
 ROUTER_MODULE = "sglang_router.launch_router"
@@ -45,9 +50,12 @@ def require_router() -> None:
 
 
 def router_command(engine: EngineConfig, *, worker_urls: Sequence[str], host: str, port: int, prometheus_port: int,
-                   api_key: str | None = None, worker_startup_timeout_s: int = 600, python: str = sys.executable,
+                   api_key_file: str | None = None, worker_startup_timeout_s: int = 600, python: str = sys.executable,
                    check_installed: bool = True) -> LaunchCommand:
-    """The router on host:port in front of `worker_urls`. `check_installed=False` builds it for another machine."""
+    """The router on host:port in front of `worker_urls`. `check_installed=False` builds it for another machine.
+
+    With `api_key_file` the router requires the run's key from every client (and sends it to the engines):
+    `--api-key` of sglang-router 0.3.x does both; `keyed_launch` fills it in from the file on the node."""
     if check_installed:
         require_router()
     if not worker_urls:
@@ -58,7 +66,7 @@ def router_command(engine: EngineConfig, *, worker_urls: Sequence[str], host: st
         "port": port,
         "worker_urls": list(worker_urls),
         "policy": engine.router_policy,
-        "api_key": api_key,
+        "api_key": KEY_PLACEHOLDER if api_key_file else None,
         "prometheus_port": prometheus_port,
         "health_check_interval_s": engine.router_health_check_interval_s,
         "health_check_timeout_s": max(1, min(5, engine.router_health_check_interval_s)),
@@ -66,7 +74,7 @@ def router_command(engine: EngineConfig, *, worker_urls: Sequence[str], host: st
         "request_timeout_s": engine.router_request_timeout_s,
         "worker_startup_timeout_s": worker_startup_timeout_s,
     }
-    return render("sglang-router", values)
+    return keyed_command(render("sglang-router", values), api_key_file=api_key_file, python=python)
 
 
 def router_ready_url(host: str, port: int) -> str:
@@ -100,3 +108,18 @@ def wait_router_workers(router_url: str, healthy: Sequence[str], *, unhealthy: S
             raise Rl360Error(f"the router at {router_url} did not reach the expected engines in {timeout_s:g}s "
                              f"(it sees {seen})", "see the router's and the engines' logs")
         time.sleep(0.25)
+
+
+def with_worker_urls(argv: Sequence[str], worker_urls: Sequence[str]) -> list[str]:
+    """`argv` of a router launch with its `--worker-urls` values replaced by `worker_urls` (a router restarted by
+    the health watcher starts with the engines that are live now, not with those it started with)."""
+    if not worker_urls:
+        raise Rl360Error("the router needs at least one engine URL", "restart an engine first")
+    argv = list(argv)
+    if "--worker-urls" not in argv:
+        raise Rl360Error("the router's recorded command has no --worker-urls", "start it again with `rl360 serve`")
+    start = argv.index("--worker-urls") + 1
+    end = start
+    while end < len(argv) and not argv[end].startswith("--"):
+        end += 1
+    return [*argv[:start], *worker_urls, *argv[end:]]

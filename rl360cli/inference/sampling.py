@@ -28,8 +28,10 @@ def sample_next(logits: torch.Tensor, params: Sequence[SamplingParams],
     `banned[i]` lists token ids row i may not draw this step (stop tokens before `min_new_tokens`).
     """
     logits = logits.float()
+    device = logits.device
     logprobs = torch.log_softmax(logits, dim=-1)
-    tokens: list[int] = [0] * logits.shape[0]
+    # Each row's token stays on the device until all are drawn: one copy to the host per step, not per row.
+    drawn: list[torch.Tensor | None] = [None] * logits.shape[0]
     sampled_rows = []
     for i, p in enumerate(params):
         row_banned = banned[i] if i < len(banned) else ()
@@ -38,23 +40,25 @@ def sample_next(logits: torch.Tensor, params: Sequence[SamplingParams],
             if row_banned:
                 row = row.clone()
                 row[list(row_banned)] = float("-inf")
-            tokens[i] = int(torch.argmax(row))
+            drawn[i] = torch.argmax(row).reshape(1)
         else:
             sampled_rows.append(i)
     if sampled_rows:
-        idx = torch.tensor(sampled_rows)
+        idx = torch.tensor(sampled_rows, device=device)
         probs = _filtered_probs(logits[idx], [params[i] for i in sampled_rows],
                                 [banned[i] if i < len(banned) else () for i in sampled_rows])
         for j, i in enumerate(sampled_rows):
             gen = generators[i] if generators[i] is not None else default_generator
-            tokens[i] = int(torch.multinomial(probs[j], 1, generator=gen))
-    chosen = logprobs.gather(1, torch.tensor(tokens).unsqueeze(1)).squeeze(1)
-    return tokens, chosen.tolist()
+            drawn[i] = torch.multinomial(probs[j], 1, generator=gen)
+    tokens = torch.cat(drawn)
+    chosen = logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1)
+    return tokens.tolist(), chosen.tolist()
 
 
 def _filtered_probs(logits: torch.Tensor, params: Sequence[SamplingParams],
                     banned: Sequence[Sequence[int]]) -> torch.Tensor:
-    temps = torch.tensor([p.temperature for p in params], dtype=logits.dtype).unsqueeze(1)
+    device = logits.device
+    temps = torch.tensor([p.temperature for p in params], dtype=logits.dtype, device=device).unsqueeze(1)
     scaled = logits / temps
     for j, row_banned in enumerate(banned):
         if row_banned:
@@ -64,13 +68,13 @@ def _filtered_probs(logits: torch.Tensor, params: Sequence[SamplingParams],
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         vocab = probs.shape[-1]
         keep = torch.ones_like(sorted_probs, dtype=torch.bool)
-        ranks = torch.arange(vocab).unsqueeze(0)
-        top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params]).unsqueeze(1)
+        ranks = torch.arange(vocab, device=device).unsqueeze(0)
+        top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=device).unsqueeze(1)
         keep &= ranks < top_k
-        top_p = torch.tensor([p.top_p for p in params], dtype=probs.dtype).unsqueeze(1)
+        top_p = torch.tensor([p.top_p for p in params], dtype=probs.dtype, device=device).unsqueeze(1)
         # Keep a token while the mass before it is below top_p (the first token always stays).
         keep &= (sorted_probs.cumsum(-1) - sorted_probs) < top_p
-        min_p = torch.tensor([p.min_p for p in params], dtype=probs.dtype).unsqueeze(1)
+        min_p = torch.tensor([p.min_p for p in params], dtype=probs.dtype, device=device).unsqueeze(1)
         keep &= sorted_probs >= min_p * sorted_probs[:, :1]
         keep[:, 0] = True
         sorted_probs = sorted_probs * keep

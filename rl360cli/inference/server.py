@@ -1,10 +1,13 @@
 """rl360's local inference server: a Hugging Face causal LM on CPU behind SGLang's native HTTP API.
 
     python -m rl360cli.inference.server --model PATH --host 127.0.0.1 --port 31001 \
-        [--api-key K] [--max-batch-size 32] [--max-wait-ms 5] [--weight-version 0]
+        [--api-key-file F | --api-key K] [--max-batch-size 32] [--max-wait-ms 5] [--weight-version 0]
 
-Endpoints, as SGLang names and shapes them (see `protocol.py`):
-  GET  /health /health_generate /get_model_info /get_server_info /get_weight_version /get_load /v1/models
+Endpoints, as SGLang 0.5.23 names and shapes them (see `protocol.py`; tests/inference/test_sglang_conformance.py
+checks them against SGLang's own sources):
+  GET  /health /health_generate /model_info /server_info (and their /get_* spellings) /v1/models
+       /model_info carries the `weight_version` the engine serves (SGLang has no /get_weight_version)
+  GET  /get_load                      for sglang-router 0.3.x's load probes (not an SGLang 0.5.23 route)
   POST /generate                      SGLang's GenerateReqInput (single or batch), non-streaming
   POST /pause_generation {"mode"}     abort (default) | retract | in_place
   POST /continue_generation, /flush_cache, /abort_request {"rid" | "abort_all"}
@@ -12,7 +15,9 @@ Endpoints, as SGLang names and shapes them (see `protocol.py`):
        /update_weights_from_distributed, /update_weights_from_disk, /update_weight_version
   GET|POST /get_weights_by_name {"name", "truncate_size"}
 
-With `--api-key`, every endpoint but /health* needs `Authorization: Bearer KEY` (as SGLang).
+With a key (`--api-key-file`, which `rl360 serve` passes, or `--api-key`), every endpoint but
+/health*, /ready* and /metrics* needs `Authorization: Bearer KEY`, as SGLang decides it with only
+`--api-key` set: generation, weight updates, pause/continue/flush and the info endpoints alike.
 The engine runs on its own thread (`engine.py`), so /health answers while it generates and
 while it receives weights. Binds 127.0.0.1 unless told otherwise.
 Tested by tests/inference/test_server.py and test_weight_sync.py.
@@ -22,62 +27,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import sys
 import time
-from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
 
+from rl360cli.errors import Rl360Error
 from rl360cli.inference import protocol
+from rl360cli.inference.apikey import read_api_key
+from rl360cli.inference.http import api_key_middleware, error, json_body, protocol_errors
 from rl360cli.inference.protocol import ProtocolError
 
 log = logging.getLogger("rl360.server")
 HEALTH_GENERATE_TIMEOUT_S = 20.0
 ENGINE = web.AppKey("engine", object)
 GROUPS = web.AppKey("groups", object)
-
-
-def _error(message: str, status: int = 400) -> web.Response:
-    # SGLang's ErrorResponse shape.
-    body = {"object": "error", "message": message, "type": HTTPStatus(status).phrase, "param": None, "code": status}
-    return web.json_response(body, status=status)
-
-
-async def _json_body(request: web.Request, *, optional: bool = False) -> Any:
-    raw = await request.read()
-    if not raw:
-        if optional:
-            return None
-        raise ProtocolError("the request has no JSON body")
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise ProtocolError(f"the body is not valid JSON ({e})") from None
-
-
-def _api_key_middleware(api_key: str):
-    @web.middleware
-    async def check(request: web.Request, handler):
-        # As SGLang's add_api_key_middleware: health and metrics stay open for probes.
-        if request.method == "OPTIONS" or request.path.startswith(("/health", "/metrics")):
-            return await handler(request)
-        if request.headers.get("Authorization") != f"Bearer {api_key}":
-            return web.json_response({"error": "Unauthorized"}, status=401)
-        return await handler(request)
-
-    return check
-
-
-@web.middleware
-async def _protocol_errors(request: web.Request, handler):
-    try:
-        return await handler(request)
-    except ProtocolError as e:
-        return _error(str(e))
 
 
 class Handlers:
@@ -118,6 +85,7 @@ class Handlers:
     def _model_info(self) -> dict[str, Any]:
         return {
             "model_path": self.engine.model_path,
+            "served_model_name": self.served_model_name,
             "tokenizer_path": self.engine.model_path if self.engine.tokenizer is not None else None,
             "is_generation": True,
             "preferred_sampling_params": None,
@@ -147,9 +115,6 @@ class Handlers:
             "uptime_s": time.time() - self.started,
         })
 
-    async def get_weight_version(self, request: web.Request) -> web.Response:
-        return web.json_response({"weight_version": self.engine.weight_version})
-
     async def get_load(self, request: web.Request) -> web.Response:
         load = self.engine.load_info()
         return web.json_response([{"dp_rank": 0, "num_reqs": load["num_running_reqs"] + load["num_waiting_reqs"],
@@ -163,7 +128,7 @@ class Handlers:
     # ------------------------------------------------------------------ generation
 
     async def generate(self, request: web.Request) -> web.Response:
-        items, batch = protocol.parse_generate(await _json_body(request))
+        items, batch = protocol.parse_generate(await json_body(request))
         try:
             futures = [asyncio.wrap_future(self.engine.submit(item)) for item in items]
             answers = await asyncio.gather(*futures)
@@ -173,11 +138,11 @@ class Handlers:
                 self.engine.call(lambda rid=item.rid: self.engine.abort(rid, "client disconnected"))
             raise
         except RuntimeError as e:
-            return _error(str(e), 503)
+            return error(str(e), 503)
         return web.json_response(answers if batch else answers[0])
 
     async def pause_generation(self, request: web.Request) -> web.Response:
-        mode = protocol.parse_pause_mode(await _json_body(request, optional=True))
+        mode = protocol.parse_pause_mode(await json_body(request, optional=True))
         await self.run(lambda: self.engine.pause(mode))
         return web.json_response({"message": "Generation paused successfully.", "status": "ok"})
 
@@ -193,7 +158,7 @@ class Handlers:
             status=200 if ok else 400)
 
     async def abort_request(self, request: web.Request) -> web.Response:
-        body = await _json_body(request, optional=True) or {}
+        body = await json_body(request, optional=True) or {}
         rid = None if body.get("abort_all") else body.get("rid")
         if rid is None and not body.get("abort_all"):
             raise ProtocolError("give `rid` or `abort_all: true`")
@@ -203,7 +168,7 @@ class Handlers:
     # ------------------------------------------------------------------ weights
 
     async def init_weights_update_group(self, request: web.Request) -> web.Response:
-        req = protocol.InitWeightsUpdateGroup.from_json(await _json_body(request))
+        req = protocol.InitWeightsUpdateGroup.from_json(await json_body(request))
         try:
             # Joining blocks until every rank is there; generation goes on meanwhile.
             await asyncio.to_thread(self.groups.join, req)
@@ -215,7 +180,7 @@ class Handlers:
         return web.json_response({"success": True, "message": "Succeeded to initialize custom process group."})
 
     async def destroy_weights_update_group(self, request: web.Request) -> web.Response:
-        body = await _json_body(request, optional=True) or {}
+        body = await json_body(request, optional=True) or {}
         name = body.get("group_name", "weight_update_group")
         existed = await asyncio.to_thread(self.groups.destroy, name)
         log.info("weight update group %s %s", name, "destroyed" if existed else "unknown: nothing to destroy")
@@ -238,7 +203,7 @@ class Handlers:
     async def update_weights_from_distributed(self, request: web.Request) -> web.Response:
         from rl360cli.inference.weights import load_named
 
-        req = protocol.UpdateWeightsFromDistributed.from_json(await _json_body(request))
+        req = protocol.UpdateWeightsFromDistributed.from_json(await json_body(request))
 
         def update() -> int:
             paused = self._prepare_for_update(req.abort_all_requests, req.flush_cache)
@@ -264,7 +229,7 @@ class Handlers:
     async def update_weights_from_disk(self, request: web.Request) -> web.Response:
         from rl360cli.inference.weights import load_named, read_model_folder
 
-        req = protocol.UpdateWeightsFromDisk.from_json(await _json_body(request))
+        req = protocol.UpdateWeightsFromDisk.from_json(await json_body(request))
         try:
             named = await asyncio.to_thread(read_model_folder, req.model_path)
         except Exception as e:  # noqa: BLE001
@@ -289,8 +254,42 @@ class Handlers:
         return web.json_response({"success": True, "message": message, "num_paused_requests": paused,
                                   "weight_version": self.engine.weight_version})
 
+    async def update_weights_from_tensor(self, request: web.Request) -> web.Response:
+        from rl360cli.inference.weights import WeightLoadError, deserialize_named_tensors, load_named
+
+        req = protocol.UpdateWeightsFromTensor.from_json(await json_body(request))
+        if len(req.serialized_named_tensors) != 1:
+            return web.json_response({"success": False, "message": "rl360's engine has one tensor-parallel rank; "
+                                      f"got {len(req.serialized_named_tensors)} serialized parts"}, status=400)
+
+        def update() -> int:
+            # Rebuilt on the engine thread and copied at once: the sender keeps the tensors alive only
+            # until this request is answered.
+            named = deserialize_named_tensors(req.serialized_named_tensors[0])
+            paused = self._prepare_for_update(req.abort_all_requests, req.flush_cache)
+            load_named(self.engine.model, named)
+            self._finish_update(req.weight_version)
+            return paused
+
+        try:
+            paused = await self.run(update)
+        except WeightLoadError as e:
+            return web.json_response({"success": False, "message": str(e)}, status=400)
+        return web.json_response({"success": True, "message": "Succeeded to update model weights.",
+                                  "num_paused_requests": paused, "weight_version": self.engine.weight_version})
+
+    async def release_memory_occupation(self, request: web.Request) -> web.Response:
+        tags = protocol.parse_memory_tags(await json_body(request, optional=True))
+        await self.run(lambda: self.engine.release_memory(tags))
+        return web.json_response({})
+
+    async def resume_memory_occupation(self, request: web.Request) -> web.Response:
+        tags = protocol.parse_memory_tags(await json_body(request, optional=True))
+        await self.run(lambda: self.engine.resume_memory(tags))
+        return web.json_response({})
+
     async def update_weight_version(self, request: web.Request) -> web.Response:
-        body = await _json_body(request)
+        body = await json_body(request)
         if not isinstance(body, dict) or body.get("new_version") is None:
             raise ProtocolError("new_version is required")
         version = str(body["new_version"])
@@ -305,21 +304,21 @@ class Handlers:
                                   "new_version": version})
 
     async def get_weights_by_name(self, request: web.Request) -> web.Response:
-        body = await _json_body(request, optional=True) or dict(request.query)
+        body = await json_body(request, optional=True) or dict(request.query)
         name = body.get("name")
         truncate = int(body.get("truncate_size", 100))
         params = dict(self.engine.model.named_parameters(remove_duplicate=False))
         if name not in params:
-            return _error(f"the model has no parameter {name!r}")
+            return error(f"the model has no parameter {name!r}")
         values = await self.run(lambda: params[name].detach()[:truncate].float().tolist())
         return web.json_response(values)
 
 
 def build_app(engine: Any, groups: Any, *, api_key: str | None = None, served_model_name: str = "default",
               ) -> web.Application:
-    middlewares = [_protocol_errors]
+    middlewares = [protocol_errors]
     if api_key:
-        middlewares.insert(0, _api_key_middleware(api_key))
+        middlewares.insert(0, api_key_middleware(api_key))
     # Weight buckets travel by torch.distributed, not HTTP; 64 MB is plenty for JSON bodies.
     app = web.Application(middlewares=middlewares, client_max_size=64 << 20)
     h = Handlers(engine, groups, served_model_name=served_model_name)
@@ -330,7 +329,7 @@ def build_app(engine: Any, groups: Any, *, api_key: str | None = None, served_mo
     for path, handler in [("/health", h.health), ("/health_generate", h.health_generate),
                           ("/get_model_info", h.get_model_info), ("/get_server_info", h.get_server_info),
                           ("/model_info", h.get_model_info), ("/server_info", h.get_server_info),
-                          ("/get_weight_version", h.get_weight_version), ("/get_load", h.get_load),
+                          ("/get_load", h.get_load),
                           ("/v1/models", h.models)]:
         r.add_get(path, handler)
     for path, handler in [("/generate", h.generate), ("/pause_generation", h.pause_generation),
@@ -339,12 +338,15 @@ def build_app(engine: Any, groups: Any, *, api_key: str | None = None, served_mo
                           ("/destroy_weights_update_group", h.destroy_weights_update_group),
                           ("/update_weights_from_distributed", h.update_weights_from_distributed),
                           ("/update_weights_from_disk", h.update_weights_from_disk),
+                          ("/update_weights_from_tensor", h.update_weights_from_tensor),
                           ("/update_weight_version", h.update_weight_version)]:
         r.add_post(path, handler)
     r.add_put("/generate", h.generate)
     for method in ("GET", "POST"):
         r.add_route(method, "/flush_cache", h.flush_cache)
         r.add_route(method, "/get_weights_by_name", h.get_weights_by_name)
+        r.add_route(method, "/release_memory_occupation", h.release_memory_occupation)
+        r.add_route(method, "/resume_memory_occupation", h.resume_memory_occupation)
     return app
 
 
@@ -362,13 +364,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", "--model-path", dest="model", required=True, help="a Hugging Face model folder")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--api-key", default=os.environ.get("RL360_ENGINE_API_KEY"),
-                   help="require `Authorization: Bearer KEY` (default: $RL360_ENGINE_API_KEY)")
+    keys = p.add_mutually_exclusive_group()
+    keys.add_argument("--api-key-file", default=None,
+                      help="require `Authorization: Bearer KEY` with the key in this file (mode 0600)")
+    keys.add_argument("--api-key", default=os.environ.get("RL360_ENGINE_API_KEY"),
+                      help="require `Authorization: Bearer KEY` (default: $RL360_ENGINE_API_KEY)")
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--max-wait-ms", type=float, default=5.0)
     p.add_argument("--weight-version", default="0")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="where the model, its KV cache and the sampling run (cuda, cuda:1)")
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--dist-timeout-s", type=float, default=60.0,
                    help="how long a weight-update group waits for a peer before it gives up")
@@ -378,6 +384,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.max_batch_size < 1 or args.max_wait_ms < 0:
         p.error("--max-batch-size must be >= 1 and --max-wait-ms >= 0")
+    if args.api_key_file:
+        try:
+            args.api_key = read_api_key(args.api_key_file)
+        except Rl360Error as e:
+            p.error(str(e))
     return args
 
 
@@ -401,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.num_threads)
     t0 = time.monotonic()
     engine = Engine.load(args.model, dtype=args.dtype, max_batch_size=args.max_batch_size,
-                         max_wait_ms=args.max_wait_ms, weight_version=args.weight_version, seed=args.seed)
+                         max_wait_ms=args.max_wait_ms, weight_version=args.weight_version, seed=args.seed,
+                         device=args.device)
     engine.start()
     groups = UpdateGroups(timeout_s=args.dist_timeout_s)
     app = build_app(engine, groups, api_key=args.api_key, served_model_name=args.served_model_name or args.model)

@@ -9,6 +9,11 @@ so nothing here imports it: the command is built wherever `rl360 serve` runs.
     cmd.argv  # ("python", "-m", "sglang.launch_server", "--model-path", "/models/k2", ...)
     cmd.env   # {"SGLANG_RETURN_ORIGINAL_LOGPROB": "1", ...}
 
+With `api_key_file`, the command runs behind `rl360cli.inference.keyed_launch`,
+which puts the key from that file where the argv says `--api-key <api-key file>`
+(and the node's address where it says `<node address>`): the rendered command,
+which plans and the state file show, never holds the key.
+
 Tested by tests/inference/test_launch.py (golden strings).
 """
 
@@ -16,12 +21,14 @@ from __future__ import annotations
 
 import sys
 
+from rl360cli.inference.apikey import KEY_PLACEHOLDER
 from rl360cli.inference.config import EngineConfig
+from rl360cli.inference.keyed_launch import keyed_command
 from rl360cli.inference.templates import LaunchCommand, render
 
 
 def sglang_server_command(engine: EngineConfig, *, model_path: str, host: str, port: int, weight_version: int = 0,
-                          api_key: str | None = None, dtype: str | None = None, seed: int | None = None,
+                          api_key_file: str | None = None, dtype: str | None = None, seed: int | None = None,
                           python: str = sys.executable, nccl_ifname: str | None = None) -> LaunchCommand:
     """The real SGLang server serving `model_path` on host:port, starting at policy version `weight_version`."""
     values = {
@@ -35,7 +42,8 @@ def sglang_server_command(engine: EngineConfig, *, model_path: str, host: str, p
         "dtype": dtype,
         "seed": seed,
         "weight_version": weight_version,
-        "api_key": api_key,
+        "api_key": KEY_PLACEHOLDER if api_key_file else None,
         "nccl_ifname": nccl_ifname,
     }
-    return render("sglang-server", values, extra_args=engine.extra_args)
+    cmd = render("sglang-server", values, extra_args=engine.extra_args)
+    return keyed_command(cmd, api_key_file=api_key_file, python=python)

@@ -10,7 +10,7 @@ name `{placeholders}` that rl360 fills in:
     "--worker-urls" = "{worker_urls}" # a list value: "--worker-urls URL1 URL2"
     "--disable-retries" = true        # a bare flag; false leaves it out
     [env]
-    RL360_ENGINE_API_KEY = "{api_key}"
+    GLOO_SOCKET_IFNAME = "{gloo_ifname}"
 
 A flag or variable whose placeholder has no value (None) is left out. The
 folder is `stages/` beside the package, or `$RL360_STAGES_DIR`.

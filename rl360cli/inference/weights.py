@@ -6,14 +6,20 @@ The protocol is SGLang's. `/init_weights_update_group` makes this engine rank
 call names one bucket (names, dtypes, shapes); rank 0 broadcasts the tensors
 one by one in that order; once all have arrived they are copied into the
 model's parameters by their Hugging Face names (`model.layers.0.mlp.up_proj.weight`).
-`/update_weights_from_disk` reads a saved Hugging Face folder instead.
+`/update_weights_from_disk` reads a saved Hugging Face folder instead, and
+`/update_weights_from_tensor` takes tensors by reference from a process on the same machine
+(`deserialize_named_tensors`: CUDA IPC handles, or shared-memory files for CPU tensors).
 
 Tested by tests/inference/test_weight_sync.py.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import io
 import json
+import pickle
 import threading
 from pathlib import Path
 
@@ -114,6 +120,41 @@ def read_model_folder(path: str | Path) -> list[tuple[str, torch.Tensor]]:
     named: list[tuple[str, torch.Tensor]] = []
     for name in files:
         named.extend(load_file(str(folder / name)).items())
+    return named
+
+
+# What a ForkingPickler dump of `[(name, tensor), ...]` may name (torch's own rebuild functions, its
+# tensor, storage, size, device and dtype types): anything else in the pickle is refused unread, so a
+# request cannot make the engine call an arbitrary function.
+_REBUILD_MODULE = "torch.multiprocessing.reductions"
+_ALLOWED = {("torch", "Tensor"), ("torch", "Size"), ("torch", "device"), ("torch.storage", "UntypedStorage"),
+            ("torch.storage", "TypedStorage")}
+
+
+class _TensorUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if module == _REBUILD_MODULE and name.startswith("rebuild_") and name != "rebuild_storage_fd":
+            return super().find_class(module, name)
+        if (module, name) in _ALLOWED or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+            return super().find_class(module, name)
+        raise WeightLoadError(f"the handed-over tensors name {module}.{name}, which is not a torch tensor part")
+
+
+def deserialize_named_tensors(data: str) -> list[tuple[str, torch.Tensor]]:
+    """`[(name, tensor), ...]` from one element of `serialized_named_tensors` (base64 of a ForkingPickler dump)."""
+    import torch.multiprocessing.reductions  # noqa: F401 — registers the rebuild functions' types
+
+    try:
+        raw = base64.b64decode(data, validate=True)
+        named = _TensorUnpickler(io.BytesIO(raw)).load()
+    except WeightLoadError:
+        raise
+    except (binascii.Error, pickle.UnpicklingError, EOFError, OSError, RuntimeError, ValueError, TypeError) as e:
+        raise WeightLoadError(f"cannot read the handed-over tensors ({type(e).__name__}: {e})") from None
+    if not isinstance(named, list) or not all(
+            isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str) and isinstance(x[1], torch.Tensor)
+            for x in named):
+        raise WeightLoadError("serialized_named_tensors must hold a list of (name, tensor) pairs")
     return named
 
 

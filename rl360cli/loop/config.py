@@ -1,8 +1,12 @@
-"""Configuration of the overlapped training loop (a recipe's `[loop]`): steps, groups per step, overlap."""
+"""Configuration of the overlapped training loop (a recipe's `[loop]`: steps, groups per step,
+overlap) and of its evaluation on held-out tasks (`[eval]`, rl360cli/loop/eval.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+from rl360cli.configload import ConfigError
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -17,6 +21,11 @@ class LoopConfig:
     # Dynamic filtering: keep sampling until the batch holds `num_tasks_per_step` groups with
     # reward variance, at most this many generation rounds per step.
     max_generation_rounds: int = 3
+    # The spinning guard: the run stops (failed, with this setting named in its reason) after this
+    # many steps in a row without one trainable group (every group filtered for equal rewards,
+    # masked for infra failures or dropped as stale). Such steps cost a full generation each and
+    # change nothing; a run stuck there for days is the failure this guards against. 0 turns it off.
+    max_steps_without_signal: int = 5
 
     def __post_init__(self) -> None:
         for name in ("num_steps", "num_tasks_per_step", "max_generation_rounds"):
@@ -24,3 +33,91 @@ class LoopConfig:
                 raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
         if self.num_samples_per_task < 2:
             raise ValueError(f"num_samples_per_task must be at least 2 for GRPO (got {self.num_samples_per_task})")
+        if self.max_steps_without_signal < 0:
+            raise ValueError(f"max_steps_without_signal must be >= 0, 0 turns the guard off "
+                             f"(got {self.max_steps_without_signal})")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EvalConfig:
+    """Evaluation during training (`[eval]`): `num_samples_per_task` attempts at each task of a held-out
+    set, through the run's engines and sandboxes, every `every` steps and after the last; never trained on."""
+
+    # A Harbor dataset that shares no task with `[tasks]` (checked at load: `check_held_out`);
+    # empty: no evaluation. Relative to the recipe's folder, like `[tasks] path`.
+    path: str = ""
+    # Only these task folder names (all when empty).
+    include: tuple[str, ...] = ()
+    # After every `every`-th step (steps every-1, 2*every-1, ...) and after the last; 0: only after the last.
+    every: int = 10
+    # Samples per task; pass@k is estimated from them without bias (k <= num_samples_per_task).
+    num_samples_per_task: int = 4
+    k: int = 4
+    # false keeps the table but runs no evaluation.
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if self.every < 0:
+            raise ValueError(f"every must be >= 0, 0 evaluates only after the last step (got {self.every})")
+        if self.k < 1:
+            raise ValueError(f"k must be at least 1 (got {self.k})")
+        if self.num_samples_per_task < self.k:
+            raise ValueError(f"num_samples_per_task must be at least k={self.k} for an unbiased pass@k "
+                             f"(got {self.num_samples_per_task})")
+
+    @property
+    def active(self) -> bool:
+        return self.enabled and bool(self.path)
+
+    def due(self, step: int, num_steps: int) -> bool:
+        """Whether the evaluation runs after `step` (0-based) of a run of `num_steps`."""
+        if not self.active:
+            return False
+        return step + 1 == num_steps or (self.every > 0 and (step + 1) % self.every == 0)
+
+
+def check_held_out(evaluation: EvalConfig, *, tasks_path: str, tasks_include: tuple[str, ...], where: str) -> None:
+    """Refuse an `[eval]` task set that is missing, empty, or shares a task with the training set `[tasks]`
+    (the same folder name, or the same instruction.md text under another name). Paths are absolute here."""
+    if not evaluation.active:
+        return
+    if not Path(evaluation.path).exists():
+        raise ConfigError(f"{where}: [eval] path {evaluation.path}: no such folder",
+                          "point [eval] path at a Harbor dataset folder of held-out tasks")
+    held_out = _task_folders(Path(evaluation.path), ())
+    missing = sorted(set(evaluation.include) - {p.name for p in held_out})
+    if missing:
+        raise ConfigError(f"{where}: [eval] include names no task folder of {evaluation.path}: {', '.join(missing)}",
+                          f"use names from: {', '.join(p.name for p in held_out) or '(none)'}")
+    held_out = [p for p in held_out if not evaluation.include or p.name in evaluation.include]
+    if not held_out:
+        raise ConfigError(f"{where}: [eval] path {evaluation.path}: holds no task folder (none has a task.toml)",
+                          "point [eval] path at a Harbor dataset folder of held-out tasks")
+    training = _task_folders(Path(tasks_path), tasks_include)
+    instructions = {_instruction(p): p.name for p in training}
+    names = {p.name for p in training}
+    shared = [p.name for p in held_out if p.name in names]
+    shared += [f"{p.name} (= {instructions[_instruction(p)]})" for p in held_out
+               if p.name not in names and _instruction(p) is not None and _instruction(p) in instructions]
+    if shared:
+        raise ConfigError(f"{where}: [eval] path {evaluation.path} shares {len(shared)} task(s) with [tasks] path "
+                          f"{tasks_path}: {', '.join(sorted(shared)[:5])}{' ...' if len(shared) > 5 else ''}",
+                          "evaluate on tasks never trained on: drop them from one set ([eval] include or [tasks] include)")
+
+
+def _task_folders(path: Path, include: tuple[str, ...]) -> list[Path]:
+    """The task folders of a Harbor dataset (or the one task `path` is), as rl360cli.sandbox.task reads them."""
+    if (path / "task.toml").is_file():
+        folders = [path]
+    elif path.is_dir():
+        folders = sorted(p for p in path.iterdir() if (p / "task.toml").is_file())
+    else:
+        return []
+    return [p for p in folders if not include or p.name in include]
+
+
+def _instruction(folder: Path) -> str | None:
+    try:
+        return (folder / "instruction.md").read_text().strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None

@@ -7,6 +7,12 @@ broadcast, runs the loop, and keeps the run's record in the state file current.
 engines and the router of its run in the state file, and the recipe in the
 run folder. Under torchrun (the megatron trainer) rank 0 runs the loop and
 ranks > 0 follow it (`follow_run`).
+
+It also runs the run's health watcher (inference/health.py): an engine that dies or hangs is started
+again on its node, taken back into the weight-update group at the trainer's version and registered
+with the router again; a dead router is started again with the live engines. The loop and the
+watcher take turns on the trainer's weights (`Serialized`): a rejoin never sends weights that a
+train step is halfway through changing.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -36,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run(state, args.run, resume=args.resume, ray_address=args.ray_address)
     except Exception as e:  # noqa: BLE001 — whatever ends the run is recorded, then the component fails
+        if was_stopped(state, args.run):
+            # `rl360 down` stopped the run and is stopping its engines: what that breaks here is no failure.
+            log(f"run {args.run} was stopped ({type(e).__name__} as its components went)")
+            return 0
         traceback.print_exc()
         set_run(state, args.run, status=RunStatus.FAILED, reason=f"{type(e).__name__}: {e}"[:300], ended_at=now_iso())
         return 3
@@ -46,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
 def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None) -> dict:
     import ray
 
+    from rl360cli.inference.apikey import api_key_path, optional_api_key
+    from rl360cli.loop.eval import Evaluation
     from rl360cli.loop.samples import SampleKeeper
     from rl360cli.loop.train_loop import LoopParts, latest_checkpoint, train_loop
     from rl360cli.metrics import MetricsLogger
@@ -64,6 +77,9 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     engines, router = engine_urls(doc, run_id)
     policy_dir = run_policy_dir(run_dir)
     log(f"run {run_id}: {len(engines)} engines behind {router}, policy {policy_dir}")
+    # The run's engines and router require its key (`rl360 serve` made it); the actors read the same file.
+    api_key = optional_api_key(run_dir)
+    api_key_file = str(api_key_path(run_dir)) if api_key else None
 
     trainer = build_trainer(policy_dir, recipe.trainer, recipe.grpo, seed=recipe.run.seed)
     start_step = 0
@@ -74,21 +90,30 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
 
     # The profile's weight-sync port if it is free here, else any free port (two runs on one
     # machine must not meet in each other's process group).
-    broadcaster = WeightBroadcaster(
-        engines, backend=recipe.trainer.sync_backend, master_address="127.0.0.1",
-        master_port=free_port(profile.sync_port if profile else 0), bucket_mb=recipe.trainer.sync_bucket_mb,
-        group_name=f"rl360-{run_id}",
-    )
+    if recipe.trainer.kind == "simulated":  # stand-in engines take each version over HTTP, no tensors
+        from rl360cli.trainer.simulated import SimulatedWeightSync
+
+        broadcaster = SimulatedWeightSync(engines, router_url=router, api_key=api_key)
+    else:
+        broadcaster = WeightBroadcaster(
+            engines, backend=recipe.trainer.sync_backend, master_address="127.0.0.1",
+            master_port=free_port(profile.sync_port if profile else 0), bucket_mb=recipe.trainer.sync_bucket_mb,
+            group_name=f"rl360-{run_id}", api_key=api_key,
+        )
     broadcaster.connect()
-    if trainer.version > 0:
+    # On resume always: engines that outlived a killed trainer may hold weights newer than its checkpoint.
+    if resume or trainer.version > 0:
         broadcaster.broadcast(trainer.named_tensors(), trainer.version)  # engines start from v0
+    weights_lock = threading.RLock()
+    watcher = start_health_watcher(state, run_id, profile, recipe, broadcaster, trainer, weights_lock,
+                                   api_key=api_key)
 
     # "local" starts a private Ray instance even when another one runs on this machine.
     ray.init(address=ray_address or "local", num_cpus=None if ray_address else max(2, os.cpu_count() or 2),
              include_dashboard=False, log_to_driver=True, configure_logging=False)
     actors = start_session_actors(recipe, profile, run_id=run_id, policy_dir=policy_dir, router=router,
                                   node_images=node_images_from_state(doc),
-                                  in_cluster=ray_address is not None)
+                                  in_cluster=ray_address is not None, api_key_file=api_key_file)
     task_ids = [t.id for t in load_task_set(Path(recipe.tasks.path), include=recipe.tasks.include)]
     rollouts = Rollouts(actors, task_ids, num_tasks_per_step=recipe.loop.num_tasks_per_step,
                         num_samples_per_task=recipe.loop.num_samples_per_task,
@@ -105,15 +130,24 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
 
     set_run(state, run_id, status=RunStatus.RUNNING, pid=os.getpid())
     try:
-        train_loop(LoopParts(rollouts=rollouts, trainer=trainer, weight_sync=broadcaster, loop=recipe.loop,
+        if was_stopped(state, run_id):  # `rl360 down` came while this trainer was setting up
+            raise RuntimeError("the run was stopped before its loop began")
+        train_loop(LoopParts(rollouts=rollouts, trainer=Serialized(trainer, weights_lock, TRAINER_TURNS),
+                             weight_sync=Serialized(broadcaster, weights_lock, ("broadcast",)), loop=recipe.loop,
                              grpo=recipe.grpo, checkpoint_every=recipe.trainer.checkpoint_every,
                              checkpoint_dir=run_dir / "checkpoints", log=metrics.log, on_step=on_step,
-                             keep_samples=SampleKeeper(run_dir / "samples.jsonl", policy_dir)),
+                             keep_samples=SampleKeeper(run_dir / "samples.jsonl", policy_dir),
+                             evaluation=Evaluation.from_config(recipe.eval,
+                                                               pass_threshold=recipe.grpo.pass_threshold)),
                    start_step=start_step)
+        if watcher is not None:
+            watcher.stop()  # a restart under way completes: the run ends with every engine back
         # Megatron: release the follower ranks (on failure torchrun ends them when rank 0 exits).
         trainer.close()
-        versions = engine_versions(engines)
+        versions = engine_versions(engines, api_key=api_key)
     finally:
+        if watcher is not None:
+            watcher.stop(timeout_s=5)
         metrics.close()
         for actor in actors:
             try:
@@ -125,11 +159,66 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     return {"policy_version": trainer.version, "engine_versions": versions}
 
 
+# The trainer's methods that read or change its weights: the loop and the health watcher's rejoins take turns.
+TRAINER_TURNS = ("train_step", "save_checkpoint", "load_checkpoint")
+
+
+class Serialized:
+    """`target`, with the methods named in `turns` run under `lock` (everything else passes through)."""
+
+    def __init__(self, target, lock: threading.RLock, turns: tuple[str, ...]):
+        self._target, self._lock, self._turns = target, lock, frozenset(turns)
+
+    def __getattr__(self, name: str):
+        value = getattr(self._target, name)
+        if name not in self._turns:
+            return value
+
+        def in_turn(*args, **kwargs):
+            with self._lock:
+                return value(*args, **kwargs)
+
+        return in_turn
+
+
+def start_health_watcher(state: StateFile, run_id: str, profile: ClusterProfile | None, recipe: Recipe,
+                         broadcaster, trainer, weights_lock: threading.RLock, *, api_key: str | None):
+    """The run's health watcher (inference/health.py), started; None where it has nothing to restart with:
+    no recorded profile (no backend), stand-in engines (many per process), or a sync without `rejoin`."""
+    from rl360cli.inference.health import HealthPolicy, HealthWatcher
+
+    if profile is None or recipe.engine.kind == "simulated" or not hasattr(broadcaster, "rejoin"):
+        return None
+
+    def rejoin(url: str) -> int:
+        with weights_lock:  # between two train steps: the weights are whole, tagged with their version
+            return broadcaster.rejoin(url, trainer.named_tensors(), trainer.version).version
+
+    watcher = HealthWatcher(state=state, run_id=run_id, backend=component_backend(profile, state), rejoin=rejoin,
+                            api_key=api_key, forget=getattr(broadcaster, "mark_restarting", None),
+                            policy=HealthPolicy(max_restarts=recipe.engine.max_restarts), log=log)
+    watcher.start()
+    return watcher
+
+
+def component_backend(profile: ClusterProfile, state: StateFile):
+    """The backend that starts the run's components again (the one `rl360 serve` started them with)."""
+    if profile.backend == "slurm":
+        from rl360cli.backends.slurm import SlurmBackend
+
+        return SlurmBackend(profile, state)
+    from rl360cli.backends.local import LocalBackend
+
+    return LocalBackend(profile)
+
+
 def start_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_id: str, policy_dir: Path,
-                         router: str, node_images: dict[str, dict[str, str | None]], in_cluster: bool) -> list:
+                         router: str, node_images: dict[str, dict[str, str | None]], in_cluster: bool,
+                         api_key_file: str | None = None) -> list:
     """The run's Ray session actors, each given its configuration as plain data."""
     import ray
 
+    from rl360cli.images.config import RegistrySpec
     from rl360cli.rollout.session_actor import ActorSetup, SessionActor
 
     remote_actor = ray.remote(SessionActor)
@@ -139,8 +228,11 @@ def start_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_
     pinned = profile is not None and profile.backend == "local"
     setup = ActorSetup(run_id=run_id, policy_dir=str(policy_dir), router_url=router, actor_index=0,
                        tasks_path=recipe.tasks.path, tasks_include=recipe.tasks.include, rollout=recipe.rollout,
+                       eval_tasks_path=recipe.eval.path if recipe.eval.active else None,
+                       eval_tasks_include=recipe.eval.include,
                        sandbox=recipe.sandbox, nodes=profile.nodes if profile else (), node_images=node_images,
-                       cpu_list=profile.tiers["rollout"].cpu_list if pinned else ())
+                       registry=profile.registry if profile else RegistrySpec(),
+                       cpu_list=profile.tiers["rollout"].cpu_list if pinned else (), api_key_file=api_key_file)
     return [remote_actor.options(num_cpus=0, max_concurrency=10_000, **placement)
             .remote(dataclasses.replace(setup, actor_index=i))
             for i in range(recipe.rollout.num_session_actors)]
@@ -172,14 +264,14 @@ def engine_urls(doc: StateDoc, run_id: str) -> tuple[list[str], str]:
     return sorted(engines), router
 
 
-def engine_versions(urls: list[str]) -> dict[str, int | None]:
+def engine_versions(urls: list[str], *, api_key: str | None = None) -> dict[str, int | None]:
     """The policy version each engine serves now (None for one that does not answer)."""
     import asyncio
 
     from rl360cli.inference.client import EngineClient, EngineError
 
     async def ask(url: str) -> int | None:
-        async with EngineClient(url) as client:
+        async with EngineClient(url, api_key=api_key) as client:
             try:
                 return await client.weight_version()
             except EngineError:
@@ -192,8 +284,18 @@ def engine_versions(urls: list[str]) -> dict[str, int | None]:
 
 
 def set_run(state: StateFile, run_id: str, **fields) -> None:
+    """Update the run's record; a run `rl360 down` stopped keeps that status (and its reason and end), so a
+    trainer that meets its engines' end, or starts the loop after the stop, never overwrites it."""
     with state.update() as doc:
-        doc["runs"].setdefault(run_id, {}).update(fields)
+        run = doc["runs"].setdefault(run_id, {})
+        if run.get("status") == RunStatus.STOPPED:
+            for key in ("status", "reason", "ended_at"):
+                fields.pop(key, None)
+        run.update(fields)
+
+
+def was_stopped(state: StateFile, run_id: str) -> bool:
+    return state.read()["runs"].get(run_id, {}).get("status") == RunStatus.STOPPED
 
 
 def log(message: str) -> None:

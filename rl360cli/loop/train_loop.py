@@ -7,15 +7,25 @@
         batch, report = build_batch(trajectories)              # mask infra failures, filter, GRPO
         trainer.train_step(batch)
         weight_sync.broadcast(trainer weights, new version)    # engines pause, load, continue
-        log metrics, checkpoint
+        ledger.append(step, groups trained)
+        if [eval] is due: evaluation.run(rollouts)            # held-out tasks, never trained on
+        log metrics, checkpoint (with the ledger)
 
 With `overlap = false` the next step is submitted only after the broadcast:
 the same loop, synchronous, for comparison. Samples more than
 `grpo.max_staleness` versions behind the trainer are dropped by build_batch.
+
+Lossless resume: every checkpoint holds the step ledger (`loop/ledger.py`: the groups each step
+trained) and the sampler's identity; `train_loop(parts, start_step=n)` after
+`trainer.load_checkpoint` rewrites the run's ledger to the checkpoint's, so no step is trained twice
+and no group is lost. The spinning guard: `loop.max_steps_without_signal` steps in a row without a
+trainable group end the run with `NoTrainableGroups`.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -23,11 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rl360cli.errors import Rl360Error
 from rl360cli.loop.config import LoopConfig
+from rl360cli.loop.eval import Evaluation
+from rl360cli.loop.ledger import StepLedger, check_same_sampler, sampler_identity, step_entry
 from rl360cli.rl.batch import build_batch
 from rl360cli.rl.config import GRPOConfig
 from rl360cli.rl.trajectory import Trajectory
 from rl360cli.rollout.rollouts import Generation, GenerationReport, Rollouts
+from rl360cli.trainer.fault_points import fault_point
 from rl360cli.trainer.protocol import Trainer, WeightSync
 
 if TYPE_CHECKING:
@@ -50,12 +64,31 @@ class LoopParts:
     on_step: Callable[[int, int, dict], None]
     # Keeps a few decoded samples of each step for people to read (samples.jsonl).
     keep_samples: Callable[[int, list[Trajectory]], None] = lambda step, trajectories: None
+    # The step ledger; None puts it beside the checkpoints' folder (the run folder's ledger.jsonl).
+    ledger_path: Path | None = None
+    # Held-out evaluation (`[eval]`): its figures join the rows of the steps it follows. None: off.
+    evaluation: Evaluation | None = None
+
+    def ledger(self) -> StepLedger:
+        return StepLedger(self.ledger_path or self.checkpoint_dir.parent / LEDGER)
+
+
+LEDGER = "ledger.jsonl"
+CHECKPOINT_NAME = re.compile(r"step_\d{6}")
+
+
+class NoTrainableGroups(Rl360Error):
+    """The spinning guard: too many steps in a row trained nothing."""
 
 
 def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
-    """Steps `start_step` to `loop.num_steps`; returns the last step's figures."""
+    """Steps `start_step` to `loop.num_steps`; returns the last step's figures. A `start_step` above
+    0 continues from the newest checkpoint, which the trainer has just loaded."""
     rollouts, trainer = parts.rollouts, parts.trainer
     num_steps, overlap = parts.loop.num_steps, parts.loop.overlap
+    sampler = sampler_identity(seed=rollouts.seed, task_ids=list(rollouts.task_ids))
+    ledger = parts.ledger()
+    ledger.restore(resumed_ledger(parts.checkpoint_dir, start_step, sampler, ledger) if start_step else [])
     generation: Generation | None = rollouts.submit(start_step) if start_step < num_steps else None
     last: dict = {}
     for step in range(start_step, num_steps):
@@ -68,31 +101,78 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
             generation = rollouts.submit(step + 1)
 
         batch, report = build_batch(trajectories, current_version=trainer.version, **parts.grpo.batch_kwargs())
+        fault_point("before_update", step)
         train_started = time.time()
         train_stats = trainer.train_step(batch) if batch is not None else {}
         train_s = time.time() - train_started
         sync = parts.weight_sync.broadcast(trainer.named_tensors(), trainer.version) if batch is not None else None
         train_done = time.time()
+        fault_point("after_update", step)
 
         hidden_s = _hidden_seconds(generation, train_started, train_done)
         if not overlap and step + 1 < num_steps:
             generation = rollouts.submit(step + 1)
 
+        trained = [trajectories[i] for i in batch.indices.tolist()] if batch is not None else []
+        ledger.append(step_entry(step, policy_version=trainer.version,
+                                 trained_groups=[t.group_id for t in trained],
+                                 trained_tasks=[t.task_id for t in trained],
+                                 generated_groups=[t.group_id for t in trajectories]))
         last = step_metrics(
             trajectories, report.to_dict(), gen_report, train_stats, sync,
             waited_s=waited_s, train_s=train_s, busy_s=train_done - train_started, hidden_s=hidden_s,
             step_s=time.time() - step_started, version=trainer.version,
         )
+        last["steps_without_signal"] = ledger.steps_without_signal()
+        if parts.evaluation is not None and parts.evaluation.due(step, num_steps):
+            # After the update's broadcast and before the next: every eval sample comes from this
+            # step's policy. Its samples go nowhere near build_batch or the ledger.
+            last.update(parts.evaluation.run(rollouts, step=step, policy_version=trainer.version))
         parts.log(step, last)
         if (step + 1) % parts.checkpoint_every == 0 or step + 1 == num_steps:
-            trainer.save_checkpoint(parts.checkpoint_dir / f"step_{step + 1:06d}", {"next_step": step + 1})
+            trainer.save_checkpoint(parts.checkpoint_dir / f"step_{step + 1:06d}",
+                                    {"next_step": step + 1, "ledger": ledger.entries, "sampler": sampler})
+        fault_point("after_checkpoint", step)
         parts.on_step(step + 1, trainer.version, last)
+        guard_against_spinning(ledger, parts.loop.max_steps_without_signal, step=step)
     return last
 
 
+def guard_against_spinning(ledger: StepLedger, limit: int, *, step: int) -> None:
+    """Raise `NoTrainableGroups` once the last `limit` steps trained no group (0: never)."""
+    idle = ledger.steps_without_signal()
+    if limit and idle >= limit:
+        # Short enough for the run record's reason (the driver keeps 300 characters).
+        raise NoTrainableGroups(
+            f"no trainable group in {idle} steps in a row (steps {step - idle + 1}-{step}: all filtered for "
+            "equal rewards, masked or stale)",
+            fix="see batch and infra_failures_by_cause in metrics.jsonl; raise [loop] max_steps_without_signal "
+                "(0: off) or max_generation_rounds",
+        )
+
+
+def resumed_ledger(checkpoint_dir: Path, start_step: int, sampler: dict, ledger: StepLedger) -> list[dict]:
+    """The ledger entries of the checkpoint a run resumes from at `start_step` (checked against this
+    run's sampler). A checkpoint from before the ledger travelled in it keeps the file's entries of
+    the steps it holds."""
+    checkpoint = latest_checkpoint(checkpoint_dir)
+    state = json.loads((checkpoint / "loop_state.json").read_text()) if checkpoint is not None else {}
+    if state.get("next_step") != start_step:
+        raise Rl360Error(f"resuming at step {start_step}, but the newest checkpoint in {checkpoint_dir} "
+                         f"continues at step {state.get('next_step')}",
+                         fix="resume through `rl360 up --resume`, which loads that checkpoint")
+    check_same_sampler(state.get("sampler"), sampler, checkpoint=checkpoint)
+    if "ledger" in state:
+        return state["ledger"]
+    on_disk = [json.loads(line) for line in ledger.path.read_text().splitlines()] if ledger.path.is_file() else []
+    return [entry for entry in on_disk if entry["step"] < start_step]
+
+
 def latest_checkpoint(checkpoint_dir: Path) -> Path | None:
-    """The newest complete checkpoint the loop wrote there (`step_000012`), if any."""
-    found = sorted(p for p in checkpoint_dir.glob("step_*") if (p / "loop_state.json").exists())
+    """The newest complete checkpoint the loop wrote there (`step_000012`), if any; a staging folder
+    (`step_000012.tmp`) a crash left behind is never one."""
+    found = sorted(p for p in checkpoint_dir.glob("step_*")
+                   if CHECKPOINT_NAME.fullmatch(p.name) and (p / "loop_state.json").is_file())
     return found[-1] if found else None
 
 
@@ -115,7 +195,9 @@ def step_metrics(trajectories: list[Trajectory], batch: dict, gen: GenerationRep
     injected = sum(1 for t in trajectories if t.metadata.get("injected"))
     first = gen.first_round_rewards
     generated_tokens = sum(t.num_generated_tokens for t in trajectories)
-    start_latency = [t.timings["sandbox_start"] for t in trajectories if "sandbox_start" in t.timings]
+    # The attempt's own phase names (rl360cli/sandbox/attempt.py): "start" is the sandbox's start.
+    start_latency = [t.timings["start"] for t in trajectories if "start" in t.timings]
+    pool = [t.metadata["pool_hit"] for t in trajectories if t.metadata.get("pool_hit") is not None]
     return {
         "policy_version": version,
         "reward_mean": sum(first) / len(first) if first else None,
@@ -137,4 +219,5 @@ def step_metrics(trajectories: list[Trajectory], batch: dict, gen: GenerationRep
         "tokens_per_s": generated_tokens / step_s if step_s > 0 else None,
         "samples_per_s": len(trajectories) / step_s if step_s > 0 else None,
         "sandbox_start_s_mean": sum(start_latency) / len(start_latency) if start_latency else None,
+        "sandbox_pool_hit_rate": sum(pool) / len(pool) if pool else None,
     }

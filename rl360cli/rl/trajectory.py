@@ -72,7 +72,7 @@ class Trajectory:
     cause: InfraCause | None = None
     # Why infrastructure failed; set exactly when outcome is infra_failure.
     timings: dict[str, float] = field(default_factory=dict)
-    # Seconds per phase (sandbox_start, generate, tools, verify, ...).
+    # Seconds per phase: the attempt's (start, agent, upload_tests, verify, reward, stop, total) and generate.
     metadata: dict[str, Any] = field(default_factory=dict)
     # Anything else (per-turn provider data, logs, sandbox placement); see compaction for the rules.
 

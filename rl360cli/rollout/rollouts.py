@@ -6,6 +6,10 @@ actors — and returns at once, so the trainer can update on the previous batch
 meanwhile. `collect(handle)` waits for it; while fewer than
 `num_tasks_per_step` groups have reward variance, it samples further rounds
 of fresh tasks (at most `max_generation_rounds`).
+
+`submit_eval(step, task_ids, n)` / `collect_eval(handle)` send held-out tasks (rl360cli/loop/eval.py)
+to the same actors, one group of `n` attempts each, group ids `eval{step}-{task}`: no filtering, no
+further rounds, and nothing of it goes to the trainer.
 """
 
 from __future__ import annotations
@@ -95,13 +99,27 @@ class Rollouts:
                                   rounds=generation.rounds, num_groups=len(groups), first_round_rewards=first_round)
         return trajectories, report
 
+    def submit_eval(self, step: int, task_ids: list[str], num_samples: int) -> Generation:
+        """One group of `num_samples` attempts at each held-out task, after `step`; returns at once."""
+        generation = Generation(step=step)
+        for task_id in task_ids:
+            self._send(generation, task_id, f"eval{step}-{task_id}", num_samples)
+        return generation
+
+    def collect_eval(self, generation: Generation) -> list[Trajectory]:
+        import ray
+
+        return [t for ref in generation.refs for t in _decode(ray.get(ref)[1])]
+
     def _start_round(self, generation: Generation, task_ids: list[str], *, round_index: int) -> None:
         for task_id in task_ids:
-            actor = self.actors[self._next_actor % len(self.actors)]
-            self._next_actor += 1
-            group_id = f"s{generation.step}-r{round_index}-{task_id}"
-            generation.refs.append(actor.run_group.remote(task_id, group_id, self.num_samples_per_task))
-            generation.task_ids.append(task_id)
+            self._send(generation, task_id, f"s{generation.step}-r{round_index}-{task_id}", self.num_samples_per_task)
+
+    def _send(self, generation: Generation, task_id: str, group_id: str, num_samples: int) -> None:
+        actor = self.actors[self._next_actor % len(self.actors)]
+        self._next_actor += 1
+        generation.refs.append(actor.run_group.remote(task_id, group_id, num_samples))
+        generation.task_ids.append(task_id)
 
 
 def _decode(blobs: list[bytes]) -> list[Trajectory]:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rl360cli.agent.config import RolloutConfig
 from rl360cli.agent.session import SessionSpec, run_session
+from rl360cli.images.config import RegistrySpec
 from rl360cli.nodes.config import NodeSpec
 from rl360cli.sandbox.config import SandboxConfig
 
@@ -37,14 +38,21 @@ class ActorSetup:
     # The run's task set (a Harbor dataset folder, and the task folders it uses; all when empty).
     tasks_path: str
     tasks_include: tuple[str, ...] = ()
+    # The held-out set of `[eval]` (rl360cli/loop/eval.py), attempted by the same sessions; None: none.
+    eval_tasks_path: str | None = None
+    eval_tasks_include: tuple[str, ...] = ()
     rollout: RolloutConfig
     sandbox: SandboxConfig
     # The cluster profile's Docker nodes (the docker provider), and what each node's image cache
     # holds (warm-first placement): {node: {image_ref: digest}}, from `node_images_from_state`.
     nodes: tuple[NodeSpec, ...] = ()
+    # The profile's registry: the pull cap and the base-image mirrors the docker provider applies.
+    registry: RegistrySpec = field(default_factory=RegistrySpec)
     node_images: dict[str, dict[str, str | None]] = field(default_factory=dict)
     # The rollout tier's CPUs on a machine whose tiers are pinned (the sandboxes inherit them).
     cpu_list: tuple[int, ...] = ()
+    # The run's API key file (mode 0600): the router requires the key; its path, not the key, travels by Ray.
+    api_key_file: str | None = None
 
 
 class SessionActor:
@@ -53,6 +61,7 @@ class SessionActor:
     def __init__(self, setup: ActorSetup):
         from transformers import AutoTokenizer
 
+        from rl360cli.inference.apikey import read_api_key
         from rl360cli.inference.client import EngineClient
         from rl360cli.sandbox.providers import make_provider
         from rl360cli.sandbox.task import load_task_set
@@ -61,11 +70,18 @@ class SessionActor:
         if setup.cpu_list:
             os.sched_setaffinity(0, set(setup.cpu_list))
         self.tasks = {t.id: t for t in load_task_set(Path(setup.tasks_path), include=setup.tasks_include)}
+        if setup.eval_tasks_path:  # its ids differ from the training set's (checked at recipe load)
+            self.tasks.update((t.id, t) for t in load_task_set(Path(setup.eval_tasks_path),
+                                                               include=setup.eval_tasks_include))
         self.tokenizer = AutoTokenizer.from_pretrained(setup.policy_dir)
-        self.client = EngineClient(setup.router_url)
+        self.client = EngineClient(setup.router_url,
+                                   api_key=read_api_key(setup.api_key_file) if setup.api_key_file else None)
         # Each actor injects its own sequence of failures (when asked to inject any).
         sandbox = dataclasses.replace(setup.sandbox, inject_seed=setup.sandbox.inject_seed * 1000 + setup.actor_index)
-        self.provider = make_provider(sandbox, nodes=setup.nodes, run_id=setup.run_id, node_images=setup.node_images)
+        # `share`: the simulated provider gives each actor its own slice of the stand-in nodes.
+        self.provider = make_provider(sandbox, nodes=setup.nodes, run_id=setup.run_id, node_images=setup.node_images,
+                                      registry=setup.registry,
+                                      share=(setup.actor_index, setup.rollout.num_session_actors))
         rollout = setup.rollout
         self.slots = asyncio.Semaphore(max(1, rollout.max_concurrent_sessions // max(1, rollout.num_session_actors)))
 
@@ -88,5 +104,8 @@ class SessionActor:
         return compacted.to_bytes()
 
     async def close(self) -> None:
+        from rl360cli.agent.session import drain_cut_sessions
+
+        await drain_cut_sessions()  # sessions cut at their deadline stop their sandboxes first
         await self.client.close()
         await self.provider.close()

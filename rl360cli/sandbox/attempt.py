@@ -18,6 +18,22 @@ its "reward" key, else the mean of its values), else
 `/logs/verifier/reward.txt` (one number). The exit code of test.sh is
 ignored, as in Harbor.
 
+A multi-step task (`task.steps`) runs its steps in order in the one sandbox:
+per step, `steps/<name>/workdir/` is copied into the workdir, the step's
+healthcheck passes, the agent runs as `agent(sandbox, step)` under the step's
+budget, and the step's verifier runs (the task's tests/ with the step's own
+on top) under the step's timeout; /tests and /logs/verifier are emptied again
+before the next step's agent. A step below its `min_reward` ends the task.
+The task's reward is Harbor's rule over the steps' (steps.task_rewards).
+
+A separate verifier (`task.verifier_task`, or a step's) runs in a second
+sandbox started from the verifier's own environment through the same
+provider: the agent's processes are ended, /logs/artifacts and the
+configured `artifacts` are copied into it at the same paths, the tests are
+uploaded unless its image (built from tests/) holds them, and the reward is
+read there. A task no node can hold (GPUs, MCP sidecars) ends as
+`sandbox_start` with the reason, before anything starts.
+
 How the attempt ends is decided by the taxonomy table (taxonomy.py) from
 what was observed. Every phase is timed; the sandbox is always stopped, also
 when the attempt is cancelled.
@@ -31,19 +47,24 @@ import asyncio
 import contextlib
 import json
 import math
+import shutil
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.sandbox.provider import ExecResult, Sandbox, SandboxProvider
-from rl360cli.sandbox.task import Task, resolve_env
-from rl360cli.sandbox.taxonomy import Event, InfraError, ModelFailure, Observed, SandboxError, classify
+from rl360cli.sandbox.steps import below_min_reward, collect, deliver, handed_paths, placement_problem, task_rewards
+from rl360cli.sandbox.task import Healthcheck, Step, Task, resolve_env
+from rl360cli.sandbox.taxonomy import RULES, Event, InfraError, ModelFailure, Observed, SandboxError, classify
 
 __all__ = ["AttemptResult", "InfraError", "ModelFailure", "run_attempt", "read_reward", "oracle_agent", "noop_agent"]
 
-Agent = Callable[[Sandbox], Awaitable[None]]
+# `agent(sandbox)`; for a multi-step task `agent(sandbox, step)`, once per step.
+Agent = Callable[..., Awaitable[None]]
 VERIFY_COMMAND = 'exec "$(command -v bash || echo sh)" /tests/test.sh'
 REWARD_JSON = "/logs/verifier/reward.json"
 REWARD_TXT = "/logs/verifier/reward.txt"
@@ -73,6 +94,8 @@ class AttemptResult:
     events: tuple[str, ...] = ()
     # The tail of the verifier's output, for the operator.
     verifier_output: str = ""
+    # Whether the sandbox came from a warm pool (None: the provider has none, or no sandbox started).
+    pool_hit: bool | None = None
     # Set by the admission controller: how many times the attempt was retried, and where it ran.
     retries: int = 0
     nodes_tried: tuple[str, ...] = ()
@@ -80,6 +103,8 @@ class AttemptResult:
     retried_causes: tuple[str, ...] = ()
     # Per agent command: exit code, seconds, timed_out, limit.
     commands: tuple[dict[str, Any], ...] = field(default=(), compare=False)
+    # A multi-step task's steps that ran, in order: name, reward, rewards (absent for a single-step task).
+    steps: tuple[dict[str, Any], ...] = field(default=(), compare=False)
 
     @property
     def masked(self) -> bool:
@@ -95,24 +120,43 @@ async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, at
     commands: list[dict[str, Any]] = []
     injected = False
     where: str | None = node
+    pool_hit: bool | None = None
     verifier_output = ""
     rewards: dict[str, float] = {}
     sandbox: Sandbox | None = None
+    step_results: list[dict[str, Any]] = []
     began = time.monotonic()
     try:
         try:
+            if task.gpus or task.mcp_servers:  # what not every node can hold: refused before anything starts
+                problem = placement_problem(task, provider.nodes(), getattr(provider, "name", ""))
+                if problem is not None:
+                    raise SandboxError(Event.START_FAILED, problem)
             with _timed(timings, "start"):
                 sandbox = await provider.start(task, attempt_id=attempt_id, labels=dict(labels or {}), node=node)
             where = sandbox.node
+            pool_hit = sandbox.info().get("pool_hit")
             if task.healthcheck is not None:
                 with _timed(timings, "healthcheck"):
                     await _healthcheck(sandbox, task)
-            with _timed(timings, "agent"):
-                injected |= await _run_agent(agent, _Recorder(sandbox, observed, commands), observed,
-                                             agent_timeout_s or task.agent_timeout_s)
-            if not _infra(observed):
-                rewards, verifier_output = await _verify(sandbox, task, observed, timings,
-                                                         verifier_timeout_s or task.verifier_timeout_s)
+            verifier = _VerifierStarter(provider, attempt_id, dict(labels or {}))
+            if task.steps:
+                rewards, verifier_output, injected_here = await _run_steps(
+                    sandbox, task, agent, verifier, observed, timings, commands, step_results)
+                injected |= injected_here
+            else:
+                with _timed(timings, "agent"):
+                    injected |= await _run_agent(agent, _Recorder(sandbox, observed, commands), observed,
+                                                 agent_timeout_s or task.agent_timeout_s)
+                if not _infra(observed):
+                    async def release() -> None:
+                        nonlocal sandbox
+                        held, sandbox = sandbox, None
+                        await _stop(held)
+
+                    rewards, verifier_output = await _verify(sandbox, task, observed, timings,
+                                                             verifier_timeout_s or task.verifier_timeout_s,
+                                                             verifier=verifier, release=release)
         except InfraError as e:
             observed.append(e.observed())
             injected |= e.injected
@@ -132,8 +176,50 @@ async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, at
         detail=verdict.detail, attempt_id=attempt_id, task_id=task.id, injected=injected,
         retriable=verdict.retriable and verdict.outcome == Outcome.INFRA_FAILURE,
         events=tuple(o.event.value for o in observed), verifier_output=verifier_output[-2000:],
-        commands=tuple(commands),
+        commands=tuple(commands), pool_hit=pool_hit, steps=tuple(step_results),
     )
+
+
+# ----------------------------------------------------------------------------- the steps
+
+
+async def _run_steps(sandbox: Sandbox, task: Task, agent: Agent, verifier: _VerifierStarter,
+                     observed: list[Observed], timings: dict[str, float], commands: list[dict[str, Any]],
+                     step_results: list[dict[str, Any]]) -> tuple[dict[str, float], str, bool]:
+    """Run a multi-step task's steps in order in `sandbox`; the task's rewards by Harbor's rule."""
+    injected = False
+    per_step: list[dict[str, float]] = []
+    output = ""
+    recorder = _Recorder(sandbox, observed, commands)
+    for step in task.steps:
+        if step.index > 0:
+            # The previous step's tests and grading files are not the next agent's to read.
+            with _timed(timings, "upload_tests"):
+                await sandbox.reset_dir("/tests")
+                await sandbox.reset_dir("/logs/verifier")
+        if step.workdir_dir is not None:
+            with _timed(timings, "upload_workdir"):
+                for entry in sorted(step.workdir_dir.iterdir()):
+                    await sandbox.upload(entry, f"{task.workdir.rstrip('/')}/{entry.name}")
+        if step.healthcheck is not None:
+            with _timed(timings, "healthcheck"):
+                await _healthcheck(sandbox, task, step.healthcheck)
+        with _timed(timings, "agent"):
+            injected |= await _run_agent(lambda box, step=step: agent(box, step), recorder, observed,
+                                         step.agent_timeout_s)
+        if _infra(observed):
+            break
+        rewards, output = await _verify(sandbox, task, observed, timings, step.verifier_timeout_s,
+                                        verifier=verifier, step=step)
+        if _infra(observed):
+            break
+        per_step.append(rewards)
+        reward = _reward_of(rewards) if rewards else 0.0
+        stop = below_min_reward(step, rewards, reward)
+        step_results.append({"name": step.name, "reward": reward, "rewards": rewards, "stopped_task": stop})
+        if stop:
+            break
+    return task_rewards(task.reward_strategy, per_step), output, injected
 
 
 # ----------------------------------------------------------------------------- the agent
@@ -222,19 +308,87 @@ class _Recorder(Sandbox):
 # ----------------------------------------------------------------------------- the verifier
 
 
+class _VerifierStarter:
+    """Starts a separate verifier's sandbox through the attempt's provider, labelled as the attempt's.
+
+    A step's verifier starts while the agent's sandbox lives (the next step needs it): it starts
+    beside it, on its node, within the slot the attempt already holds — past the admission
+    controller's queue (its `inner` provider), since attempts that each hold a slot and wait in the
+    queue for a second one would wait on each other for ever once they hold every slot."""
+
+    def __init__(self, provider: SandboxProvider, attempt_id: str, labels: dict[str, str]):
+        self.provider, self.attempt_id, self.labels = provider, attempt_id, labels
+        self.count = 0
+
+    async def start(self, task: Task, *, beside: Sandbox | None = None) -> Sandbox:
+        self.count += 1
+        attempt_id = f"{self.attempt_id}-verifier{self.count}"
+        if beside is None:
+            return await self.provider.start(task, attempt_id=attempt_id, labels=self.labels)
+        provider = getattr(self.provider, "inner", None) or self.provider
+        return await provider.start(task, attempt_id=attempt_id, labels=self.labels, node=beside.node)
+
+
 async def _verify(sandbox: Sandbox, task: Task, observed: list[Observed], timings: dict[str, float],
-                  timeout_s: float) -> tuple[dict[str, float], str]:
-    with _timed(timings, "upload_tests"):
-        await sandbox.prepare_verifier()
-        await sandbox.upload(task.tests_dir, "/tests")
+                  timeout_s: float, *, verifier: _VerifierStarter | None = None, step: Step | None = None,
+                  release: Callable[[], Awaitable[None]] | None = None) -> tuple[dict[str, float], str]:
+    """Run the verifier (the task's, or a step's) and read its reward: in the agent's sandbox, or
+    in a second sandbox from the verifier's own environment when it is separate."""
+    of = step if step is not None else task
+    tests_dirs = step.tests_dirs if step is not None else (task.tests_dir,)
     try:
-        env = resolve_env(task.verifier_env)
+        env = resolve_env(of.verifier_env)
     except KeyError as e:
         observed.append(Observed(event=Event.VERIFIER_ENV_MISSING,
                                  detail=f"[verifier.env] needs ${{{e.args[0]}}}, which is not set"))
         return {}, ""
+    if of.verifier_task is None or verifier is None:
+        with _timed(timings, "upload_tests"):
+            await sandbox.prepare_verifier()
+            await _upload_tests(sandbox, tests_dirs)
+        return await _run_tests(sandbox, task, of.verifier_user, env, observed, timings, timeout_s)
+    # Separate: the agent is done with its sandbox; the verifier sees only what is handed to it.
+    await sandbox.end_agent_processes()
+    with tempfile.TemporaryDirectory(prefix="rl360-artifacts-") as tmp:
+        with _timed(timings, "upload_tests"):
+            collected = await collect(sandbox, handed_paths(of.artifacts), Path(tmp))
+        if release is not None:
+            # A single-step task's agent sandbox is done: stopped before the verifier's starts, so that
+            # the two never wait on each other for a reservation.
+            with _timed(timings, "stop"):
+                await release()
+        with _timed(timings, "verifier_start"):
+            separate = await verifier.start(of.verifier_task, beside=sandbox if release is None else None)
+        try:
+            with _timed(timings, "upload_tests"):
+                await separate.reset_dir("/logs/verifier")
+                await deliver(separate, collected)
+                if of.verifier_uploads_tests:
+                    await separate.reset_dir("/tests")
+                    await _upload_tests(separate, tests_dirs)
+            return await _run_tests(separate, of.verifier_task, of.verifier_user, env, observed, timings, timeout_s)
+        finally:
+            with _timed(timings, "verifier_stop"):
+                await _stop(separate)
+
+
+async def _upload_tests(sandbox: Sandbox, tests_dirs: tuple) -> None:
+    """Upload the tests to /tests; several folders are merged first, the later's files winning
+    (an upload replaces its target folder on some providers, so they cannot go one by one)."""
+    if len(tests_dirs) == 1:
+        await sandbox.upload(tests_dirs[0], "/tests")
+        return
+    with tempfile.TemporaryDirectory(prefix="rl360-tests-") as tmp:
+        merged = f"{tmp}/tests"
+        for folder in tests_dirs:
+            await asyncio.to_thread(shutil.copytree, folder, merged, symlinks=True, dirs_exist_ok=True)
+        await sandbox.upload(merged, "/tests")
+
+
+async def _run_tests(sandbox: Sandbox, task: Task, user: str | None, env: dict[str, str], observed: list[Observed],
+                     timings: dict[str, float], timeout_s: float) -> tuple[dict[str, float], str]:
     with _timed(timings, "verify"):
-        result = await sandbox.exec(VERIFY_COMMAND, timeout_s=timeout_s, env=env, user=task.verifier_user)
+        result = await sandbox.exec(VERIFY_COMMAND, timeout_s=timeout_s, env=env, user=user)
     with _timed(timings, "reward"):
         rewards, problem = await read_reward(sandbox)
     if result.timed_out:
@@ -261,15 +415,15 @@ async def read_reward(sandbox: Sandbox) -> tuple[dict[str, float], Observed | No
     if raw is not None:
         try:
             data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        except ValueError as e:  # not JSON, not UTF-8, or an integer of over 4,300 digits
             return {}, Observed(event=Event.VERIFIER_BAD_REWARD, detail=f"reward.json is not JSON ({e})")
         if not isinstance(data, dict) or not data:
             return {}, Observed(event=Event.VERIFIER_BAD_REWARD, detail="reward.json is not a non-empty mapping")
-        bad = [k for k, v in data.items()
-               if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)]
+        bad = [k for k, v in data.items() if not _finite_number(v)]
         if bad:
             return {}, Observed(event=Event.VERIFIER_BAD_REWARD,
-                                detail=f"reward.json values must be finite numbers (not {', '.join(bad[:3])})")
+                                detail="reward.json values must be finite numbers "
+                                       f"(not {', '.join(map(repr, bad[:3]))})")
         return {str(k): float(v) for k, v in data.items()}, None
     raw = await sandbox.read_file(REWARD_TXT, max_bytes=4096)
     if raw is None:
@@ -285,6 +439,16 @@ async def read_reward(sandbox: Sandbox) -> tuple[dict[str, float], Observed | No
     return {"reward": value}, None
 
 
+def _finite_number(value) -> bool:
+    """A JSON number a reward can be: not a bool, not NaN or infinite, not an integer past float's range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer of 400 digits
+        return False
+
+
 def _reward_of(rewards: Mapping[str, float]) -> float:
     """The "reward" key if present, else the mean of the values (documented in docs/sandboxes.md)."""
     if "reward" in rewards:
@@ -296,29 +460,34 @@ def _reward_of(rewards: Mapping[str, float]) -> float:
 
 
 def oracle_agent(task: Task) -> Agent:
-    """Uploads solution/ to /solution and runs solve.sh with [solution.env], under the agent budget."""
+    """Uploads solution/ to /solution and runs solve.sh with [solution.env], under the agent budget.
+    In a multi-step task, each step's own steps/<name>/solution/ (a step without one does nothing)."""
 
-    async def oracle(sandbox: Sandbox) -> None:
+    async def oracle(sandbox: Sandbox, step: Step | None = None) -> None:
         try:
             env = resolve_env(task.solution_env)
         except KeyError as e:
             raise InfraError(InfraCause.UNKNOWN, f"[solution.env] needs ${{{e.args[0]}}}, which is not set") from None
-        await sandbox.upload(task.solution_dir, "/solution")
-        await sandbox.exec('exec "$(command -v bash || echo sh)" /solution/solve.sh', timeout_s=task.agent_timeout_s,
-                           env=env)
+        folder = task.solution_dir if step is None else step.solution_dir
+        if folder is None:
+            return
+        await sandbox.upload(folder, "/solution")
+        await sandbox.exec('exec "$(command -v bash || echo sh)" /solution/solve.sh',
+                           timeout_s=task.agent_timeout_s if step is None else step.agent_timeout_s,
+                           env=env, user=None if step is None else step.agent_user)
 
     return oracle
 
 
-async def noop_agent(sandbox: Sandbox) -> None:
+async def noop_agent(sandbox: Sandbox, step: Step | None = None) -> None:
     """Does nothing: the verifier must not give a reward for an untouched sandbox."""
 
 
 # ----------------------------------------------------------------------------- helpers
 
 
-async def _healthcheck(sandbox: Sandbox, task: Task) -> None:
-    check = task.healthcheck
+async def _healthcheck(sandbox: Sandbox, task: Task, check: Healthcheck | None = None) -> None:
+    check = check or task.healthcheck
     assert check is not None
     if check.start_period_s > 0:
         await asyncio.sleep(check.start_period_s)
@@ -341,8 +510,6 @@ async def _stop(sandbox: Sandbox) -> None:
 
 
 def _infra(observed: list[Observed]) -> bool:
-    from rl360cli.sandbox.taxonomy import RULES
-
     return any(RULES[o.event].outcome == Outcome.INFRA_FAILURE for o in observed)
 
 

@@ -1,8 +1,11 @@
 """`rl360 tasks check`: validate a task set before any GPU is spent on it.
 
 For each task, two attempts go through the verifier: the oracle (its
-`solution/solve.sh`) must reach reward 1, and a no-op (an agent that does
-nothing) must not. A task without a solution fails the check. Attempts run
+`solution/solve.sh`; in a multi-step task each step's
+`steps/<name>/solution/solve.sh`, the steps' rewards combined by Harbor's
+rule) must reach reward 1, and a no-op (an agent that does nothing) must not.
+A task without a solution fails the check; one that no node can hold (GPUs,
+MCP sidecars) fails it with the reason. Attempts run
 concurrently through the admission controller of the chosen provider.
 
 Test: tests/sandbox/test_check.py.
@@ -56,7 +59,8 @@ class CheckRow:
                 return None
             return {"outcome": r.outcome.value, "cause": r.cause.value if r.cause else None, "reward": r.reward,
                     "rewards": r.rewards, "detail": r.detail, "node": r.node,
-                    "timings": {k: round(v, 4) for k, v in r.timings.items()}}
+                    "timings": {k: round(v, 4) for k, v in r.timings.items()},
+                    **({"steps": list(r.steps)} if r.steps else {})}
 
         return {"task": self.task, "passed": self.passed, "problems": self.problems, "seconds": round(self.seconds, 3),
                 "oracle": attempt(self.oracle), "noop": attempt(self.noop)}

@@ -5,13 +5,127 @@ It is a recipe's `[sandbox]` table. Imports nothing heavy (the CLI loads recipes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class SimulatedSandboxConfig:
+    """`[sandbox.simulated]`: the stand-in cluster of `provider = "simulated"` (rl360cli/sandbox/simulated.py).
+
+    Latencies are drawn as the recipe sets them; failures fire at the set rates, each drawn from
+    (seed, attempt, operation) so a run is reproducible.
+    """
+
+    # Rollout nodes and what each offers sandboxes (the default: a 2 x 112-core, 2 TiB 8-GPU node).
+    num_nodes: int = 24
+    node_cpus: float = 224.0
+    node_memory_mb: int = 2_097_152
+    # Every task image is this big; a cold start pulls it from a registry of this bandwidth (MB/s),
+    # shared evenly by the pulls in flight, at most `max_concurrent_pulls` of them at once.
+    image_size_mb: float = 2048.0
+    registry_bandwidth_mb_s: float = 1250.0
+    max_concurrent_pulls: int = 8
+    # Node caches start holding every task image (a prewarmed fleet) instead of empty.
+    prewarmed: bool = False
+    # Creating and starting a sandbox once its image is on the node, and removing it.
+    start_latency_s: float = 0.5
+    stop_latency_s: float = 0.05
+    # Each agent command's latency: lognormal with this median and p99 / median ratio. The verifier's
+    # run (tests/test.sh) takes `verifier_latency_s`: a task's tests are short, and drawing them from
+    # the agent's heavy tail would time many out (an infra failure, timeout_infra).
+    exec_median_s: float = 0.5
+    exec_p99_ratio: float = 10.0
+    verifier_latency_s: float = 0.5
+    # The simulated verifier's reward is 1 with this probability, else 0.
+    pass_rate: float = 0.5
+    # Failure rates, by cause: per start (sandbox_start, timeout_infra), per cold pull (image_pull),
+    # per verifier run (oom_killed) and per command (node_lost).
+    start_failure_rate: float = 0.0
+    start_timeout_rate: float = 0.0
+    pull_failure_rate: float = 0.0
+    oom_rate: float = 0.0
+    node_lost_rate: float = 0.0
+    seed: int = 0
+    # Where each provider writes its ledger (pulls in flight, per-node peak reservations, failures
+    # by cause) when it closes; "" writes none.
+    ledger_dir: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("num_nodes", "node_memory_mb", "max_concurrent_pulls"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"simulated.{name} must be at least 1 (got {getattr(self, name)})")
+        for name in ("node_cpus", "registry_bandwidth_mb_s", "exec_median_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"simulated.{name} must be positive (got {getattr(self, name)})")
+        for name in ("image_size_mb", "start_latency_s", "stop_latency_s", "verifier_latency_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"simulated.{name} must be >= 0 (got {getattr(self, name)})")
+        if self.exec_p99_ratio < 1:
+            raise ValueError(f"simulated.exec_p99_ratio must be at least 1, p99 >= median (got {self.exec_p99_ratio})")
+        for name in ("pass_rate", "start_failure_rate", "start_timeout_rate", "pull_failure_rate", "oom_rate",
+                     "node_lost_rate"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"simulated.{name} must be in [0, 1] (got {getattr(self, name)})")
+        if self.start_failure_rate + self.start_timeout_rate > 1.0:
+            raise ValueError("simulated.start_failure_rate + start_timeout_rate must not exceed 1")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WarmPoolConfig:
+    """`[sandbox.warm_pool]`: idle sandboxes kept started ahead of demand (rl360cli/sandbox/warm_pool.py).
+
+    Each node keeps up to `size` per task image and reservation, within what the node's reservation
+    leaves free; a start takes one (a lookup) and the pool refills behind it. Used by the docker
+    provider; 0 turns it off.
+    """
+
+    size: int = 2
+
+    def __post_init__(self) -> None:
+        if self.size < 0:
+            raise ValueError(f"warm_pool.size must be >= 0 (got {self.size}); 0 turns the pool off")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DaytonaSandboxConfig:
+    """`[sandbox.daytona]`: sandboxes on Daytona's service, `provider = "daytona"` (daytona_provider.py).
+
+    The API key is never in a recipe: the SDK reads `DAYTONA_API_KEY` from the environment.
+    """
+
+    # "" takes $DAYTONA_API_URL, else the SDK's default (Daytona's cloud).
+    api_url: str = ""
+    # The region sandboxes and snapshots are made in; "" takes $DAYTONA_TARGET, else the organisation's default.
+    target: str = ""
+    # The user commands run as (Harbor tasks expect root: they install packages and write /tests, /logs).
+    user: str = "root"
+    # Start from a snapshot per image and reservation (made by `DaytonaProvider.prewarm_snapshots`) rather
+    # than building from the image each time: Daytona's equivalent of a node's image cache.
+    use_snapshots: bool = True
+    # What the organisation's quota allows live sandboxes at once: the admission controller's one "node".
+    quota_cpus: float = 64.0
+    quota_memory_mb: int = 131_072
+    # Daytona stops a sandbox idle this long and deletes a stopped one at once: what a crashed orchestrator
+    # left behind goes away on its own (the janitor's label sweep removes it sooner).
+    auto_stop_minutes: int = 30
+
+    def __post_init__(self) -> None:
+        if self.api_url and not self.api_url.startswith(("http://", "https://")):
+            raise ValueError(f"daytona.api_url must start with http:// or https:// (got {self.api_url!r})")
+        if not self.quota_cpus > 0 or self.quota_memory_mb < 1:
+            raise ValueError("daytona.quota_cpus and daytona.quota_memory_mb must be positive "
+                             f"(got {self.quota_cpus}, {self.quota_memory_mb})")
+        if self.auto_stop_minutes < 1:
+            raise ValueError(f"daytona.auto_stop_minutes must be at least 1 (got {self.auto_stop_minutes}); "
+                             "0 would keep orphaned sandboxes forever")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class SandboxConfig:
-    provider: Literal["process", "docker"] = "process"
+    # `simulated`: a stand-in cluster with no processes at all ([sandbox.simulated]), for scale runs.
+    # `daytona`: sandboxes on Daytona's service ([sandbox.daytona]; needs DAYTONA_API_KEY).
+    provider: Literal["process", "docker", "simulated", "daytona"] = "process"
     # Per-sandbox reservation; None takes the task's own [environment] cpus / memory_mb.
     cpus: float | None = None
     memory_mb: int | None = None
@@ -54,6 +168,9 @@ class SandboxConfig:
     # per sandbox).
     process_root: str = ""
     process_uid_base: int = 200000
+    simulated: SimulatedSandboxConfig = field(default_factory=SimulatedSandboxConfig)
+    warm_pool: WarmPoolConfig = field(default_factory=WarmPoolConfig)
+    daytona: DaytonaSandboxConfig = field(default_factory=DaytonaSandboxConfig)
 
     def __post_init__(self) -> None:
         if self.cpus is not None and self.cpus <= 0:

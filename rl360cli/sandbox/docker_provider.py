@@ -9,6 +9,12 @@ unless the task asks for one (and the node has a bridge), and the labels
 `rl360.managed=true`, `rl360.run`, `rl360.task`, `rl360.attempt`, so that the
 janitor finds everything a run made even after the orchestrator crashed.
 
+With `[sandbox.warm_pool] size` > 0, each node keeps that many idle containers per creation spec
+started ahead of demand (rl360cli/sandbox/warm_pool.py), so a start is a lookup; a pooled container
+carries the label `rl360.attempt=warm-pool` and serves one attempt only. `stop` returns once the
+removal is sent to the provider's threads; `close` waits for every removal it sent (and the janitor
+removes by label whatever a crashed orchestrator left).
+
 Commands run with `docker exec` (bash when the image has it, else sh). At a
 command's timeout every process in the container but its init is killed.
 An OOM kill of a command is read from the daemon's `oom` events; a container
@@ -32,7 +38,8 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -42,11 +49,14 @@ import docker.errors
 import requests.exceptions
 
 from rl360cli.errors import Rl360Error
+from rl360cli.images.config import RegistrySpec
+from rl360cli.images.mirrors import MirrorRefused, rewrite_dockerfile, through_mirrors
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.provider import ExecResult, NodeCapacity, OutputBuffer, Sandbox, SandboxProvider, \
     sandbox_labels
 from rl360cli.sandbox.task import resolve_env
 from rl360cli.sandbox.taxonomy import Event, SandboxError
+from rl360cli.sandbox.warm_pool import PoolStats, WarmPool
 
 if TYPE_CHECKING:
     from rl360cli.nodes.config import NodeSpec
@@ -55,6 +65,12 @@ log = logging.getLogger(__name__)
 
 # The container's init: waits forever, exits on SIGTERM; `kill -9 -1` from a command spares it.
 KEEPALIVE = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
+# The init runs as root and first makes the folders Harbor's verifier and agents expect (cheaper than a
+# put_archive before the start, which mounts the container's filesystem: ~70 ms of a ~300 ms start).
+INIT = ("mkdir -p /tests /logs/verifier /logs/agent && chmod 777 /logs /logs/verifier /logs/agent; "
+        "touch /run/rl360-ready 2>/dev/null || touch /tmp/rl360-ready; " + KEEPALIVE)
+# Every command first waits for the init to have made them (two `test`s once it has).
+AWAIT_INIT = "while [ ! -e /run/rl360-ready ] && [ ! -e /tmp/rl360-ready ]; do sleep 0.01; done; "
 SHELL = ["/bin/sh", "-c", 'if [ -x /bin/bash ]; then exec /bin/bash -c "$1"; else exec /bin/sh -c "$1"; fi', "sh"]
 KILL_ALL = "kill -9 -1 2>/dev/null; true"
 PREPARE_VERIFIER = "kill -9 -1 2>/dev/null; rm -rf /tests /logs/verifier && mkdir -p /tests /logs/verifier"
@@ -62,18 +78,38 @@ _NOT_FOUND = re.compile(r"not found|manifest unknown|repository does not exist|p
                         r"no such image|name unknown", re.IGNORECASE)
 
 
+POOL_ATTEMPT = "warm-pool"
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSpec:
+    """Everything a container is created with but its name: containers of one spec are interchangeable."""
+
+    image: str
+    cpus: float
+    memory_mb: int
+    network: str
+    network_denied: bool
+    workdir: str
+    env: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]
+    file_bytes: int
+
+
 class DockerProvider(SandboxProvider):
     name = "docker"
 
     def __init__(self, nodes: Sequence[NodeSpec], *, config: SandboxConfig, run_id: str = "",
-                 max_concurrent_pulls: int = 8):
+                 registry: RegistrySpec | None = None):
         if not nodes:
             raise Rl360Error("the docker provider needs nodes, and the cluster profile lists none",
                              "add [[nodes]] to the profile, e.g. --profile cluster/dev-docker.toml")
         self.specs = {n.name: n for n in nodes}
         self.config = config
         self.run_id = run_id
-        self.max_concurrent_pulls = max_concurrent_pulls
+        # The pull cap, and the mirrors every image reference goes through (rl360cli/images/mirrors.py).
+        self.registry = registry or RegistrySpec()
+        self.max_concurrent_pulls = self.registry.max_concurrent_pulls
         self._executor = ThreadPoolExecutor(max_workers=min(512, 2 * config.max_concurrent + 16),
                                             thread_name_prefix="rl360-docker")
         self._clients: dict[tuple[str, str], Any] = {}
@@ -85,8 +121,15 @@ class DockerProvider(SandboxProvider):
         self._next = 0
         # (node, image ref) -> image id, learned from inspects, pulls and builds.
         self.images: dict[tuple[str, str], str] = {}
+        self.image_users: dict[tuple[str, str], str] = {}
         self.pulls = 0
         self.builds = 0
+        # The reservations of the live sandboxes on each node (CPUs, MB), which the warm pool must leave be.
+        self._reserved: dict[str, list[float]] = {name: [0.0, 0] for name in self.specs}
+        self._removals: set[Future] = set()
+        self._in_flight: set[Future] = set()
+        self.pool = WarmPool(size=config.warm_pool.size, make=self._make_pooled, discard=self._discard,
+                             cost=lambda spec: (spec.cpus, spec.memory_mb), free=self._free)
 
     def nodes(self) -> list[NodeCapacity]:
         return [NodeCapacity(name=n.name, cpus=n.cpus, memory_mb=n.memory_mb) for n in self.specs.values()]
@@ -142,11 +185,26 @@ class DockerProvider(SandboxProvider):
 
     # ------------------------------------------------------------------ images
 
+    def image_ref(self, task) -> str:
+        """What the node must hold: the task's image through the profile's mirrors (a build's own tag as is).
+        A reference the mirrors refuse is answered as written here (placement only reads it); its start fails."""
+        with contextlib.suppress(MirrorRefused):
+            return self._mirrored(task)
+        return task.image_ref
+
+    def _mirrored(self, task) -> str:
+        return through_mirrors(task.image_ref, self.registry) if task.docker_image else task.image_ref
+
     async def ensure_image(self, node: str, task) -> tuple[str, bool]:
         """(image ref on the node, whether it was there already): pulled or built once per node."""
-        ref = task.image_ref
+        try:
+            ref = self._mirrored(task)
+        except MirrorRefused as e:
+            raise SandboxError(Event.IMAGE_NOT_FOUND, f"task {task.id}: {e}", node=node) from None
         lock = self._image_locks.setdefault((node, ref), asyncio.Lock())
         async with lock:
+            if (node, ref) in self.images:  # seen on this node by this provider: no round trip
+                return ref, True
             image_id = await self._inspect_image(node, ref)
             if image_id is not None:
                 self.images[(node, ref)] = image_id
@@ -163,7 +221,10 @@ class DockerProvider(SandboxProvider):
 
     async def _inspect_image(self, node: str, ref: str) -> str | None:
         try:
-            return (await self.call(lambda: self.api(node).inspect_image(ref)))["Id"]
+            attrs = await self.call(lambda: self.api(node).inspect_image(ref))
+            # Commands run as the image's USER (the container itself is created as root, for its init).
+            self.image_users[(node, ref)] = (attrs.get("Config") or {}).get("User") or ""
+            return attrs["Id"]
         except docker.errors.ImageNotFound:
             return None
         except docker.errors.NotFound:
@@ -203,11 +264,20 @@ class DockerProvider(SandboxProvider):
                 raise _error(node, e, Event.IMAGE_PULL_FAILED, f"pull {ref}") from None
 
     async def _build(self, node: str, task, ref: str) -> None:
-        context = str(task.dockerfile.parent)
+        context = task.dockerfile.parent
+        try:
+            dockerfile = task.dockerfile.read_text()
+            mirrored = rewrite_dockerfile(dockerfile, self.registry)
+        except MirrorRefused as e:
+            raise SandboxError(Event.IMAGE_BUILD_FAILED, f"task {task.id}: {e}", node=node) from None
+        # With its FROM lines rewritten the context travels as a tar holding the rewritten Dockerfile.
+        where = ({"path": str(context)} if mirrored == dockerfile else
+                 {"fileobj": _context_tar(context, task.dockerfile.name, mirrored), "custom_context": True,
+                  "dockerfile": task.dockerfile.name})
 
         def build() -> None:
             stream = self.api(node, stream=True).build(
-                path=context, tag=ref, rm=True, forcerm=True, pull=False, decode=True, network_mode="none",
+                **where, tag=ref, rm=True, forcerm=True, pull=False, decode=True, network_mode="none",
                 labels={"rl360.task": task.id})
             for line in stream:
                 if isinstance(line, dict) and line.get("error"):
@@ -254,71 +324,156 @@ class DockerProvider(SandboxProvider):
         except KeyError as e:
             raise SandboxError(Event.START_FAILED, f"[environment.env] needs ${{{e.args[0]}}}, which is not set",
                                node=node) from None
+        spec = self._container_spec(node, task, ref, env, labels)
+        self._reserve(node, spec, +1)  # before the pool looks at the node: its refill must count this sandbox
+        try:
+            pooled = await self.pool.take(node, spec)
+            if pooled is not None:
+                _, cid, name = pooled
+            else:
+                await self.pool.make_room(node)
+                cid, name = await self._create(node, spec, attempt_id)
+        except BaseException:
+            self._reserve(node, spec, -1)
+            raise
+        return DockerSandbox(self, task, spec, node=node, container_id=cid, name=name, image=ref, warm=warm,
+                             attempt_id=attempt_id, created=time.time() + self._clock_offset.get(node, 0.0) - 1.0,
+                             network=spec.network, network_denied=spec.network_denied,
+                             pool_hit=pooled is not None, start_s=time.monotonic() - began)
+
+    def _container_spec(self, node: str, task, ref: str, env: dict[str, str],
+                        labels: Mapping[str, str]) -> ContainerSpec:
         cpus, memory_mb = self.reservation(task)
         network_wanted = task.network and self.config.network == "task"
         network = "bridge" if network_wanted and self._has_bridge.get(node) else "none"
-        name = _container_name(self.run_id, attempt_id)
-        all_labels = sandbox_labels(labels, run_id=self.run_id, task=task, attempt_id=attempt_id)
-        file_bytes = min(self.config.max_file_mb, task.storage_mb) << 20
+        # The attempt is not part of the spec: any attempt of the same task may take a pooled container.
+        all_labels = sandbox_labels(labels, run_id=self.run_id, task=task, attempt_id=POOL_ATTEMPT)
+        return ContainerSpec(image=ref, cpus=cpus, memory_mb=memory_mb, network=network,
+                             network_denied=network_wanted and network == "none", workdir=task.workdir,
+                             env=tuple(sorted(env.items())), labels=tuple(sorted(all_labels.items())),
+                             file_bytes=min(self.config.max_file_mb, task.storage_mb) << 20)
 
+    async def _create(self, node: str, spec: ContainerSpec, attempt_id: str) -> tuple[str, str]:
+        """Create and start one container within the start timeout; (id, name)."""
+        name = _container_name(self.run_id, attempt_id)
         # Set when the caller stopped waiting (start timeout, cancel): the worker removes what it made.
         abandoned = threading.Event()
-
-        def create() -> str:
-            api = self.api(node)
-            host_config = api.create_host_config(
-                nano_cpus=int(cpus * 1e9), mem_limit=f"{memory_mb}m", memswap_limit=f"{memory_mb}m",
-                pids_limit=self.config.pids_limit, network_mode=network, security_opt=["no-new-privileges"],
-                ulimits=[docker.types.Ulimit(name="fsize", soft=file_bytes, hard=file_bytes),
-                         docker.types.Ulimit(name="nofile", soft=self.config.max_open_files,
-                                             hard=self.config.max_open_files)])
-            container = api.create_container(
-                ref, entrypoint=["/bin/sh", "-c"], command=[KEEPALIVE], labels=all_labels,
-                working_dir=task.workdir, environment=env, host_config=host_config, name=name,
-                hostname="sandbox")
-            cid = container["Id"]
-            try:
-                api.put_archive(cid, "/", _dirs_tar(("tests", "logs/verifier", "logs/agent")))
-                api.start(cid)
-                if abandoned.is_set():
-                    raise _Abandoned()
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    api.remove_container(cid, force=True, v=True)
-                raise
-            return cid
-
-        future = asyncio.ensure_future(self.call(create))
+        labels = dict(spec.labels)
+        if attempt_id != POOL_ATTEMPT:
+            labels["rl360.attempt"] = attempt_id
+        # A concurrent future, so that giving up on it works even once the event loop that asked is gone
+        # (its callback runs on the worker thread); `close` waits for the creates still in flight.
+        work = self._executor.submit(self._create_blocking, node, spec, name, labels, abandoned)
+        self._in_flight.add(work)
+        work.add_done_callback(self._in_flight.discard)
+        waited = asyncio.wrap_future(work)
+        waited.add_done_callback(_retrieve)  # an abandoned create's error is nobody's to raise
         try:
-            cid = await asyncio.wait_for(asyncio.shield(future), self.config.start_timeout_s)
+            cid = await asyncio.wait_for(asyncio.shield(waited), self.config.start_timeout_s)
         except TimeoutError:
-            abandoned.set()
-            future.add_done_callback(functools.partial(self._remove_late, node))
+            self._abandon(node, work, abandoned)
             raise SandboxError(Event.START_TIMEOUT, f"creating a container on {node} took over "
                                f"{self.config.start_timeout_s:g}s", node=node) from None
         except asyncio.CancelledError:
-            abandoned.set()
-            future.add_done_callback(functools.partial(self._remove_late, node))
+            self._abandon(node, work, abandoned)
             raise
         except SandboxError:
             raise
         except Exception as e:  # noqa: BLE001
+            if isinstance(e, docker.errors.ImageNotFound):
+                self.images.pop((node, spec.image), None)  # removed from outside: the next start pulls it again
             raise _error(node, e, Event.START_FAILED, "create container") from None
-        created = time.time() + self._clock_offset.get(node, 0.0) - 1.0
-        return DockerSandbox(self, task, node=node, container_id=cid, name=name, image=ref, warm=warm,
-                             attempt_id=attempt_id, created=created, network=network,
-                             network_denied=network_wanted and network == "none",
-                             start_s=time.monotonic() - began)
+        return cid, name
 
-    def _remove_late(self, node: str, future) -> None:
-        """A create that finished after its start timeout: remove the container nobody will use."""
-        if future.cancelled() or future.exception() is not None:
+    def _create_blocking(self, node: str, spec: ContainerSpec, name: str, labels: dict[str, str],
+                         abandoned: threading.Event) -> str:
+        api = self.api(node)
+        host_config = api.create_host_config(
+            nano_cpus=int(spec.cpus * 1e9), mem_limit=f"{spec.memory_mb}m", memswap_limit=f"{spec.memory_mb}m",
+            pids_limit=self.config.pids_limit, network_mode=spec.network, security_opt=["no-new-privileges"],
+            ulimits=[docker.types.Ulimit(name="fsize", soft=spec.file_bytes, hard=spec.file_bytes),
+                     docker.types.Ulimit(name="nofile", soft=self.config.max_open_files,
+                                         hard=self.config.max_open_files)])
+        container = api.create_container(
+            spec.image, entrypoint=["/bin/sh", "-c"], command=[INIT], user="0", labels=labels,
+            working_dir=spec.workdir, environment=dict(spec.env), host_config=host_config, name=name,
+            hostname="sandbox")
+        cid = container["Id"]
+        try:
+            api.start(cid)
+            if abandoned.is_set():
+                raise _Abandoned()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                api.remove_container(cid, force=True, v=True)
+            raise
+        return cid
+
+    # ------------------------------------------------------------------ warm pool and removal
+
+    async def _make_pooled(self, node: str, spec: ContainerSpec) -> tuple[str, str, str]:
+        return (node, *await self._create(node, spec, POOL_ATTEMPT))
+
+    async def _discard(self, pooled: tuple[str, str, str]) -> None:
+        node, cid, _ = pooled
+        self.remove_soon(node, cid)
+
+    def _reserve(self, node: str, spec: ContainerSpec, sign: int) -> None:
+        reserved = self._reserved[node]
+        reserved[0] += sign * spec.cpus
+        reserved[1] += sign * spec.memory_mb
+
+    def _free(self, node: str) -> tuple[float, int]:
+        """What the node's live sandboxes leave of its capacity (CPUs, MB)."""
+        cpus, mb = self._reserved[node]
+        return self.specs[node].cpus - cpus, self.specs[node].memory_mb - int(mb)
+
+    def release(self, node: str, spec: ContainerSpec, container_id: str) -> None:
+        """A sandbox's attempt is over: its reservation is free now, its container goes soon."""
+        self._reserve(node, spec, -1)
+        self.remove_soon(node, container_id)
+
+    def remove_soon(self, node: str, container_id: str) -> None:
+        """Send the removal to the provider's threads and return; `close` waits for it."""
+        def remove() -> None:
+            try:
+                self.api(node).remove_container(container_id, force=True, v=True)
+            except docker.errors.NotFound:
+                pass
+            except Exception as e:  # noqa: BLE001 — the janitor removes it once the node answers again
+                log.warning("could not remove container %s on %s (%s); `rl360 down` removes it later",
+                            container_id[:12], node, _one_line(str(e)))
+
+        try:
+            future = self._executor.submit(remove)
+        except RuntimeError:  # the provider is closed: the janitor removes it by label
             return
-        cid = future.result()
-        with contextlib.suppress(RuntimeError):  # the provider is closed: the janitor removes it by label
-            self._executor.submit(lambda: self.api(node).remove_container(cid, force=True, v=True))
+        self._removals.add(future)
+        future.add_done_callback(self._removals.discard)
+
+    def pool_stats(self) -> PoolStats:
+        return self.pool.stats()
+
+    def _abandon(self, node: str, work: Future, abandoned: threading.Event) -> None:
+        """Nobody waits for this create any more: the container it makes (if it makes one) goes."""
+        abandoned.set()
+
+        def remove_late(done: Future) -> None:
+            if done.cancelled() or done.exception() is not None:
+                return
+            with contextlib.suppress(Exception):  # else the janitor removes it by label
+                self.api(node).remove_container(done.result(), force=True, v=True)
+
+        work.add_done_callback(remove_late)
 
     async def close(self) -> None:
+        """Empty the warm pool, wait for every removal sent (at most a minute), then let the threads go."""
+        await self.pool.close()
+        pending = [asyncio.wrap_future(f) for f in [*self._in_flight, *self._removals]]
+        for future in pending:
+            future.add_done_callback(_retrieve)
+        if pending:
+            await asyncio.wait(pending, timeout=60)
         self._executor.shutdown(wait=False, cancel_futures=True)
         with self._clients_lock:
             clients, self._clients = list(self._clients.values()), {}
@@ -330,11 +485,13 @@ class DockerProvider(SandboxProvider):
 class DockerSandbox(Sandbox):
     provider = "docker"
 
-    def __init__(self, owner: DockerProvider, task, *, node: str, container_id: str, name: str, image: str,
-                 warm: bool, attempt_id: str, created: float, network: str, network_denied: bool, start_s: float):
+    def __init__(self, owner: DockerProvider, task, spec: ContainerSpec, *, node: str, container_id: str, name: str, image: str,
+                 warm: bool, attempt_id: str, created: float, network: str, network_denied: bool,
+                 pool_hit: bool, start_s: float):
         self.owner = owner
         self.config = owner.config
         self.task = task
+        self.spec = spec
         self.node = node
         self.id = container_id[:12]
         self.container_id = container_id
@@ -345,6 +502,7 @@ class DockerSandbox(Sandbox):
         self.created = created
         self.network = network
         self.network_denied = network_denied
+        self.pool_hit = pool_hit
         self.start_s = start_s
         self._ooms_seen = 0
         self._stopped = False
@@ -353,6 +511,7 @@ class DockerSandbox(Sandbox):
         return {"node": self.node, "provider": "docker", "task": self.task.id, "attempt": self.attempt_id,
                 "container_id": self.container_id, "name": self.name, "image": self.image,
                 "image_id": self.owner.images.get((self.node, self.image)), "warm": self.warm,
+                "pool_hit": self.pool_hit,
                 "docker_host": self.owner.specs[self.node].docker_host, "network": self.network,
                 "network_denied": self.network_denied, "pid": None}
 
@@ -365,7 +524,8 @@ class DockerSandbox(Sandbox):
         owner, node = self.owner, self.node
         try:
             exec_id = (await owner.call(lambda: owner.api(node).exec_create(
-                self.container_id, [*SHELL, command], environment=dict(env or {}), user=user or "",
+                self.container_id, [*SHELL, AWAIT_INIT + command], environment=dict(env or {}),
+                user=user or owner.image_users.get((node, self.image), ""),
                 workdir=self.task.workdir)))["Id"]
         except Exception as e:  # noqa: BLE001
             raise await self._lost(e) from None
@@ -573,18 +733,17 @@ class DockerSandbox(Sandbox):
         if self._stopped:
             return
         self._stopped = True
-        owner, node = self.owner, self.node
-        try:
-            await asyncio.wait_for(owner.call(lambda: owner.api(node).remove_container(
-                self.container_id, force=True, v=True)), 60)
-        except docker.errors.NotFound:
-            pass
-        except Exception as e:  # noqa: BLE001 — the janitor removes it once the node answers again
-            log.warning("could not remove container %s on %s (%s); `rl360 down` removes it later",
-                        self.id, node, _one_line(str(e)))
+        # Nothing waits on the removal (the reservation is free once the attempt ends): the provider
+        # finishes it in the background, and its close waits for it.
+        self.owner.release(self.node, self.spec, self.container_id)
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def _retrieve(future) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 class _PullError(Exception):
@@ -624,23 +783,20 @@ def _container_name(run_id: str, attempt_id: str) -> str:
     return f"{base}-{uuid.uuid4().hex[:6]}"
 
 
-def _dirs_tar(paths: Sequence[str]) -> bytes:
+def _context_tar(folder: Path, dockerfile_name: str, dockerfile: str) -> io.BytesIO:
+    """A build context: `folder`'s files, its Dockerfile replaced by `dockerfile`."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        seen = set()
-        for path in paths:
-            parts = path.split("/")
-            for i in range(1, len(parts) + 1):
-                name = "/".join(parts[:i])
-                if name in seen:
-                    continue
-                seen.add(name)
-                info = tarfile.TarInfo(name)
-                info.type = tarfile.DIRTYPE
-                info.mode = 0o777 if name.startswith("logs") else 0o755
-                info.mtime = int(time.time())
-                tar.addfile(info)
-    return buffer.getvalue()
+        for path in sorted(folder.rglob("*")):
+            name = path.relative_to(folder).as_posix()
+            if name != dockerfile_name:
+                tar.add(path, arcname=name, recursive=False)
+        data = dockerfile.encode()
+        info = tarfile.TarInfo(dockerfile_name)
+        info.size, info.mtime = len(data), int(time.time())
+        tar.addfile(info, io.BytesIO(data))
+    buffer.seek(0)
+    return buffer
 
 
 def _tar_of(local: Path, arcname: str) -> bytes:

@@ -23,6 +23,7 @@ import shutil
 import signal
 import time
 from collections.abc import Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,10 @@ def remove_all(nodes: Sequence[NodeSpec], sandbox_records: Mapping[str, Mapping[
     for host, node in hosts.items():
         removed += _sweep_daemon(host, node, runs=runs)
     removed += _sweep_process_root(process_root or _process_root(), runs=runs)
+    if runs and os.environ.get("DAYTONA_API_KEY"):  # only a run's own: a Daytona organisation is shared
+        from rl360cli.sandbox.daytona_provider import sweep_daytona
+
+        removed += sweep_daytona(runs, last_problems)
     return removed
 
 
@@ -118,6 +123,7 @@ def _process_root() -> Path:
 def _remove_records(records: Mapping[str, Mapping[str, Any]], *, runs: Collection[str] | None,
                     nodes: Sequence[NodeSpec] = ()) -> list[str]:
     removed = []
+    processes: dict[str, tuple[Path | None, int | None, int | None]] = {}
     for sid, rec in records.items():
         if runs is not None and rec.get("run") not in runs:
             continue
@@ -126,26 +132,47 @@ def _remove_records(records: Mapping[str, Mapping[str, Any]], *, runs: Collectio
             if done:
                 removed.append(done)
         elif rec.get("provider") == "process":
-            if _remove_process_sandbox(Path(rec["folder"]) if rec.get("folder") else None,
-                                       rec.get("pid"), rec.get("pid_start")):
-                removed.append(f"local/{sid}")
+            processes[sid] = (Path(rec["folder"]) if rec.get("folder") else None, rec.get("pid"), rec.get("pid_start"))
+    removed += [f"local/{sid}" for sid in _remove_process_sandboxes(processes)]
     return removed
 
 
-def _remove_process_sandbox(folder: Path | None, pid: int | None, pid_start: int | None) -> bool:
-    """Kill the sandbox's keeper (when it is still the process we started) and delete its folder."""
-    did = False
-    if pid and procinfo.is_alive(pid, pid_start):
+def _remove_process_sandboxes(sandboxes: Mapping[str, tuple[Path | None, int | None, int | None]]) -> list[str]:
+    """Kill every keeper at once, wait for them together, then delete the folders on a few threads (one at
+    a time, a kill, a wait and a delete took ~20 ms each). Returns the ids that had anything to remove."""
+    alive = {sid: (pid, start) for sid, (_, pid, start) in sandboxes.items()
+             if pid and procinfo.is_alive(pid, start)}
+    for pid, _ in alive.values():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 5
-        while procinfo.is_alive(pid, pid_start) and time.monotonic() < deadline:
+    # Wait for each keeper's whole process group (its children too), not only the keeper.
+    deadline = time.monotonic() + 5
+    waiting = {sid: pid for sid, (pid, _) in alive.items()}
+    while waiting and time.monotonic() < deadline:
+        waiting = {sid: pid for sid, pid in waiting.items() if _group_alive(pid)}
+        if waiting:
             time.sleep(0.02)
-        did = True
-    if folder is not None and folder.exists():
-        shutil.rmtree(folder, ignore_errors=True)
-        did = True
-    return did
+    had_folder = {sid for sid, (folder, _, _) in sandboxes.items() if folder is not None and folder.exists()}
+    _delete_all([sandboxes[sid][0] for sid in had_folder])
+    return [sid for sid in sandboxes if sid in alive or sid in had_folder]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _delete_all(paths: list[Path]) -> None:
+    """Delete the folders on a few threads: the disk's latency, not its bandwidth, is what one folder costs."""
+    if not paths:
+        return
+    with ThreadPoolExecutor(max_workers=min(16, len(paths)), thread_name_prefix="rl360-rm") as pool:
+        list(pool.map(lambda path: shutil.rmtree(path, ignore_errors=True), paths))
 
 
 def _sweep_process_root(root: Path, *, runs: Collection[str] | None) -> list[str]:
@@ -154,7 +181,7 @@ def _sweep_process_root(root: Path, *, runs: Collection[str] | None) -> list[str
         return []
     # Folders of stopped sandboxes waiting to be deleted (their run ended before the deletion did).
     shutil.rmtree(root / ".trash", ignore_errors=True)
-    removed = []
+    doomed: dict[str, tuple[Path | None, int | None, int | None]] = {}
     for folder in sorted(root.iterdir()):
         if not folder.name.startswith("p-"):
             continue
@@ -168,9 +195,8 @@ def _sweep_process_root(root: Path, *, runs: Collection[str] | None) -> list[str
         owner_alive = procinfo.is_alive(rec.get("owner_pid"), rec.get("owner_start"))
         if owner_alive and not keeper:
             continue  # a live orchestrator's sandbox: it stops it itself
-        if _remove_process_sandbox(folder, keeper, rec.get("keeper_start")):
-            removed.append(f"local/{folder.name}")
-    return removed
+        doomed[folder.name] = (folder, keeper, rec.get("keeper_start"))
+    return [f"local/{name}" for name in _remove_process_sandboxes(doomed)]
 
 
 def _short(error: BaseException) -> str:

@@ -62,6 +62,8 @@ class NodeCapacity:
     name: str
     cpus: float
     memory_mb: int
+    # GPUs a sandbox on it may reserve (0: GPU tasks are refused at placement, see steps.placement_problem).
+    gpus: int = 0
 
 
 # ----------------------------------------------------------------------------- output

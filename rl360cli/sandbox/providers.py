@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from rl360cli.images.config import RegistrySpec
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.faults import FaultInjector
 from rl360cli.sandbox.provider import SandboxProvider
@@ -22,18 +23,29 @@ if TYPE_CHECKING:
 
 def make_provider(config: SandboxConfig, *, nodes: Sequence[NodeSpec] = (), run_id: str = "",
                   node_images: Mapping[str, Mapping[str, str | None]] | None = None, admission: bool = True,
-                  max_concurrent_pulls: int = 8) -> SandboxProvider:
+                  registry: RegistrySpec | None = None, share: tuple[int, int] = (0, 1)) -> SandboxProvider:
     """The provider `config` names, with fault injection when asked, behind the admission controller.
 
     `nodes` are the profile's Docker nodes (docker provider). `node_images` is what each node's cache
     holds, `{node: {image_ref: digest}}` (`node_images_from_state` reads it from the caches `rl360
-    prewarm-images` records in the state file), for warm-first placement.
+    prewarm-images` records in the state file), for warm-first placement. `registry` is the profile's
+    (the pull cap, the base-image mirrors). `share` is (this session
+    actor's index, the number of actors): the simulated provider gives each a disjoint slice of its
+    stand-in nodes and of the registry's pull cap (the other providers ignore it).
     """
     provider: SandboxProvider
-    if config.provider == "docker":
+    if config.provider == "simulated":
+        from rl360cli.sandbox.simulated import SimulatedProvider
+
+        provider = SimulatedProvider(config, run_id=run_id, share=share)
+    elif config.provider == "docker":
         from rl360cli.sandbox.docker_provider import DockerProvider
 
-        provider = DockerProvider(nodes, config=config, run_id=run_id, max_concurrent_pulls=max_concurrent_pulls)
+        provider = DockerProvider(nodes, config=config, run_id=run_id, registry=registry or RegistrySpec())
+    elif config.provider == "daytona":
+        from rl360cli.sandbox.daytona_provider import DaytonaProvider
+
+        provider = DaytonaProvider(config, run_id=run_id)
     else:
         from rl360cli.sandbox.process import ProcessProvider
 

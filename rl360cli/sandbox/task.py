@@ -10,9 +10,23 @@ allow_internet, build_timeout_sec, workdir, env, healthcheck, and the legacy
 `memory = "2G"` / `storage = "10G"` strings). Keys rl360 does not use are
 ignored, as Harbor ignores them.
 
-What rl360 cannot run yet is refused with a one-line reason rather than run
-wrongly: multi-step tasks, Windows tasks, GPU tasks, a separate verifier
-environment, MCP sidecars / docker-compose environments, network allowlists.
+Multi-step tasks (`[[steps]]`, each step in `steps/<name>/` with its own
+`instruction.md`, optional `tests/` layered over the task's, `solution/solve.sh`
+and `workdir/`), a separate verifier environment (`[verifier] environment_mode
+= "separate"` or a `[verifier.environment]` table, also per step) and the
+`artifacts` it is handed are read as Harbor defines them (see `Step` and
+`verifier_task`). GPU tasks (`gpus`, `gpu_types`) and MCP sidecars
+(`[[environment.mcp_servers]]`) load; `placement_problem` refuses them, in one
+line, where no node can hold them (today: every provider, see docs/sandboxes.md;
+`placement_problem` is in steps.py).
+
+What rl360 cannot run is refused with a one-line reason rather than run
+wrongly: Windows tasks, docker-compose environments, network allowlists.
+
+Refused as unsafe or unusable, also in one line: a folder name other than letters, digits, `.`, `_`
+and `-` (it becomes sandbox names, labels and image tags), a symbolic link in `tests/`, `solution/`, `steps/`
+or `environment/` that leads outside the task folder (uploading it would hand the sandbox a host
+file), and an `instruction.md` over `MAX_INSTRUCTION_BYTES` (it becomes the prompt).
 
 Network: a task gets a network only when it asks for one explicitly
 (`network_mode = "public"` or `allow_internet = true`); Harbor's own default
@@ -21,7 +35,8 @@ Network: a task gets a network only when it asks for one explicitly
     task = load_task(Path("recipes/tasks/examples/hello-world"))
     tasks = load_task_set(Path("recipes/tasks/examples"), include=("hello-world",))
 
-Test: tests/sandbox/test_task.py (the shipped examples and Harbor's own examples).
+Test: tests/sandbox/test_task.py (the shipped examples and Harbor's own examples),
+tests/sandbox/test_harbor_format.py (steps, separate verifiers, placement).
 """
 
 from __future__ import annotations
@@ -30,7 +45,7 @@ import math
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +57,13 @@ DEFAULT_WORKDIR = "/app"
 DEFAULT_AGENT_TIMEOUT_S = 600.0
 DEFAULT_VERIFIER_TIMEOUT_S = 600.0
 DEFAULT_BUILD_TIMEOUT_S = 600.0
+# The prompt is the instruction: Harbor's run to a few KB; anything near this is a mistake, not a task.
+MAX_INSTRUCTION_BYTES = 1 << 20
+_TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# Folders uploaded into the sandbox (tests/, solution/) or sent to a build (environment/).
+_UPLOADED_FOLDERS = ("tests", "solution", "environment", "steps")
+# Harbor's rule for a multi-step task's reward (`multi_step_reward_strategy`); "mean" is its default.
+REWARD_STRATEGIES = ("mean", "final")
 _TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -61,6 +83,52 @@ class Healthcheck:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class McpServer:
+    """One `[[environment.mcp_servers]]` entry: a tool server the agent reaches beside its sandbox."""
+
+    name: str
+    transport: str = "stdio"
+    url: str | None = None
+    command: str | None = None
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Step:
+    """One `[[steps]]` entry of a multi-step task, with its folder `steps/<name>/` resolved.
+
+    Unset values fall back to the task's own ([agent], [verifier]), as in Harbor."""
+
+    name: str
+    index: int
+    instruction: str
+    agent_timeout_s: float
+    verifier_timeout_s: float
+    verifier_env: dict[str, str] = field(default_factory=dict, hash=False)
+    agent_user: str | None = None
+    verifier_user: str | None = None
+    # The step ends the task when its reward is below this (a number, or a minimum per reward key).
+    min_reward: float | dict[str, float] | None = field(default=None, hash=False)
+    # Uploaded to /tests in this order before the step's verifier: the task's tests/, then the step's
+    # own (same-named files of the step win).
+    tests_dirs: tuple[Path, ...] = ()
+    solution_dir: Path | None = None
+    # steps/<name>/workdir/: uploaded into the task's workdir before the step's agent starts.
+    workdir_dir: Path | None = None
+    healthcheck: Healthcheck | None = None
+    # Paths handed from the agent's sandbox to a separate verifier (the task's, then the step's).
+    artifacts: tuple[str, ...] = ()
+    # The verifier's own environment when the step's verifier is separate (None: the agent's sandbox).
+    verifier_task: Task | None = field(default=None, compare=False)
+    # Whether tests are uploaded into that verifier sandbox (False: its image, built from tests/, holds them).
+    verifier_uploads_tests: bool = True
+
+    @property
+    def has_solution(self) -> bool:
+        return self.solution_dir is not None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Task:
     """One Harbor task, validated; what the providers and `run_attempt` need of it."""
 
@@ -69,6 +137,7 @@ class Task:
     # `[task] name` (e.g. "harbor/hello-world"), else the folder name.
     name: str
     path: Path
+    # The prompt: instruction.md; for a multi-step task, the first step's (each later step's is a new turn).
     instruction: str
     # The image to run, when the task names one; else the image built from `dockerfile`.
     docker_image: str | None = None
@@ -99,6 +168,18 @@ class Task:
     metadata: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     # Content hash of environment/ (the tag of the image built from the Dockerfile).
     env_hash: str = ""
+    # GPUs the sandbox needs (`[environment] gpus`, `gpu_types`); placed only where a node has them.
+    gpus: int = 0
+    gpu_types: tuple[str, ...] = ()
+    mcp_servers: tuple[McpServer, ...] = ()
+    # Top-level `artifacts`: paths handed from the agent's sandbox to a separate verifier.
+    artifacts: tuple[str, ...] = ()
+    # A multi-step task's steps, in order (empty: a single-step task).
+    steps: tuple[Step, ...] = ()
+    reward_strategy: str = "mean"
+    # A single-step task's separate verifier environment (None: the verifier runs in the agent's sandbox).
+    verifier_task: Task | None = field(default=None, compare=False)
+    verifier_uploads_tests: bool = True
 
     @property
     def image_ref(self) -> str:
@@ -118,8 +199,9 @@ class Task:
 
 def load_task(path: Path | str) -> Task:
     """Load and validate one task folder; `TaskError` names the task and the problem."""
-    path = Path(path)
-    label = path.name or str(path)
+    # `tasks/foo/..` or `.` name the folder they lead to: the id is that folder's real name.
+    path = Path(os.path.normpath(Path(path).absolute()))
+    label = _printable(path.name or str(path))
     if not path.is_dir():
         raise TaskError(f"task {label}: {path} is not a folder", "pass a task folder (it holds task.toml)")
     toml_path = path / "task.toml"
@@ -150,8 +232,8 @@ def load_task_set(path: Path | str, include: tuple[str, ...] | list[str] = ()) -
         names = {p.name for p in folders}
         missing = [name for name in include if name not in names]
         if missing:
-            raise TaskError(f"task set {path}: no task folder named {', '.join(missing)}",
-                            f"use names from: {', '.join(sorted(names)) or '(none)'}")
+            raise TaskError(f"task set {path}: no task folder named {', '.join(map(_printable, missing))}",
+                            f"use names from: {', '.join(sorted(map(_printable, names))) or '(none)'}")
         folders = [p for p in folders if p.name in include]
     if not folders:
         raise TaskError(f"task set {path}: holds no task folder (none has a task.toml)",
@@ -185,6 +267,11 @@ class _Refused(Exception):
 
 
 def _build(path: Path, data: dict) -> Task:
+    if not _TASK_ID.fullmatch(path.name):
+        raise _Refused(f"the folder name {path.name!r} cannot name sandboxes, labels and image tags",
+                       "rename the folder to letters, digits, '.', '_' and '-' (128 at most, not starting with "
+                       "'.', '_' or '-')")
+    _refuse_links_out(path)
     schema = _schema_version(data)
     env_table = _table(data, "environment")
     agent = _table(data, "agent")
@@ -194,42 +281,74 @@ def _build(path: Path, data: dict) -> Task:
 
     info = _table(data, "task")
     name = info.get("name", path.name)
-    if not isinstance(name, str) or not name.strip():
-        raise _Refused("[task] name must be a non-empty string")
+    if not isinstance(name, str) or not name.strip() or not name.isprintable():
+        raise _Refused(f"[task] name must be a non-empty string of printable characters (got {name!r:.60})")
 
-    cpus = _number(env_table, "cpus", 1, where="[environment]")
-    if cpus <= 0:
-        raise _Refused(f"[environment] cpus must be positive (got {cpus:g})")
-    memory_mb = _size_mb(env_table, "memory_mb", "memory", 2048)
-    storage_mb = _size_mb(env_table, "storage_mb", "storage", 10240)
-    if memory_mb < 16:
-        raise _Refused(f"[environment] memory must be at least 16 MB (got {memory_mb} MB)")
-    if storage_mb < 1:
-        raise _Refused(f"[environment] storage must be at least 1 MB (got {storage_mb} MB)")
+    environment = _environment(env_table, "[environment]", path / "environment", agent_table=agent)
     agent_timeout = _timeout(agent, "[agent]", DEFAULT_AGENT_TIMEOUT_S)
     verifier_timeout = _timeout(verifier, "[verifier]", DEFAULT_VERIFIER_TIMEOUT_S)
-    build_timeout = _number(env_table, "build_timeout_sec", DEFAULT_BUILD_TIMEOUT_S, where="[environment]")
-    if build_timeout <= 0:
-        raise _Refused(f"[environment] build_timeout_sec must be positive (got {build_timeout:g})")
+    raw_steps = data.get("steps")
+    multi_step = raw_steps is not None
 
     instruction_path = path / "instruction.md"
-    try:
-        instruction = instruction_path.read_text()
-    except FileNotFoundError:
-        raise _Refused("no instruction.md", "write the task's instruction to instruction.md") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise _Refused(f"instruction.md cannot be read ({e})") from None
+    instruction = ""
+    if not multi_step or instruction_path.exists():
+        # A multi-step task's root instruction.md is optional and never sent (each step has its own).
+        instruction = _read_instruction(instruction_path, "instruction.md")
     test_sh = path / "tests" / "test.sh"
-    if not test_sh.is_file():
+    if not multi_step and not test_sh.is_file():
         raise _Refused("no tests/test.sh", "add tests/test.sh: it writes /logs/verifier/reward.txt or reward.json")
 
-    docker_image = env_table.get("docker_image")
+    task = Task(
+        id=path.name,
+        name=name,
+        path=path.absolute(),
+        instruction=instruction,
+        **environment,
+        agent_timeout_s=agent_timeout,
+        verifier_timeout_s=verifier_timeout,
+        verifier_env=_env(verifier, "[verifier.env]"),
+        solution_env=_env(solution, "[solution.env]"),
+        agent_user=_user(agent, "[agent]"),
+        verifier_user=_user(verifier, "[verifier]"),
+        has_solution=(path / "solution" / "solve.sh").is_file(),
+        skills_dir=env_table.get("skills_dir") if isinstance(env_table.get("skills_dir"), str) else None,
+        schema_version=schema,
+        metadata=_table(data, "metadata"),
+        mcp_servers=_mcp_servers(env_table),
+        artifacts=_artifacts(data, "artifacts"),
+        reward_strategy=_reward_strategy(data),
+    )
+    if multi_step:
+        steps = _steps(path, task, raw_steps, agent, verifier, env_table)
+        return replace(task, steps=steps, instruction=steps[0].instruction,
+                       has_solution=task.has_solution or any(s.has_solution for s in steps))
+    verifier_task, uploads = _verifier_environment(path, task, verifier, env_table, "[verifier]",
+                                                   (path / "tests",))
+    return replace(task, verifier_task=verifier_task, verifier_uploads_tests=uploads)
+
+
+def _environment(table: dict, where: str, env_dir: Path, *, agent_table: dict | None = None) -> dict[str, Any]:
+    """The fields of `Task` that an environment table decides: [environment], or [verifier.environment]
+    (whose Dockerfile, Harbor's rule, is the one in tests/)."""
+    cpus = _number(table, "cpus", 1, where=where)
+    if cpus <= 0:
+        raise _Refused(f"{where} cpus must be positive (got {cpus:g})")
+    memory_mb = _size_mb(table, "memory_mb", "memory", 2048, where=where)
+    storage_mb = _size_mb(table, "storage_mb", "storage", 10240, where=where)
+    if memory_mb < 16:
+        raise _Refused(f"{where} memory must be at least 16 MB (got {memory_mb} MB)")
+    if storage_mb < 1:
+        raise _Refused(f"{where} storage must be at least 1 MB (got {storage_mb} MB)")
+    build_timeout = _number(table, "build_timeout_sec", DEFAULT_BUILD_TIMEOUT_S, where=where)
+    if build_timeout <= 0:
+        raise _Refused(f"{where} build_timeout_sec must be positive (got {build_timeout:g})")
+    docker_image = table.get("docker_image")
     if docker_image is not None and (not isinstance(docker_image, str) or not docker_image.strip()):
-        raise _Refused(f"[environment] docker_image must be an image reference (got {docker_image!r})")
-    env_dir = path / "environment"
+        raise _Refused(f"{where} docker_image must be an image reference (got {docker_image!r})")
     dockerfile_path = env_dir / "Dockerfile"
-    has_dockerfile = dockerfile_path.is_file()
-    if not docker_image and not has_dockerfile:
+    has_dockerfile = dockerfile_path.is_file() and not docker_image
+    if not docker_image and not has_dockerfile and where == "[environment]":
         raise _Refused("no environment/Dockerfile and no [environment] docker_image",
                        "add one of them: the image the sandbox runs")
     image_workdir = None
@@ -237,42 +356,212 @@ def _build(path: Path, data: dict) -> Task:
         try:
             image_workdir = dockerfile.last_workdir(dockerfile.parse(dockerfile_path.read_text()))
         except (OSError, UnicodeDecodeError) as e:
-            raise _Refused(f"environment/Dockerfile cannot be read ({e})") from None
-    workdir = env_table.get("workdir", image_workdir or DEFAULT_WORKDIR)
+            raise _Refused(f"{env_dir.name}/Dockerfile cannot be read ({e})") from None
+    workdir = table.get("workdir", image_workdir or DEFAULT_WORKDIR)
     if not isinstance(workdir, str) or not workdir.startswith("/") or workdir.rstrip("/") == "":
-        raise _Refused(f"[environment] workdir must be an absolute path below / (got {workdir!r})")
-
+        raise _Refused(f"{where} workdir must be an absolute path below / (got {workdir!r})")
+    gpus = table.get("gpus", 0)
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
+        raise _Refused(f"{where} gpus must be a non-negative integer (got {gpus!r})")
+    gpu_types = table.get("gpu_types") or ()
+    if not isinstance(gpu_types, list | tuple) or not all(isinstance(g, str) for g in gpu_types):
+        raise _Refused(f"{where} gpu_types must be a list of GPU names (got {gpu_types!r})")
     healthcheck = None
-    if "healthcheck" in env_table:
-        healthcheck = _healthcheck(_table(env_table, "healthcheck", where="[environment]"))
+    if "healthcheck" in table:
+        healthcheck = _healthcheck(_table(table, "healthcheck", where=where), f"{where[:-1]}.healthcheck]")
+    return {
+        "docker_image": docker_image.strip() if docker_image else None,
+        "dockerfile": dockerfile_path.absolute() if has_dockerfile else None,
+        "env_hash": dockerfile.context_hash(env_dir) if has_dockerfile else "",
+        "cpus": float(cpus), "memory_mb": memory_mb, "storage_mb": storage_mb,
+        "network": _network(table, agent_table or {}),
+        "build_timeout_s": float(build_timeout),
+        "workdir": workdir.rstrip("/") or "/",
+        "env": _env(table, f"{where[:-1]}.env]"),
+        "healthcheck": healthcheck,
+        "gpus": gpus, "gpu_types": tuple(gpu_types),
+    }
 
-    return Task(
-        id=path.name,
-        name=name,
-        path=path.absolute(),
-        instruction=instruction,
-        docker_image=docker_image.strip() if docker_image else None,
-        dockerfile=dockerfile_path.absolute() if has_dockerfile else None,
-        cpus=float(cpus),
-        memory_mb=memory_mb,
-        storage_mb=storage_mb,
-        network=_network(env_table, agent),
-        agent_timeout_s=agent_timeout,
-        verifier_timeout_s=verifier_timeout,
-        build_timeout_s=float(build_timeout),
-        workdir=workdir.rstrip("/") or "/",
-        env=_env(env_table, "[environment.env]"),
-        verifier_env=_env(verifier, "[verifier.env]"),
-        solution_env=_env(solution, "[solution.env]"),
-        agent_user=_user(agent, "[agent]"),
-        verifier_user=_user(verifier, "[verifier]"),
-        healthcheck=healthcheck,
-        has_solution=(path / "solution" / "solve.sh").is_file(),
-        skills_dir=env_table.get("skills_dir") if isinstance(env_table.get("skills_dir"), str) else None,
-        schema_version=schema,
-        metadata=_table(data, "metadata"),
-        env_hash=dockerfile.context_hash(env_dir) if has_dockerfile else "",
-    )
+
+def _read_instruction(path: Path, label: str) -> str:
+    try:
+        size = path.stat().st_size
+        if size > MAX_INSTRUCTION_BYTES:
+            raise _Refused(f"{label} is {size / 2**20:.1f} MB, over the {MAX_INSTRUCTION_BYTES >> 20} MB an "
+                           "instruction may hold (it becomes the prompt)",
+                           "shorten it; put data the agent needs in environment/ instead")
+        return path.read_text()
+    except FileNotFoundError:
+        raise _Refused(f"no {label}", f"write the instruction to {label}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise _Refused(f"{label} cannot be read ({e})") from None
+
+
+def _verifier_environment(path: Path, task: Task, verifier: dict, env_table: dict, where: str,
+                          tests_dirs: tuple[Path, ...], *, inherited: tuple[str | None, dict | None] = (None, None)
+                          ) -> tuple[Task | None, bool]:
+    """The verifier's own sandbox, as Harbor resolves it (its CHANGELOG, "Separate Verifier
+    Environments"): `[verifier.environment]` implies "separate"; "shared" with one is invalid;
+    "separate" without one starts from the task's [environment]. The verifier image is built from
+    tests/ (tests/Dockerfile, whose image holds /tests itself, so nothing is uploaded), else it is
+    `docker_image`, else — rl360's fallback where Harbor would have nothing to build — the agent's
+    own image, with the tests uploaded as in shared mode. `inherited` is the task-level (mode,
+    environment) a step falls back to."""
+    mode = verifier.get("environment_mode", inherited[0])
+    table = verifier.get("environment", inherited[1])
+    if mode is not None and mode not in ("shared", "separate"):
+        raise _Refused(f"{where} environment_mode must be \"shared\" or \"separate\" (got {mode!r})")
+    if table is not None and not isinstance(table, dict):
+        raise _Refused(f"{where} environment must be a table (got {type(table).__name__})")
+    if mode == "shared" and table is not None and "environment" in verifier:
+        raise _Refused(f"{where} environment_mode = \"shared\" cannot have a {where[:-1]}.environment] table",
+                       "drop one of them (Harbor refuses the pair too)")
+    if mode == "shared" or (mode is None and table is None):
+        return None, True
+    env_where = f"{where[:-1]}.environment]"
+    if table is not None and table.get("mcp_servers"):
+        raise _Refused(f"{env_where} MCP sidecars of a verifier are not supported")
+    source = table if table is not None else env_table
+    tests_dir = next((d for d in reversed(tests_dirs) if (d / "Dockerfile").is_file()), None)
+    fields = _environment(source if table is not None else {**source, "docker_image": None, "workdir":
+                          env_table.get("workdir", task.workdir)}, env_where, tests_dir or path / ".no-tests-image")
+    uploads = fields["dockerfile"] is None
+    if fields["docker_image"] is None and fields["dockerfile"] is None:
+        # Nothing in tests/ to build: the agent's own image, handed the tests (rl360's fallback).
+        fields.update(docker_image=task.docker_image, dockerfile=task.dockerfile, env_hash=task.env_hash)
+        if "workdir" not in source:
+            fields["workdir"] = task.workdir
+    fields["healthcheck"] = None
+    verifier_task = replace(task, id=f"{task.id}.verifier", name=f"{task.name} (verifier)", **fields,
+                            steps=(), verifier_task=None, mcp_servers=(), has_solution=False)
+    return verifier_task, uploads
+
+
+def _steps(path: Path, task: Task, raw: Any, agent: dict, verifier: dict, env_table: dict) -> tuple[Step, ...]:
+    if not isinstance(raw, list) or not raw or not all(isinstance(s, dict) for s in raw):
+        raise _Refused("[[steps]] must be a non-empty array of tables")
+    steps: list[Step] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(raw):
+        name = entry.get("name")
+        where = f"[[steps]] {name!r}" if isinstance(name, str) else f"[[steps]] #{index + 1}"
+        if not isinstance(name, str) or not _TASK_ID.fullmatch(name):
+            raise _Refused(f"{where} needs a name of letters, digits, '.', '_' and '-' (it is a folder in steps/)")
+        if name in seen:
+            raise _Refused(f"{where} is declared twice", "give each step its own name")
+        seen.add(name)
+        folder = path / "steps" / name
+        step_agent = _table(entry, "agent", where=where)
+        step_verifier = _table(entry, "verifier", where=where)
+        tests_dirs = tuple(d for d in (path / "tests", folder / "tests") if d.is_dir())
+        if not any((d / "test.sh").is_file() for d in tests_dirs):
+            raise _Refused(f"{where} has no test.sh (neither steps/{name}/tests/test.sh nor tests/test.sh)",
+                           "add one: it writes /logs/verifier/reward.txt or reward.json")
+        verifier_env = {**task.verifier_env, **_env(step_verifier, f"{where} [steps.verifier.env]")}
+        healthcheck = None
+        if "healthcheck" in entry:
+            healthcheck = _healthcheck(_table(entry, "healthcheck", where=where), f"{where} [steps.healthcheck]")
+        verifier_task, uploads = _verifier_environment(
+            path, task, step_verifier, env_table, f"{where} [steps.verifier]", tests_dirs,
+            inherited=(verifier.get("environment_mode"), verifier.get("environment")))
+        steps.append(Step(
+            name=name, index=index,
+            instruction=_read_instruction(folder / "instruction.md", f"steps/{name}/instruction.md"),
+            agent_timeout_s=_timeout(step_agent, f"{where} [steps.agent]", task.agent_timeout_s),
+            verifier_timeout_s=_timeout(step_verifier, f"{where} [steps.verifier]", task.verifier_timeout_s),
+            verifier_env=verifier_env,
+            agent_user=_user(step_agent, f"{where} [steps.agent]") or task.agent_user,
+            verifier_user=_user(step_verifier, f"{where} [steps.verifier]") or task.verifier_user,
+            min_reward=_min_reward(entry, where),
+            tests_dirs=tests_dirs,
+            solution_dir=folder / "solution" if (folder / "solution" / "solve.sh").is_file() else None,
+            workdir_dir=folder / "workdir" if (folder / "workdir").is_dir() else None,
+            healthcheck=healthcheck,
+            artifacts=task.artifacts + _artifacts(entry, f"{where} artifacts"),
+            verifier_task=verifier_task, verifier_uploads_tests=uploads,
+        ))
+    return tuple(steps)
+
+
+def _min_reward(entry: dict, where: str) -> float | dict[str, float] | None:
+    value = entry.get("min_reward")
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        if not value or not all(_is_number(v) for v in value.values()):
+            raise _Refused(f"{where} min_reward must be a number or a table of numbers (got {value!r})")
+        return {str(k): float(v) for k, v in value.items()}
+    if not _is_number(value):
+        raise _Refused(f"{where} min_reward must be a number or a table of numbers (got {value!r})")
+    return float(value)
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def _reward_strategy(data: dict) -> str:
+    # The pre-1.3 `multi_step_reward_mode` is accepted and dropped, as Harbor drops it.
+    strategy = data.get("multi_step_reward_strategy") or "mean"
+    if strategy not in REWARD_STRATEGIES:
+        raise _Refused(f"multi_step_reward_strategy must be \"mean\" or \"final\" (got {strategy!r})")
+    return strategy
+
+
+def _artifacts(table: dict, where: str) -> tuple[str, ...]:
+    """`artifacts`: absolute paths, as strings or `{source = ...}` tables (a sidecar's `service` is refused)."""
+    value = table.get("artifacts", [])
+    if not isinstance(value, list):
+        raise _Refused(f"{where} must be a list of paths (got {type(value).__name__})")
+    out = []
+    for item in value:
+        if isinstance(item, dict):
+            if item.get("service"):
+                raise _Refused(f"{where}: artifacts of a sidecar service ({item['service']!r}) are not supported")
+            item = item.get("source")
+        if not isinstance(item, str) or not item.startswith("/") or ".." in item.split("/"):
+            raise _Refused(f"{where} entries must be absolute paths without '..' (got {item!r})")
+        out.append(item.rstrip("/") or "/")
+    return tuple(out)
+
+
+def _mcp_servers(env: dict) -> tuple[McpServer, ...]:
+    value = env.get("mcp_servers") or []
+    if not isinstance(value, list) or not all(isinstance(s, dict) for s in value):
+        raise _Refused("[[environment.mcp_servers]] must be an array of tables")
+    out = []
+    for server in value:
+        name = server.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise _Refused("[[environment.mcp_servers]] entries need a name")
+        args = server.get("args") or []
+        out.append(McpServer(name=name, transport=str(server.get("transport", "stdio")),
+                             url=server.get("url") if isinstance(server.get("url"), str) else None,
+                             command=server.get("command") if isinstance(server.get("command"), str) else None,
+                             args=tuple(str(a) for a in args) if isinstance(args, list) else ()))
+    return tuple(out)
+
+
+def _refuse_links_out(path: Path) -> None:
+    """Refuse a symbolic link in the uploaded folders (or one of those folders itself a link) that
+    leads outside the task folder, or nowhere: uploading it would copy, or link, a host file into
+    the sandbox (a key, the state file, another sandbox's folder)."""
+    root = path.resolve()
+    for name in _UPLOADED_FOLDERS:
+        top = path / name
+        links = [top] if top.is_symlink() else []
+        if top.is_dir() and not top.is_symlink():
+            for folder, dirs, files in os.walk(top, followlinks=False):
+                links += [Path(folder) / entry for entry in dirs + files if os.path.islink(Path(folder) / entry)]
+        for link in links:
+            try:
+                target = link.resolve()
+            except (OSError, RuntimeError):  # a loop of links (RuntimeError before Python 3.13)
+                target = None
+            if target is None or not target.is_relative_to(root) or not os.path.exists(target):
+                raise _Refused(f"{link.relative_to(path)} is a symbolic link to {os.readlink(link)!r}, "
+                               "outside the task folder (or to nothing)",
+                               "copy the file into the task folder instead of linking to it")
 
 
 def _schema_version(data: dict) -> str:
@@ -286,22 +575,9 @@ def _schema_version(data: dict) -> str:
 
 
 def _refuse_unsupported(path: Path, data: dict, env: dict, agent: dict, verifier: dict) -> None:
-    if "steps" in data:
-        raise _Refused("multi-step tasks are not supported yet ([[steps]])", "use single-step tasks")
     if str(env.get("os", "linux")).lower() == "windows":
         raise _Refused("Windows tasks need a Windows node, which rl360 does not provide",
                        "use Linux tasks")
-    gpus = env.get("gpus", 0)
-    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
-        raise _Refused(f"[environment] gpus must be a non-negative integer (got {gpus!r})")
-    if gpus > 0:
-        raise _Refused(f"GPU tasks are not supported by the sandbox providers yet (gpus = {gpus})",
-                       "use CPU tasks")
-    if verifier.get("environment_mode", "shared") != "shared" or "environment" in verifier:
-        raise _Refused("a separate verifier environment is not supported yet",
-                       "let the verifier run in the task's own environment")
-    if env.get("mcp_servers"):
-        raise _Refused("MCP server sidecars are not supported yet ([[environment.mcp_servers]])")
     for compose in ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml"):
         if (path / "environment" / compose).exists():
             raise _Refused(f"multi-container environments (environment/{compose}) are not supported yet")
@@ -338,12 +614,12 @@ def _timeout(table: dict, where: str, default: float) -> float:
     return float(value)
 
 
-def _size_mb(table: dict, key_mb: str, key_legacy: str, default: int) -> int:
+def _size_mb(table: dict, key_mb: str, key_legacy: str, default: int, *, where: str = "[environment]") -> int:
     if key_legacy in table and table[key_legacy] is not None:
         return _parse_size(table[key_legacy], key_legacy)
     value = table.get(key_mb, default)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _Refused(f"[environment] {key_mb} must be an integer number of MB (got {value!r})")
+        raise _Refused(f"{where} {key_mb} must be an integer number of MB (got {value!r})")
     return value
 
 
@@ -389,11 +665,10 @@ def _user(table: dict, where: str) -> str | None:
     return str(value)
 
 
-def _healthcheck(table: dict) -> Healthcheck:
+def _healthcheck(table: dict, where: str = "[environment.healthcheck]") -> Healthcheck:
     command = table.get("command")
     if not isinstance(command, str) or not command.strip():
-        raise _Refused("[environment.healthcheck] command must be a shell command")
-    where = "[environment.healthcheck]"
+        raise _Refused(f"{where} command must be a shell command")
     retries = table.get("retries", 3)
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 1:
         raise _Refused(f"{where} retries must be a positive integer (got {retries!r})")
@@ -404,6 +679,12 @@ def _healthcheck(table: dict) -> Healthcheck:
         start_period_s=float(_number(table, "start_period_sec", 0.0, where=where)),
         retries=retries,
     )
+
+
+def _printable(name: str) -> str:
+    """`name` as it is, or quoted with escapes when it holds a newline or another unprintable
+    character (an error stays one line)."""
+    return name if name.isprintable() else repr(name)
 
 
 def _repo_name(task_id: str) -> str:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -113,7 +114,7 @@ class AdmissionController(SandboxProvider):
         self.records: list[StartRecord] = []
         self._recent_starts: collections.deque[float] = collections.deque()
         self._live = 0
-        self._queue: collections.deque[object] = collections.deque()
+        self._queue: collections.deque[asyncio.Future] = collections.deque()
         self._changed: asyncio.Condition | None = None
         self._changed_loop: asyncio.AbstractEventLoop | None = None
 
@@ -227,13 +228,20 @@ class AdmissionController(SandboxProvider):
     async def _admit(self, task, attempt_id: str, cpus: float, memory_mb: int, pinned: str | None,
                      excluded: set[str], retry: int) -> tuple[StartRecord, str]:
         asked = self.clock()
-        ticket = object()
-        changed = self._condition()
-        async with changed:
-            self._queue.append(ticket)
-            try:
+        # First come, first served: each start waits for its own turn (a future the one before it
+        # resolves), and only the head of the queue waits on the condition that admissions, releases
+        # and the wave window change. With thousands of starts queued, a release wakes one waiter, not
+        # all of them.
+        turn = asyncio.get_running_loop().create_future()
+        self._queue.append(turn)
+        if self._queue[0] is turn:
+            turn.set_result(None)
+        try:
+            await turn
+            changed = self._condition()
+            async with changed:
                 while True:
-                    wait = self._blocked_for(ticket)
+                    wait = self._blocked_for()
                     node = None
                     if wait is None:
                         node = self._place(task, cpus, memory_mb, pinned, excluded)
@@ -261,14 +269,21 @@ class AdmissionController(SandboxProvider):
                                      retry=retry)
                 self.records.append(record)
                 return record, node
-            finally:
-                self._queue.remove(ticket)
-                changed.notify_all()
+        finally:
+            self._leave_queue(turn)
 
-    def _blocked_for(self, ticket: object) -> float | None:
-        """None when `ticket` may start now; else how long to wait at most before looking again."""
-        if self._queue[0] is not ticket:
-            return 1.0  # first come, first served; woken when the head moves
+    def _leave_queue(self, turn: asyncio.Future) -> None:
+        """Out of the queue (admitted, or cancelled while waiting); the next start's turn comes."""
+        if self._queue and self._queue[0] is turn:
+            self._queue.popleft()
+        else:
+            with contextlib.suppress(ValueError):
+                self._queue.remove(turn)  # cancelled before its turn: rare, so O(n) is fine
+        if self._queue and not self._queue[0].done():
+            self._queue[0].set_result(None)
+
+    def _blocked_for(self) -> float | None:
+        """None when the head of the queue may start now; else how long to wait at most before looking again."""
         if self._live >= self.config.max_concurrent:
             return 1.0
         now = self.clock()

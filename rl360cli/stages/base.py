@@ -149,7 +149,9 @@ def wait_healthy(ctx: Context, cid: str, url: str, *, timeout_s: float) -> None:
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             pass
-        rec = ctx.state.read()["components"][cid]
+        rec = ctx.state.read()["components"].get(cid)
+        if rec is None:  # `rl360 down` stopped it and dropped its record meanwhile
+            raise RunFailed(f"{cid} was stopped before it was ready", "see `rl360 status`")
         seen = ctx.backend.observe({cid: rec})[cid]
         if seen.status in COMPONENT_FINAL:
             _set_status(ctx, cid, ComponentStatus.FAILED, exit_code=seen.exit_code, reason=seen.reason)

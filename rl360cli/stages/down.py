@@ -5,19 +5,27 @@ grace period; sandboxes the runs made are removed (also those an orchestrator
 that crashed left behind, found by label); the tiers' allocations are given
 back. Idempotent: a second `down` finds nothing to do. Records of what was
 stopped leave the state file; the events log keeps their history.
+
+A run under way ends `stopped` ("stopped by rl360 down"), recorded before its
+components are stopped: its trainer, which then sees its engines go (a reset
+connection), leaves a stopped run as it is (loop/driver.py), so stopping is
+never recorded as failing.
 """
 
 from __future__ import annotations
 
 from rl360cli.stages.base import Action, Context
-from rl360cli.state import RUN_ACTIVE, ComponentRecord, RunStatus, StateDoc, TierRecord, by_backend
+from rl360cli.state import RUN_ACTIVE, ComponentRecord, RunStatus, StateDoc, TierRecord, by_backend, now_iso
 
 NAME = "down"
+STOP_REASON = "stopped by rl360 down"
 
 
 def plan(ctx: Context) -> list[Action]:
     doc = ctx.state.read()
-    actions = [Action(stage=NAME, verb="stop", subject=cid, detail=_where(rec))
+    actions = [Action(stage=NAME, verb="stop", subject=f"run {rid}", detail=f"at step {run.get('step', 0)}")
+               for rid, run in doc["runs"].items() if run["status"] in RUN_ACTIVE]
+    actions += [Action(stage=NAME, verb="stop", subject=cid, detail=_where(rec))
                for cid, rec in doc["components"].items()]
     if doc["sandboxes"]:
         actions.append(Action(stage=NAME, verb="remove", subject=f"{len(doc['sandboxes'])} sandboxes"))
@@ -27,6 +35,7 @@ def plan(ctx: Context) -> list[Action]:
 
 
 def apply(ctx: Context, *, grace_s: float = 10.0) -> dict:
+    stopped_runs = stop_runs(ctx)
     doc = ctx.state.read()
     for name, records in by_backend(doc["components"]).items():
         ctx.backend_named(name).stop(records, grace_s=grace_s)
@@ -49,14 +58,25 @@ def apply(ctx: Context, *, grace_s: float = 10.0) -> dict:
             new["tiers"].pop(name, None)
         for sid in removed_sandboxes:
             new["sandboxes"].pop(sid, None)
-        for run in new["runs"].values():
-            if run["status"] in RUN_ACTIVE:
-                run["status"] = RunStatus.STOPPED
+    stopped_runs += stop_runs(ctx)  # one that started while the components were being stopped
     return {
         "components": sorted(doc["components"]),
         "tiers": sorted(doc["tiers"]),
         "sandboxes": len(removed_sandboxes),
+        "runs": stopped_runs,
     }
+
+
+def stop_runs(ctx: Context) -> list[str]:
+    """Mark every run under way `stopped`, with the reason; returns their ids."""
+    with ctx.state.update() as doc:
+        stopped = [rid for rid, run in doc["runs"].items() if run["status"] in RUN_ACTIVE]
+        for rid in stopped:
+            doc["runs"][rid].update(status=RunStatus.STOPPED, reason=STOP_REASON, ended_at=now_iso())
+    for rid in stopped:
+        ctx.event(NAME, "stop", f"run {rid}", reason=STOP_REASON)
+        ctx.say(f"run {rid}: {STOP_REASON}")
+    return stopped
 
 
 def _remove_sandboxes(ctx: Context, doc: StateDoc) -> list[str]:

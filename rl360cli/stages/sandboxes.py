@@ -69,7 +69,7 @@ def plan(ctx: Context, spec: FleetSpec) -> list[Action]:
 
 def launch(ctx: Context, spec: FleetSpec) -> dict[str, Any]:
     """Start the fleet; returns the started sandboxes and the admission summary. Failures are listed, not fatal."""
-    from rl360cli.sandbox.config import SandboxConfig
+    from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig
     from rl360cli.sandbox.providers import make_provider
     from rl360cli.sandbox.task import Task
     from rl360cli.sandbox.waves import node_images_from_state
@@ -82,13 +82,15 @@ def launch(ctx: Context, spec: FleetSpec) -> dict[str, Any]:
     image = image_of(ctx, spec)
     config = SandboxConfig(provider=spec.provider, cpus=spec.cpus, memory_mb=spec.memory_mb,
                            max_concurrent=spec.count, wave_size=spec.wave_size, wave_interval_s=spec.interval_s,
-                           adaptive_waves=spec.adaptive, max_wave_size=max(spec.wave_size, 64))
+                           adaptive_waves=spec.adaptive, max_wave_size=max(spec.wave_size, 64),
+                           # A fleet starts exactly what was asked: nothing ahead of demand.
+                           warm_pool=WarmPoolConfig(size=0))
     task = Task(id="fleet", name="rl360/fleet", path=Path.cwd(), instruction="",
                 docker_image=None if image == "host" else image, cpus=spec.cpus, memory_mb=spec.memory_mb,
                 storage_mb=64, agent_timeout_s=1, verifier_timeout_s=1, workdir="/app")
     provider = make_provider(config, nodes=ctx.profile.nodes, run_id=run,
                              node_images=node_images_from_state(ctx.state.read()),
-                             max_concurrent_pulls=ctx.profile.registry.max_concurrent_pulls)
+                             registry=ctx.profile.registry)
     ctx.event(NAME, "launch", f"fleet {run}", count=spec.count, provider=spec.provider, image=image)
     started, failed = asyncio.run(_launch(ctx, provider, task, spec, run))
     summary = provider.summary()

@@ -5,6 +5,19 @@ pretrained one is converted or linked) into `<run>/policy/v0`. The engines —
 rl360's CPU engine or real SGLang servers — load it and answer SGLang's HTTP
 API; the real sglang-router on the service tier spreads the rollouts over
 them. Idempotent: components of this run that already run are left alone.
+
+No open doors: every engine and the router require the run's API key, made
+here once (`<run>/api-key`, mode 0600, see rl360cli.inference.apikey) and
+never printed — commands show `<api-key file>` where it goes. They listen on
+the profile's `bind_host`; a wildcard there (0.0.0.0, ::) means each node's own
+cluster address, filled in on the node (`<node address>` in the plan), never
+every interface of the node.
+
+Coming back: each record keeps what started it (argv, env, ports, node), so a dead
+engine or router can be started again exactly so. The run's trainer does that by
+itself (its health watcher, rl360cli/inference/health.py); `restart(ctx, cid)`
+does it by hand, through the same `relaunch_component` and the same backend
+`launch` (a supervised subprocess locally, a job step on Slurm).
 """
 
 from __future__ import annotations
@@ -31,22 +44,75 @@ def policy_dir(ctx: Context) -> Path:
     return run_policy_dir(ctx.run_dir)
 
 
+def api_key_file(ctx: Context) -> Path:
+    from rl360cli.inference.apikey import api_key_path
+
+    return api_key_path(ctx.run_dir)
+
+
+def listen_host(ctx: Context) -> str:
+    """The address engines and the router bind: `bind_host`, or for a wildcard each node's own address."""
+    from rl360cli.inference.keyed_launch import NODE_ADDRESS, WILDCARD_HOSTS, node_address
+
+    host = ctx.profile.bind_host
+    if host not in WILDCARD_HOSTS:
+        return host
+    # One machine: its address now. A cluster: the node's, once the component starts there.
+    return node_address() if ctx.profile.backend == "local" else NODE_ADDRESS
+
+
+def _node_names(ctx: Context) -> tuple[list[str], str, bool]:
+    """Per engine the node it runs on, the router's node, and whether those are real node names: Slurm's
+    once the tiers hold their nodes, else their places (`rollout[3]`, `service[0]`), as `rl360 plan` shows."""
+    from rl360cli.backends.slurm_placement import placement
+
+    slots = placement(ctx.profile, ctx.need_recipe()).engines
+    tiers = ctx.state.read()["tiers"]
+    rollout = (tiers.get("rollout") or {}).get("nodes") or []
+    service = (tiers.get("service") or {}).get("nodes") or []
+    known = bool(service) and all(s.node_index < len(rollout) for s in slots)
+    if not known:
+        return [f"rollout[{s.node_index}]" for s in slots], "service[0]", False
+    return [rollout[s.node_index] for s in slots], service[0], True
+
+
 def component_specs(ctx: Context) -> list[ComponentSpec]:
+    from rl360cli.inference.keyed_launch import NODE_ADDRESS
     from rl360cli.inference.launch import engine_spec, router_spec, serve_ports
 
     recipe = ctx.need_recipe()
     engine = recipe.engine
-    host = ctx.profile.bind_host
+    host = listen_host(ctx)
     ports = serve_ports(ctx.profile.base_port, engine.num_engines)
+    if host == NODE_ADDRESS:
+        engine_nodes, router_node, on_nodes = _node_names(ctx)
+    else:
+        engine_nodes, router_node, on_nodes = [host] * engine.num_engines, host, False
+    key_file = str(api_key_file(ctx))
+    if engine.kind == "simulated":
+        # --- simulated engines (issue 11): stand-ins, many engines per process, on this machine.
+        from rl360cli.inference.sim_engine import sim_engine_specs
+
+        urls = [f"http://{host}:{port}" for port in ports.engines]
+        router = router_spec(engine, worker_urls=urls, host=host, port=ports.router,
+                             prometheus_port=ports.router_metrics, run=ctx.run_id, api_key_file=key_file, url_host=host)
+        return [*sim_engine_specs(engine, ports=ports.engines, host=host, tokenizer=str(policy_dir(ctx)),
+                                  api_key_file=key_file, run=ctx.run_id, seed=recipe.run.seed),
+                dataclasses.replace(router, url=f"http://{host}:{ports.router}")]
+        # --- end of simulated engines
     engines = [
         engine_spec(engine, index=i, model_path=str(policy_dir(ctx)), host=host, port=port, run=ctx.run_id,
-                    dtype=recipe.model.dtype, seed=recipe.run.seed)
+                    dtype=recipe.model.dtype, seed=recipe.run.seed, api_key_file=key_file, url_host=engine_nodes[i])
         for i, port in enumerate(ports.engines)
     ]
-    urls = [f"http://{host}:{port}" for port in ports.engines]
+    urls = [f"http://{node}:{port}" for node, port in zip(engine_nodes, ports.engines)]
     router = router_spec(engine, worker_urls=urls, host=host, port=ports.router, prometheus_port=ports.router_metrics,
-                         run=ctx.run_id)
-    specs = [dataclasses.replace(s, url=f"http://{host}:{s.ports['http']}") for s in [*engines, router]]
+                         run=ctx.run_id, api_key_file=key_file, url_host=router_node)
+    specs = [dataclasses.replace(s, url=f"http://{node}:{s.ports['http']}")
+             for s, node in zip([*engines, router], [*engine_nodes, router_node])]
+    if on_nodes:
+        # Start each where its URL says: it binds that node's address (keyed_launch fills it in there).
+        specs = [dataclasses.replace(s, node=node) for s, node in zip(specs, [*engine_nodes, router_node])]
     if ctx.profile.backend == "local":
         engine_env = thread_env(ctx, "rollout", sharing=engine.num_engines)
         specs = [dataclasses.replace(s, env={**engine_env, **s.env}) if s.kind.startswith("engine") else s
@@ -61,7 +127,10 @@ def plan(ctx: Context) -> list[Action]:
                     f"{model.warmup_steps} warm-up steps",
             "gguf-package": f"dequantise {model.gguf_file} from the {model.package} package",
             "huggingface": f"use {model.path}"}[model.kind]
-    actions = [Action(stage=NAME, verb="prepare", subject="policy v0", detail=what)]
+    actions = [Action(stage=NAME, verb="prepare", subject="policy v0", detail=what),
+               Action(stage=NAME, verb="prepare", subject="api key",
+                      detail=f"the run's key in {api_key_file(ctx)}, made if missing (mode 0600, never "
+                             "printed); every engine and the router require it")]
     for spec in component_specs(ctx):
         detail = f"{spec.url} on the {spec.tier} tier"
         if spec.kind.startswith("engine"):
@@ -71,6 +140,7 @@ def plan(ctx: Context) -> list[Action]:
 
 
 def apply(ctx: Context) -> list[dict]:
+    from rl360cli.inference.apikey import create_api_key, read_api_key
     from rl360cli.inference.router import wait_router_workers
     from rl360cli.trainer.model import prepare_policy
 
@@ -86,13 +156,54 @@ def apply(ctx: Context) -> list[dict]:
         prepare_policy(recipe.model, tasks_dir=Path(recipe.tasks.path), out_dir=policy_dir(ctx),
                        seed=recipe.run.seed)
     ctx.event(NAME, "prepare", "policy v0", path=str(policy_dir(ctx)))
+    # Before any engine starts: each one reads it as it starts. An existing key is kept (engines may run).
+    key = read_api_key(create_api_key(ctx.run_dir))
+    ctx.event(NAME, "prepare", "api key", path=str(api_key_file(ctx)))
     # Engines first: the router is given their URLs and checks them as it starts.
     records = [start_component(ctx, spec, ready_timeout_s=300.0) for spec in specs]
+    _record_launch_env(ctx, specs)
     router = next(s for s in specs if s.kind == "router")
     engines = [s.url for s in specs if s.kind.startswith("engine")]
     # The router is ready once one engine is registered; rollouts should find all of them there.
-    wait_router_workers(router.url, engines, timeout_s=120.0)
+    wait_router_workers(router.url, engines, api_key=key, timeout_s=120.0)
     return records
+
+
+def _record_launch_env(ctx: Context, specs: list[ComponentSpec]) -> None:
+    """Keep each component's env in its record (Slurm's launch does already): a restart starts it the same way."""
+    with ctx.state.update() as doc:
+        for spec in specs:
+            rec = doc["components"].get(spec.id)
+            if rec is not None and "env" not in rec:
+                rec["env"] = dict(spec.env)
+
+
+def restart(ctx: Context, cid: str) -> dict:
+    """Start engine or router `cid` of the run again from its record, and put it back behind the router.
+
+    An engine comes back serving policy v0 from its recorded command: with a trainer running, its next weight
+    sync finds the engine outside the group and re-forms the group with it (trainer/broadcast.py); the
+    trainer's health watcher does all of this by itself when an engine dies."""
+    from rl360cli.inference.apikey import optional_api_key
+    from rl360cli.inference.health import relaunch_component, router_forget, router_register
+
+    doc = ctx.state.read()
+    rec = doc["components"].get(cid)
+    if rec is None or rec.get("stage") != NAME:
+        known = sorted(c for c, r in doc["components"].items() if r.get("stage") == NAME)
+        raise Rl360Error(f"no engine or router {cid!r} is recorded", f"name one of: {', '.join(known) or 'none'}")
+    key = optional_api_key(ctx.run_root / rec["run"]) if rec.get("run") else None
+    router = next((r for r in doc["components"].values()
+                   if r.get("kind") == "router" and r.get("run") == rec.get("run") and r.get("url")), None)
+    is_engine = rec["kind"].startswith("engine")
+    if is_engine and router is not None:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            router_forget(router["url"], rec["url"], api_key=key)
+    record = relaunch_component(ctx.backend_named(rec["backend"]), ctx.state, cid, reason="restarted by hand")
+    if is_engine and router is not None:
+        router_register(router["url"], rec["url"], api_key=key)
+    ctx.say(f"{cid}: restarted ({record.get('restarts')} restarts)")
+    return record
 
 
 def _check_port_free(ctx: Context, spec: ComponentSpec) -> None:

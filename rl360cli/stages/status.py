@@ -5,6 +5,11 @@ per backend (processes for local, one sacct + squeue for Slurm). A component
 whose process is gone is failed with its exit code, never "running"; one whose
 fate cannot be told is "unknown". Nothing is ever deleted here: one empty reply
 from a scheduler is not evidence that a job ended.
+
+Each running engine is also asked which policy version it serves now
+(`/model_info`, with its run's key, one second at most, all at once):
+`engine_versions` beside the records, whose `restarts` count how often the
+health watcher (or a Slurm requeue) started it again.
 """
 
 from __future__ import annotations
@@ -31,11 +36,14 @@ class StatusReport:
     # How many recorded sandboxes are in each status.
     sandboxes: dict[SandboxStatus, int] = field(default_factory=dict)
     changed: list[str] = field(default_factory=list)
+    # Running engine -> the policy version it serves now (None: it did not say in time).
+    engine_versions: dict[str, int | None] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
             "profile": self.profile, "current_run": self.current_run, "tiers": self.tiers, "nodes": self.nodes,
             "components": self.components, "runs": self.runs, "sandboxes": self.sandboxes, "changed": self.changed,
+            "engine_versions": self.engine_versions,
         }
 
     @property
@@ -77,7 +85,30 @@ def reconcile(ctx: Context) -> StatusReport:
         profile=doc["profile"], tiers=doc["tiers"], nodes=doc["nodes"], components=doc["components"],
         runs=doc["runs"], current_run=doc.get("current_run"),
         sandboxes=dict(Counter(s["status"] for s in doc["sandboxes"].values())), changed=changed,
+        engine_versions=engine_versions(ctx, doc),
     )
+
+
+def engine_versions(ctx: Context, doc: StateDoc) -> dict[str, int | None]:
+    """The policy version each running engine (of a run with a key file, or none) serves now."""
+    from rl360cli.errors import Rl360Error
+    from rl360cli.inference.apikey import optional_api_key
+    from rl360cli.inference.health import served_versions
+
+    by_run: dict[str | None, dict[str, str]] = {}
+    for cid, rec in doc["components"].items():
+        if rec.get("kind", "").startswith("engine") and rec.get("url") and rec["status"] == ComponentStatus.RUNNING:
+            by_run.setdefault(rec.get("run"), {})[cid] = rec["url"]
+    found: dict[str, int | None] = {}
+    for run_id, engines in by_run.items():
+        run = doc["runs"].get(run_id or "")
+        try:
+            key = optional_api_key(run["run_dir"]) if run and run.get("run_dir") else None
+        except Rl360Error:
+            key = None  # an unreadable key file: the engines will not say, which shows as "?"
+        versions = served_versions(list(engines.values()), api_key=key, timeout_s=1.0)
+        found.update({cid: versions[url] for cid, url in engines.items()})
+    return found
 
 
 def _heal(ctx: Context, doc: StateDoc) -> bool:

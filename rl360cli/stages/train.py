@@ -22,23 +22,50 @@ def applies(ctx: Context) -> bool:
     return ctx.recipe is not None
 
 
+# The first training node's address, before the tier is provisioned (a plan shows it like this).
+FIRST_TRAINING_NODE = "<training[0]>"
+
+
 def trainer_spec(ctx: Context, *, resume: bool = False) -> ComponentSpec:
     driver_args = ("--state", str(ctx.state.path.absolute()), "--run", ctx.run_id or "")
     if resume:
         driver_args += ("--resume",)
     trainer = ctx.need_recipe().trainer
-    if trainer.kind == "megatron" and ctx.profile.backend == "local":
+    node = None
+    if trainer.kind == "megatron" and ctx.profile.backend == "slurm":
+        from rl360cli.trainer.megatron_launch import cluster_trainer_argv
+
+        # One torchrun per training node (one Slurm task each, on every node of the tier), meeting at
+        # the first node by torchrun's c10d rendezvous: world = TP x PP x DP over the tier's GPUs.
+        layout = megatron_layout(ctx)
+        nodes = ctx.state.read()["tiers"].get("training", {}).get("nodes") or [FIRST_TRAINING_NODE]
+        # One node: its ranks meet on loopback (no name to resolve).
+        host = nodes[0] if layout.nodes > 1 else "127.0.0.1"
+        argv = cluster_trainer_argv(driver_args, layout, rendezvous_host=host,
+                                    port=ctx.profile.base_port + 91, run_id=ctx.run_id or "",
+                                    python=ctx.profile.slurm.python or None)
+        env, node = thread_env(ctx, "training"), "*"
+    elif trainer.kind == "megatron":
         from rl360cli.trainer.megatron_launch import trainer_argv
 
-        # One rank per tensor-parallel shard on this machine; rank 0 runs the loop, the others follow.
-        ranks = trainer.tensor_parallel
+        # One rank per tensor x pipeline shard on this machine; rank 0 runs the loop, the others follow.
+        ranks = trainer.tensor_parallel * trainer.pipeline_parallel
         argv = trainer_argv(driver_args, nproc_per_node=ranks, master_addr="127.0.0.1", master_port=free_port(),
                             rdzv_id=f"rl360-{ctx.run_id}")
         env = {**thread_env(ctx, "training", sharing=ranks), "GLOO_SOCKET_IFNAME": "lo"}
     else:
         argv, env = python_argv("rl360cli.loop.driver", *driver_args), thread_env(ctx, "training")
     return ComponentSpec(name="trainer", tier="training", stage=NAME, kind="trainer", argv=argv, run=ctx.run_id,
-                         env=env)
+                         env=env, node=node)
+
+
+def megatron_layout(ctx: Context):
+    """TP x PP x DP of the megatron trainer over the training tier's GPUs (one rank per GPU)."""
+    from rl360cli.trainer.megatron_launch import TrainerLayout
+
+    trainer, tier = ctx.need_recipe().trainer, ctx.profile.tiers["training"]
+    return TrainerLayout.of(tensor_parallel=trainer.tensor_parallel, pipeline_parallel=trainer.pipeline_parallel,
+                            nodes=tier.num_nodes, ranks_per_node=max(1, tier.gpus_per_node))
 
 
 def plan(ctx: Context) -> list[Action]:
@@ -47,6 +74,8 @@ def plan(ctx: Context) -> list[Action]:
     detail = (f"{recipe.trainer.kind} trainer, {recipe.loop.num_steps} steps of {recipe.loop.num_tasks_per_step} "
               f"tasks x {recipe.loop.num_samples_per_task} samples, overlap {'on' if recipe.loop.overlap else 'off'}, "
               f"{recipe.rollout.num_session_actors} Ray session actors")
+    if recipe.trainer.kind == "megatron" and ctx.profile.backend == "slurm":
+        detail += f"; {megatron_layout(ctx).describe()}, one torchrun per training node"
     return [Action(stage=NAME, verb="start", subject=spec.id, detail=detail, command=spec.argv)]
 
 

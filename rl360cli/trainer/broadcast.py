@@ -24,6 +24,21 @@ the whole sync again. The dropped engines are reported in `SyncStats.failed`
 and `failed_engines`; the loop marks them failed and goes on. Only when no
 engine is left does `broadcast` raise `WeightSyncError`.
 
+Rejoin: an engine the health watcher restarted (inference/health.py) comes back at the same URL,
+holding policy v0 and no group. `rejoin(url, named_tensors, version)` takes it back: it is no longer
+counted failed, the current group is torn down and a new one is formed with every live engine (a
+gloo or NCCL group has a fixed world size: no rank can be added to a formed group, so the group is
+re-formed, under the next generation's name), and the current weights go to all of them once — the
+others already hold that version, for them it is one short pause. A sync that meets an engine which
+answers "no weight update group named ..." (it restarted between two syncs, before the watcher said
+so) does the same by itself: before each sync the engines of the group are asked which groups they
+hold (`/server_info`'s `weight_update_groups`, rl360's engine), and one without the current group is
+taken in by re-forming it. (Found only by its refusal of a bucket, as an engine that does not say
+which groups it holds, the others' receives wait out their timeout first.) `mark_restarting(url)`,
+which the watcher calls as soon as it finds an engine dead and which never waits for a sync, keeps
+the engine out of the next syncs until its `rejoin`. Calls from several threads (the loop's
+broadcasts, the watcher's rejoins) are serialized by one lock.
+
 `update_from_disk` is the fallback: `save_pretrained` into a folder every
 engine can read, then `/update_weights_from_disk` on each.
 
@@ -47,6 +62,8 @@ from typing import Any
 from rl360cli.errors import RunFailed
 
 log = logging.getLogger("rl360.broadcast")
+# What an engine (rl360's, as SGLang's) answers a bucket for a group it does not hold (inference/weights.py).
+NO_GROUP = "no weight update group named"
 
 
 class WeightSyncError(RunFailed):
@@ -107,6 +124,10 @@ class WeightBroadcaster:
         self._thread.start()
         self._session: Any = None
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="rl360-dist")
+        # One sync at a time: the loop broadcasts, the health watcher's rejoins come from another thread.
+        self._lock = threading.RLock()
+        # Engines the health watcher is restarting: left out of the syncs until they rejoin.
+        self._restarting: set[str] = set()
 
     # ------------------------------------------------------------------ public, synchronous
 
@@ -147,8 +168,33 @@ class WeightBroadcaster:
 
     # ------------------------------------------------------------------ internals
 
+    def mark_restarting(self, url: str) -> None:
+        """The engine at `url` died and is being started again: leave it out until `rejoin(url, ...)`.
+        Takes no lock (a sync may be under way): the next sync drops it."""
+        self._restarting.add(url.rstrip("/"))
+
+    def rejoin(self, url: str, named_tensors: Iterable[tuple[str, Any]], version: int) -> SyncStats:
+        """Take a restarted engine at `url` back into the group and bring every engine to `version`
+        (see the module docstring). Raises WeightSyncError if it (or every engine) cannot take it."""
+        url = url.rstrip("/")
+        named = [(name, tensor) for name, tensor in named_tensors]
+        with self._lock:
+            self._restarting.discard(url)
+            self.failed_engines.pop(url, None)
+            if url not in self.engines:
+                self.engines.append(url)
+            # The old group's ranks are fixed: form a new one, whoever is in it now.
+            self._run(self._teardown(tell=[u for u in self._group_engines if u != url]))
+            stats = self._run(self._broadcast(named, int(version)))
+        if url in stats.failed or url not in self.engines:
+            raise WeightSyncError(f"the restarted engine {url} did not take weight version {version}: "
+                                  f"{stats.failed.get(url, 'dropped')}", "see the engine's log")
+        return stats
+
     def _run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        # Re-entrant: rejoin holds the lock across its two steps; broadcast and connect take it here.
+        with self._lock:
+            return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def _http(self) -> Any:
         import aiohttp
@@ -263,7 +309,13 @@ class WeightBroadcaster:
         dropped: dict[str, str] = {}
         restarts = 0
         while True:
-            if self._group is None or self._group_engines != self.engines:
+            restarting = {u: "restarting (health watcher)" for u in list(self._restarting) if u in self.engines}
+            self._drop(restarting)
+            dropped.update(restarting)
+            if not self.engines:
+                raise WeightSyncError(f"no engine is left to take weight version {version}",
+                                      f"see the engines' logs; dropped: {self.failed_engines}")
+            if self._group is None or self._group_engines != self.engines or await self._left_the_group():
                 dropped.update(await self._connect())
             try:
                 nbytes, nbuckets = await self._sync_once(named, version)
@@ -274,7 +326,7 @@ class WeightBroadcaster:
                 dropped.update(e.dead)
                 await self._teardown(tell=self.engines)
                 # The survivors were paused for the sync: let them generate again (the restart pauses anew).
-                await asyncio.gather(*(self._post(u, "/continue_generation", None, timeout_s=10)
+                await asyncio.gather(*(self._post(u, "/continue_generation", {}, timeout_s=10)
                                        for u in self.engines), return_exceptions=True)
                 if not e.retryable:
                     # Every engine is alive and one refused the weights: a wrong model, not a failure to mask.
@@ -289,10 +341,29 @@ class WeightBroadcaster:
                     raise WeightSyncError(f"weight sync to version {version} keeps failing ({e})",
                                           "see the engines' logs") from None
 
+    async def _left_the_group(self) -> bool:
+        """True if an engine of the group no longer holds it (it restarted since the group formed). Only
+        engines that list their groups (`weight_update_groups`, rl360's engine) can tell; the others pass."""
+        import aiohttp
+
+        name = self.current_group_name
+
+        async def holds(url: str) -> bool:
+            try:
+                async with self._http().get(url + "/server_info", timeout=aiohttp.ClientTimeout(total=5)) as reply:
+                    info = await reply.json(content_type=None)
+            except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
+                return True  # unreachable: the sync finds out and drops it
+            groups = info.get("weight_update_groups") if isinstance(info, dict) else None
+            return not isinstance(groups, list) or name in groups
+
+        answers = await asyncio.gather(*(holds(u) for u in self._group_engines))
+        return not all(answers)
+
     async def _sync_once(self, named: list[tuple[str, Any]], version: int) -> tuple[int, int]:
         engines, group = list(self._group_engines), self._group
         await self._on_all(engines, "/pause_generation", {"mode": "retract"})
-        buckets = _buckets(named, self.bucket_bytes)
+        buckets = weight_buckets(named, self.bucket_bytes)
         total = 0
         for i, bucket in enumerate(buckets):
             last = i == len(buckets) - 1
@@ -307,7 +378,8 @@ class WeightBroadcaster:
             }
             await self._bucket(engines, group, body, tensors)
             total += sum(t.numel() * t.element_size() for t in tensors)
-        await self._on_all(engines, "/continue_generation", None)
+        # SGLang's route requires a JSON body (a 422 without one): {} takes its defaults.
+        await self._on_all(engines, "/continue_generation", {})
         return total, len(buckets)
 
     async def _bucket(self, engines: list[str], group: Any, body: dict, tensors: list[Any]) -> None:
@@ -336,19 +408,26 @@ class WeightBroadcaster:
                     unreachable[url] = str(task.exception())
                 elif not task.result().get("success"):
                     refused[url] = str(task.result().get("message"))
-            if (unreachable or failure) and group is not None:
+            if (unreachable or failure or any(NO_GROUP in why for why in refused.values())) and group is not None:
                 # Abort now: the other engines' receives fail at once instead of waiting out their timeout.
                 group.close()
                 group = None
-                failure = failure or "an engine became unreachable"
+                failure = failure or ("an engine became unreachable" if unreachable else None)
         if not unreachable and not refused and failure is None:
             return
         # Engines that still answer /health are alive: they failed (or timed out) only because the group
         # broke under them, and take part in the restart. The others are dropped.
         _, dead = await self._live(list(unreachable) + list(refused))
         dead = {u: unreachable.get(u, why) for u, why in dead.items()}
-        if not dead and failure is None and not unreachable:
+        # An engine that holds no group of this name restarted since the group formed: re-form it with them.
+        lost_group = {u for u, why in refused.items() if u not in dead and NO_GROUP in why}
+        if lost_group and group is not None:
+            group.close()
+            group = None
+        if not dead and failure is None and not unreachable and not lost_group:
             raise _SyncFailed({}, f"engines refused the bucket: {refused}", retryable=False)
+        if lost_group and not dead:
+            raise _SyncFailed({}, f"engines {sorted(lost_group)} restarted and hold no group: re-forming it")
         raise _SyncFailed(dead, failure or "engine failure")
 
     async def _on_all(self, engines: list[str], path: str, body: Any) -> None:
@@ -389,7 +468,7 @@ def _why(answer: Any) -> str:
     return str(answer.get("message") or answer)
 
 
-def _buckets(named: list[tuple[str, Any]], limit: int) -> list[list[tuple[str, Any]]]:
+def weight_buckets(named: list[tuple[str, Any]], limit: int) -> list[list[tuple[str, Any]]]:
     """Consecutive groups of at most `limit` bytes; a tensor bigger than that goes alone."""
     buckets: list[list[tuple[str, Any]]] = []
     current: list[tuple[str, Any]] = []

@@ -3,7 +3,8 @@
     trainer = build_trainer(run_policy_dir(run_dir), recipe.trainer, recipe.grpo, seed=recipe.run.seed)
 
 The megatron trainer (megatron-core, loaded only when asked for) must be built on every rank of its
-torchrun world; the torch trainer is one process.
+torchrun world; the torch trainer is one process; the simulated one (a stand-in for scale runs)
+loads no model at all.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from rl360cli.trainer.protocol import Trainer
 
 
 def build_trainer(model_dir: Path, config: TrainerConfig, grpo: GRPOConfig, *, seed: int) -> Trainer:
+    if config.kind == "simulated":
+        from rl360cli.trainer.simulated import SimulatedTrainer
+
+        return SimulatedTrainer(config.simulated)
     if config.kind == "megatron":
         from rl360cli.trainer.megatron_trainer import MegatronTrainer, default_device
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 
@@ -49,9 +49,24 @@ class ModelConfig:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class SimulatedTrainerConfig:
+    """`[trainer.simulated]`: the stand-in trainer of `kind = "simulated"` (rl360cli/trainer/simulated.py)."""
+
+    # What one training step takes, plus this much per thousand loss tokens of its batch.
+    step_s: float = 5.0
+    step_s_per_1k_loss_tokens: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("step_s", "step_s_per_1k_loss_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"simulated.{name} must be >= 0 (got {getattr(self, name)})")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class TrainerConfig:
-    # `torch`: any Hugging Face causal LM on CPU or one GPU; `megatron`: megatron-core with TP/PP/DP.
-    kind: Literal["torch", "megatron"] = "torch"
+    # `torch`: any Hugging Face causal LM on CPU or one GPU; `megatron`: megatron-core with TP/PP/DP;
+    # `simulated`: a stand-in that takes each batch in a set time and only bumps the policy version.
+    kind: Literal["torch", "megatron", "simulated"] = "torch"
     lr: float = 1e-3
     weight_decay: float = 0.0
     betas: tuple[float, ...] = (0.9, 0.999)
@@ -67,6 +82,7 @@ class TrainerConfig:
     # Weight broadcast to the engines after each step.
     sync_backend: Literal["gloo", "nccl"] = "gloo"
     sync_bucket_mb: int = 64
+    simulated: SimulatedTrainerConfig = field(default_factory=SimulatedTrainerConfig)
 
     def __post_init__(self) -> None:
         if not self.lr > 0:

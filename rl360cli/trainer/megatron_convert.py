@@ -1,4 +1,4 @@
-"""Weights between a Hugging Face Llama/Qwen2 model and a megatron-core `GPTModel`, both ways.
+"""Weights between a Hugging Face Llama/Qwen2/Qwen3 model and a megatron-core `GPTModel`, both ways.
 
     spec = ModelSpec.from_hf_config(json.loads((model_dir / "config.json").read_text()))
     full = to_megatron(spec, "decoder.layers.0.self_attention.linear_qkv.weight", hf_tensor, tp=2)
@@ -15,6 +15,13 @@ fused Megatron tensor holds several Hugging Face tensors, the layout follows meg
   chunks the local output in two), so the full tensor interleaves per rank and depends on tp.
 - The vocabulary is padded to a multiple of tp with zero rows (Megatron's vocab-parallel
   embedding needs equal shards); the trainer masks the padded logits to -inf and `to_hf` strips them.
+- Qwen3's QK-norm (`self_attn.q_norm` / `k_norm`, one RMSNorm weight of head_dim shared by every
+  head, applied before RoPE) is Megatron's `q_layernorm` / `k_layernorm` (`qk_layernorm=True`), the
+  same weight on every TP rank.
+- Pipeline parallel: stage s of pp holds layers [s * L / pp, (s + 1) * L / pp) under *local* names
+  (`decoder.layers.0...` on every stage); `stage_names` lists a stage's global names and
+  `local_name` / `global_name` convert. A tied model's last stage (s > 0) also holds a copy of the
+  embedding as `output_layer.weight`, kept equal by the trainer; it has no Hugging Face name of its own.
 
 Pure tensor code, no megatron import: tested directly by tests/trainer/test_megatron_convert.py.
 """
@@ -27,7 +34,8 @@ from typing import Any
 
 from rl360cli.errors import Rl360Error
 
-SUPPORTED = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}
+SUPPORTED = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
+_MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -35,7 +43,7 @@ class ModelSpec:
     """The shape of a Llama-style causal LM, read from its Hugging Face config."""
 
     arch: str
-    # "llama" or "qwen2".
+    # "llama", "qwen2" or "qwen3".
     num_layers: int
     hidden_size: int
     num_heads: int
@@ -45,7 +53,9 @@ class ModelSpec:
     vocab_size: int
     tie_embeddings: bool
     qkv_bias: bool
-    # Qwen2 (and Llama with attention_bias) has biases on q/k/v.
+    # Qwen2 (and Llama or Qwen3 with attention_bias) has biases on q/k/v.
+    qk_norm: bool
+    # Qwen3: an RMSNorm over each query and key head (q_norm / k_norm) before RoPE.
     rope_theta: float
     norm_eps: float
     max_position_embeddings: int
@@ -53,10 +63,10 @@ class ModelSpec:
     @classmethod
     def from_hf_config(cls, config: dict[str, Any]) -> ModelSpec:
         archs = config.get("architectures") or [None]
-        arch = SUPPORTED.get(archs[0]) or {"llama": "llama", "qwen2": "qwen2"}.get(config.get("model_type"))
+        arch = SUPPORTED.get(archs[0]) or _MODEL_TYPES.get(config.get("model_type"))
         if arch is None:
             what = archs[0] or config.get("model_type")
-            raise Rl360Error(f"the megatron trainer converts Llama and Qwen2 models, not {what}",
+            raise Rl360Error(f"the megatron trainer converts Llama, Qwen2 and Qwen3 models, not {what}",
                              fix="use [trainer] kind = 'torch' for this model")  # fmt: skip
         if config.get("mlp_bias") or config.get("hidden_act", "silu") != "silu":
             raise Rl360Error("the megatron trainer supports SwiGLU MLPs without bias only",
@@ -81,6 +91,7 @@ class ModelSpec:
             vocab_size=config["vocab_size"],
             tie_embeddings=bool(config.get("tie_word_embeddings", False)),
             qkv_bias=arch == "qwen2" or bool(config.get("attention_bias")),
+            qk_norm=arch == "qwen3",
             rope_theta=float(rope.get("rope_theta", config.get("rope_theta", 10000.0))),
             norm_eps=float(config.get("rms_norm_eps", 1e-6)),
             max_position_embeddings=config.get("max_position_embeddings", 4096),
@@ -94,6 +105,37 @@ class ModelSpec:
                 raise Rl360Error(f"tensor_parallel = {tp} does not divide the model's {count} {what}",
                                  fix="set [trainer] tensor_parallel to a divisor of it")  # fmt: skip
 
+    def check_pp(self, pp: int) -> None:
+        """A one-line error unless the layers split evenly into `pp` pipeline stages."""
+        if self.num_layers % pp:
+            raise Rl360Error(f"pipeline_parallel = {pp} does not divide the model's {self.num_layers} layers",
+                             fix="set [trainer] pipeline_parallel to a divisor of the layer count")  # fmt: skip
+
+    def stage_layers(self, pp_rank: int, pp: int) -> range:
+        """The global layer numbers pipeline stage `pp_rank` of `pp` holds (Megatron's even split)."""
+        per_stage = self.num_layers // pp
+        return range(pp_rank * per_stage, (pp_rank + 1) * per_stage)
+
+    def stage_names(self, pp_rank: int, pp: int) -> list[str]:
+        """The global Megatron names (as `megatron_names`) of the weights stage `pp_rank` owns.
+
+        Each name is owned by exactly one stage; a tied model's copy of the embedding on the last
+        stage is not in this list (see the module docstring).
+        """
+        layers = self.stage_layers(pp_rank, pp)
+        owned = []
+        for name in self.megatron_names():
+            layer = _layer_of(name)
+            if layer is not None:
+                if layer in layers:
+                    owned.append(name)
+            elif name.startswith("embedding."):
+                if pp_rank == 0:
+                    owned.append(name)
+            elif pp_rank == pp - 1:  # final norm, untied output layer
+                owned.append(name)
+        return owned
+
     def padded_vocab(self, tp: int) -> int:
         return -(-self.vocab_size // tp) * tp
 
@@ -104,7 +146,10 @@ class ModelSpec:
             p = f"model.layers.{i}."
             for x in "qkv":
                 names += [f"{p}self_attn.{x}_proj.weight", *([f"{p}self_attn.{x}_proj.bias"] if self.qkv_bias else [])]
-            names += [f"{p}self_attn.o_proj.weight", *(f"{p}mlp.{x}_proj.weight" for x in ("gate", "up", "down")),
+            names.append(f"{p}self_attn.o_proj.weight")
+            if self.qk_norm:
+                names += [f"{p}self_attn.q_norm.weight", f"{p}self_attn.k_norm.weight"]
+            names += [*(f"{p}mlp.{x}_proj.weight" for x in ("gate", "up", "down")),
                       f"{p}input_layernorm.weight", f"{p}post_attention_layernorm.weight"]  # fmt: skip
         names.append("model.norm.weight")
         if not self.tie_embeddings:
@@ -112,13 +157,15 @@ class ModelSpec:
         return names
 
     def megatron_names(self) -> list[str]:
-        """The parameter names of the matching `GPTModel` (pipeline_parallel = 1)."""
+        """The parameter names of the matching `GPTModel` at pipeline_parallel = 1: the global names."""
         names = ["embedding.word_embeddings.weight"]
         for i in range(self.num_layers):
             p = f"decoder.layers.{i}."
             names += [f"{p}input_layernorm.weight", f"{p}self_attention.linear_qkv.weight"]
             if self.qkv_bias:
                 names.append(f"{p}self_attention.linear_qkv.bias")
+            if self.qk_norm:
+                names += [f"{p}self_attention.q_layernorm.weight", f"{p}self_attention.k_layernorm.weight"]
             names += [f"{p}self_attention.linear_proj.weight", f"{p}pre_mlp_layernorm.weight",
                       f"{p}mlp.linear_fc1.weight", f"{p}mlp.linear_fc2.weight"]  # fmt: skip
         names.append("decoder.final_layernorm.weight")
@@ -133,6 +180,8 @@ _LAYER_MAP = {
     "self_attention.linear_qkv.weight": tuple(f"self_attn.{x}_proj.weight" for x in "qkv"),
     "self_attention.linear_qkv.bias": tuple(f"self_attn.{x}_proj.bias" for x in "qkv"),
     "self_attention.linear_proj.weight": ("self_attn.o_proj.weight",),
+    "self_attention.q_layernorm.weight": ("self_attn.q_norm.weight",),
+    "self_attention.k_layernorm.weight": ("self_attn.k_norm.weight",),
     "pre_mlp_layernorm.weight": ("post_attention_layernorm.weight",),
     "mlp.linear_fc1.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
     "mlp.linear_fc2.weight": ("mlp.down_proj.weight",),
@@ -153,6 +202,28 @@ def hf_sources(name: str) -> tuple[str, ...]:
         if rest in _LAYER_MAP:
             return tuple(f"model.layers.{layer}.{x}" for x in _LAYER_MAP[rest])
     raise KeyError(f"no Hugging Face counterpart for Megatron parameter {name!r}")
+
+
+def global_name(local: str, *, first_layer: int) -> str:
+    """A stage's local Megatron name (`decoder.layers.0...` counts from the stage's first layer) made global."""
+    layer = _layer_of(local)
+    if layer is None:
+        return local
+    return f"decoder.layers.{layer + first_layer}.{local.removeprefix('decoder.layers.').partition('.')[2]}"
+
+
+def local_name(name: str, *, first_layer: int) -> str:
+    """The inverse of `global_name`: how the stage whose first layer is `first_layer` names `name`."""
+    layer = _layer_of(name)
+    if layer is None:
+        return name
+    return f"decoder.layers.{layer - first_layer}.{name.removeprefix('decoder.layers.').partition('.')[2]}"
+
+
+def _layer_of(name: str) -> int | None:
+    if not name.startswith("decoder.layers."):
+        return None
+    return int(name.removeprefix("decoder.layers.").partition(".")[0])
 
 
 def to_megatron(spec: ModelSpec, name: str, hf: dict[str, Any], *, tp: int) -> Any:

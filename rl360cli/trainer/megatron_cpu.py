@@ -16,12 +16,18 @@ installed and Megatron runs as shipped.
   "cuda": not patched; the trainer always passes its own causal mask.
 - `TransformerConfig` defaults (fused kernels, gradient-accumulation fusion, GPU initialisation):
   `CPU_CONFIG` turns them off and initialises on the CPU.
+- Pipeline parallelism: the schedules (`pipeline_parallel.schedules`) count tokens in a
+  `device="cuda"` tensor, the p2p layer (`p2p_communication`) allocates its receive buffers on
+  `torch.cuda.current_device()` and calls `torch.cuda.synchronize()`, and a tied model's last stage
+  moves its embedding copy `.cuda()` before the all-reduce that initialises it. `cuda_on_cpu()`
+  sends those to the CPU while the trainer builds the model and runs a schedule; outside it
+  nothing changes (and on a CPU-only torch, those calls raise anyway).
 
 Not used on any device (rl360 has its own, see megatron_trainer.py): Megatron's DDP wrapper and
 optimizer wrappers (`get_megatron_optimizer`, `clip_grad_norm_fp32`), which allocate `device='cuda'`
 tensors unconditionally in 0.16.1.
 
-Tested through tests/trainer/test_megatron_trainer.py (real torchrun, gloo).
+Tested through tests/trainer/test_megatron_trainer.py and test_megatron_pipeline.py (real torchrun, gloo).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Any
 import torch
 from megatron.core.tensor_parallel.random import CudaRNGStatesTracker
 from megatron.core.utils import GlobalMemoryBuffer
+from torch.overrides import TorchFunctionMode
 
 # TransformerConfig fields for a CPU run: initialise on the CPU, and no fused CUDA kernels.
 CPU_CONFIG: dict[str, Any] = {
@@ -80,6 +87,31 @@ def cpu_rotary(model: Any) -> None:
     cache_clear = getattr(type(rotary).forward, "cache_clear", None)
     if cache_clear is not None:
         cache_clear()
+
+
+@contextlib.contextmanager
+def cuda_on_cpu():  # noqa: ANN201 — a context manager
+    """While inside: tensors Megatron asks for on CUDA are made on the CPU (see the module docstring)."""
+    saved = (torch.cuda.current_device, torch.cuda.synchronize, torch.Tensor.cuda)
+    torch.cuda.current_device = lambda: "cpu"
+    torch.cuda.synchronize = lambda device=None: None
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self
+    try:
+        with _CudaFactoriesOnCpu():
+            yield
+    finally:
+        torch.cuda.current_device, torch.cuda.synchronize, torch.Tensor.cuda = saved
+
+
+class _CudaFactoriesOnCpu(TorchFunctionMode):
+    """`torch.zeros(..., device="cuda")` and the like, made on the CPU."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 — torch's protocol
+        kwargs = kwargs or {}
+        device = kwargs.get("device")
+        if device is not None and (isinstance(device, int) or torch.device(device).type == "cuda"):
+            kwargs = {**kwargs, "device": "cpu"}
+        return func(*args, **kwargs)
 
 
 class CpuGlobalMemoryBuffer(GlobalMemoryBuffer):

@@ -42,6 +42,8 @@ def train_step(
     clip_grads: Callable[[], float],
     reduce_grads: Callable[[], None] = lambda: None,
     reduce_sums: Callable[[torch.Tensor], torch.Tensor] = lambda sums: sums,
+    forward_backward: Callable[[Sequence[MicroBatch], Callable[[MicroBatch, torch.Tensor], torch.Tensor]], None]
+    | None = None,
 ) -> dict[str, float]:
     """`num_epochs` optimizer steps over `micro_batches` (this rank's share of the batch); the figures
     of `STAT_KEYS`: losses averaged over epochs, token means over every loss token, the last grad norm.
@@ -49,21 +51,31 @@ def train_step(
     `logprobs(micro)` is the policy's [B, T-1] logprobs with gradient; `clip_grads()` clips the
     gradients and returns their norm before clipping; `reduce_grads()` runs between backward and
     clipping; `reduce_sums(sums)` combines the statistic sums of all ranks.
+    `forward_backward(micro_batches, loss_of)`, where given, replaces the plain loop "for each
+    micro-batch: loss_of(micro, logprobs(micro)).backward()" (a pipeline schedule runs the forward
+    and backward passes itself, and calls `loss_of` only on its last stage).
     """
     sums = torch.zeros(len(_SUMMED) + len(_TOKEN_MEANS) + 1, dtype=torch.float64)
+
+    def loss_of(micro: MicroBatch, micro_logprobs: torch.Tensor) -> torch.Tensor:
+        loss, stats = policy_loss(
+            micro_logprobs, micro.old_logprobs, micro.advantages, micro.loss_mask,
+            denominator=micro.loss_denominator(grpo.aggregation, norm_tokens=grpo.norm_tokens),
+            **grpo.loss_kwargs(),
+        )
+        sums.add_(torch.tensor([*(getattr(stats, name) for name in _SUMMED),
+                                *(getattr(stats, name) * stats.num_tokens for name in _TOKEN_MEANS),
+                                stats.num_tokens], dtype=torch.float64))  # fmt: skip
+        return loss
+
+    def backward_each(micros: Sequence[MicroBatch], loss_of: Callable[[MicroBatch, torch.Tensor], torch.Tensor]) -> None:
+        for micro in micros:
+            loss_of(micro, logprobs(micro)).backward()
+
     grad_norm = 0.0
     for _ in range(num_epochs):
         optimizer.zero_grad(set_to_none=True)
-        for micro in micro_batches:
-            loss, stats = policy_loss(
-                logprobs(micro), micro.old_logprobs, micro.advantages, micro.loss_mask,
-                denominator=micro.loss_denominator(grpo.aggregation, norm_tokens=grpo.norm_tokens),
-                **grpo.loss_kwargs(),
-            )
-            loss.backward()
-            sums += torch.tensor([*(getattr(stats, name) for name in _SUMMED),
-                                  *(getattr(stats, name) * stats.num_tokens for name in _TOKEN_MEANS),
-                                  stats.num_tokens], dtype=torch.float64)
+        (forward_backward or backward_each)(micro_batches, loss_of)
         reduce_grads()
         grad_norm = clip_grads()
         optimizer.step()

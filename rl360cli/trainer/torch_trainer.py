@@ -10,6 +10,8 @@ loop's own state, so that a run resumes exactly where it stopped.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import torch
 from rl360cli.rl.config import GRPOConfig
 from rl360cli.rl.train_batch import TrainBatch
 from rl360cli.trainer.config import TrainerConfig
+from rl360cli.trainer.fault_points import fault_point
 from rl360cli.trainer.step import train_step
 
 
@@ -69,16 +72,21 @@ class TorchTrainer:
     # ------------------------------------------------------------------ checkpoints
 
     def save_checkpoint(self, path: Path, loop_state: dict) -> None:
+        """Model, optimizer, RNG and `loop_state` in a staging folder, fsynced, then renamed in: a
+        crash leaves either the old checkpoint set or the new one, never a folder that looks whole."""
         tmp = path.with_name(path.name + ".tmp")
-        tmp.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # what an earlier crash left half-written
+        tmp.mkdir(parents=True)
         self.model.save_pretrained(tmp / "model")
         torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
         (tmp / "loop_state.json").write_text(json.dumps({**loop_state, "version": self.version}))
+        fsync_tree(tmp)
+        fault_point("checkpoint_write", int(loop_state.get("next_step", 0)) - 1)
         if path.exists():
-            import shutil
-
             shutil.rmtree(path)
         tmp.rename(path)
+        fsync_tree(path.parent, files=False)
 
     def load_checkpoint(self, path: Path) -> dict:
         from transformers import AutoModelForCausalLM
@@ -87,7 +95,24 @@ class TorchTrainer:
         self.model.train()
         self.optimizer = self._new_optimizer()
         self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+        if (path / "rng.pt").is_file():  # checkpoints from before the RNG was kept have none
+            torch.set_rng_state(torch.load(path / "rng.pt", weights_only=True)["torch"])
         state = json.loads((path / "loop_state.json").read_text())
         self.version = state["version"]
         return state
 
+
+def fsync_tree(folder: Path, *, files: bool = True) -> None:
+    """Flush `folder`'s files (with `files`) and its directory entries to disk, so a rename that
+    follows publishes complete files even across a power loss."""
+    if files:
+        for item in folder.rglob("*"):
+            if item.is_file():
+                with open(item, "rb") as f:
+                    os.fsync(f.fileno())
+    for directory in ([folder, *(d for d in folder.rglob("*") if d.is_dir())] if files else [folder]):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -22,16 +22,17 @@ def test_sglang_server_command_golden():
     engine = EngineConfig(kind="sglang", tp_size=4, mem_fraction_static=0.85, max_batch_size=256,
                           extra_args={"--context-length": "32768", "--enable-metrics": "", "--log-level": "warning"})
     cmd = sglang_server_command(engine, model_path="/models/k2-horizon-7b", host="10.1.0.7", port=31002,
-                                weight_version=3, dtype="bfloat16", seed=7, api_key="k3y", python="python3",
-                                nccl_ifname="ib0")
+                                weight_version=3, dtype="bfloat16", seed=7, api_key_file="/runs/r1/api-key",
+                                python="python3", nccl_ifname="ib0")
+    # The key is filled in from its file on the node (keyed_launch); the command itself never holds it.
     assert " ".join(cmd.argv) == (
+        "python3 -m rl360cli.inference.keyed_launch --api-key-file /runs/r1/api-key -- "
         "python3 -m sglang.launch_server --model-path /models/k2-horizon-7b --host 10.1.0.7 --port 31002 "
         "--tp-size 4 --mem-fraction-static 0.85 --max-running-requests 256 --dtype bfloat16 --random-seed 7 "
-        "--weight-version 3 --api-key k3y --trust-remote-code --context-length 32768 --enable-metrics "
+        "--weight-version 3 --api-key <api-key file> --trust-remote-code --context-length 32768 --enable-metrics "
         "--log-level warning"
     )
     assert cmd.env == {"SGLANG_RETURN_ORIGINAL_LOGPROB": "1", "NCCL_SOCKET_IFNAME": "ib0"}
-    assert "k3y" not in " ".join(cmd.redacted()) and "--api-key ***" in " ".join(cmd.redacted())
 
 
 def test_sglang_flags_without_a_value_are_left_out():
@@ -45,14 +46,15 @@ def test_sglang_flags_without_a_value_are_left_out():
 def test_local_engine_command_golden():
     engine = EngineConfig(max_batch_size=16, max_wait_ms=2.5, num_threads=1, weight_sync_timeout_s=90)
     cmd = engine_command(engine, model_path="/runs/r1/model", host="127.0.0.1", port=31002, weight_version=0,
-                         api_key="k3y", python="python3")
+                         api_key_file="/runs/r1/api-key", python="python3")
     assert cmd.argv == (
         "python3", "-m", "rl360cli.inference.server", "--model", "/runs/r1/model", "--host", "127.0.0.1",
         "--port", "31002", "--max-batch-size", "16", "--max-wait-ms", "2.5", "--weight-version", "0",
-        "--dtype", "float32", "--seed", "0", "--num-threads", "1", "--dist-timeout-s", "90", "--log-level", "info",
+        "--dtype", "float32", "--seed", "0", "--num-threads", "1", "--dist-timeout-s", "90",
+        "--api-key-file", "/runs/r1/api-key", "--log-level", "info",
     )
-    # The key travels by environment, never on the command line.
-    assert cmd.env == {"RL360_ENGINE_API_KEY": "k3y", "GLOO_SOCKET_IFNAME": "lo"}
+    # The engine reads the key file itself: the key is in neither its command line nor its environment.
+    assert cmd.env == {"GLOO_SOCKET_IFNAME": "lo"}
 
 
 def test_router_command_golden():
@@ -77,10 +79,12 @@ def test_router_flags_parse_with_the_installed_router():
     from sglang_router.launch_router import parse_router_args
 
     cmd = router_command(EngineConfig(), worker_urls=["http://127.0.0.1:1"], host="127.0.0.1", port=2,
-                         prometheus_port=3, api_key="k")
-    args = parse_router_args(list(cmd.argv[3:]))
+                         prometheus_port=3, api_key_file="/runs/r1/api-key")
+    assert cmd.argv[1:6] == ("-m", "rl360cli.inference.keyed_launch", "--api-key-file", "/runs/r1/api-key", "--")
+    args = parse_router_args(list(cmd.argv[9:]))
     assert args.worker_urls == ["http://127.0.0.1:1"] and args.retry_max_retries == 1
-    assert args.prometheus_host == "127.0.0.1" and args.health_failure_threshold == 1 and args.api_key == "k"
+    assert args.prometheus_host == "127.0.0.1" and args.health_failure_threshold == 1
+    assert args.api_key == "<api-key file>"
 
 
 def test_missing_router_package_names_the_install_command(monkeypatch):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rl360cli.inference.client import EngineClient
-from rl360cli.trainer.broadcast import WeightBroadcaster, WeightSyncError, _buckets
+from rl360cli.trainer.broadcast import WeightBroadcaster, WeightSyncError, weight_buckets
 from rl360cli.inference.process_group import StatelessGroup
 
 from .conftest import free_port
@@ -86,7 +86,7 @@ def test_a_stateless_gloo_group_broadcasts_without_a_default_group():
 
 def test_buckets_split_by_size_and_keep_order():
     named = [(f"t{i}", torch.zeros(n)) for i, n in enumerate([10, 10, 30, 5, 100])]
-    buckets = _buckets(named, limit=25 * 4)
+    buckets = weight_buckets(named, limit=25 * 4)
     assert [[n for n, _ in b] for b in buckets] == [["t0", "t1"], ["t2"], ["t3"], ["t4"]]
 
 
@@ -102,7 +102,7 @@ def test_broadcast_to_two_engines_updates_weights_and_version(pair, trainer_mode
         stats = sync.broadcast(trainer_model.named_parameters(), version=1)
         params = list(trainer_model.named_parameters())
         assert stats.bytes == sum(p.numel() * p.element_size() for _, p in params)
-        assert stats.buckets == len(_buckets(params, int(0.05 * (1 << 20)))) > 1
+        assert stats.buckets == len(weight_buckets(params, int(0.05 * (1 << 20)))) > 1
         assert stats.failed == {} and stats.num_engines == 2 and stats.version == 1
         for url in urls:
             after = greedy(url, [5, 6, 7])

@@ -4,6 +4,7 @@ actors, process sandboxes, the torch trainer and the gloo weight broadcast, all 
 from __future__ import annotations
 
 import json
+import random
 import socket
 import textwrap
 from pathlib import Path
@@ -19,8 +20,11 @@ LOCAL_SMOKE_SEED = load_recipe(REPO / "recipes" / "local-smoke.toml").run.seed
 
 
 def free_port_block(count: int) -> int:
-    """A base port with `count` free ports after it (loopback)."""
-    for base in range(33000, 60000, 97):
+    """A base port with `count` free ports after it (loopback), below the kernel's ephemeral range
+    (32768-60999), where outgoing connections take their ports, and from a random start, so that two
+    test runs at once rarely probe the same block."""
+    start = random.randrange(10000, 30000)
+    for base in [*range(start, 32768 - count, 97), *range(10000, start, 97)]:
         try:
             for port in range(base, base + count):
                 with socket.socket() as s:

@@ -1,5 +1,6 @@
 """The loop under faults: injected sandbox failures are masked, never rewards of 0; an engine
-killed mid-run costs only its in-flight attempts, and the run goes on."""
+killed mid-run costs only its in-flight attempts, and the run goes on (here with restarts off,
+`max_restarts = 0`: with fewer engines; tests/loop/test_engine_restart.py has it come back)."""
 
 from __future__ import annotations
 
@@ -25,11 +26,15 @@ num_steps = {steps}
 num_tasks_per_step = 6
 num_samples_per_task = 4
 max_generation_rounds = 1
+# A 30-step warm-up earns little reward: the runs here test masking, not learning, so a step with
+# no trainable group must not stop them (the spinning guard has its own test).
+max_steps_without_signal = 0
 [rollout]
 num_session_actors = 2
 max_new_tokens = 24
 [engine]
 num_engines = {engines}
+max_restarts = 0
 """
 
 

@@ -63,7 +63,9 @@ def test_plan_renders_through_the_cli(cli, path: Path, profile: Path):
     tiers = sorted(a["subject"] for a in actions if a["verb"] == "allocate")
     assert tiers == ["tier rollout", "tier service", "tier training"]
     engines = [a for a in actions if a["stage"] == "serve" and a["verb"] == "start" and "/engine-" in a["subject"]]
-    assert len(engines) == recipe.engine.num_engines
+    # Simulated engines (stand-ins) share a process: one start action serves several.
+    per_process = recipe.engine.simulated.engines_per_process if recipe.engine.kind == "simulated" else 1
+    assert len(engines) == -(-recipe.engine.num_engines // per_process)
     routers = [a for a in actions if a["subject"] == "service/router"]
     assert len(routers) == 1 and len(routers[0]["command"]) > recipe.engine.num_engines  # every engine's URL
     trainer = [a for a in actions if a["stage"] == "train"]

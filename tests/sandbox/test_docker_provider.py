@@ -4,11 +4,13 @@ acceptance test with three real daemons."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 
 import docker
 import pytest
 
-from rl360cli.sandbox.config import SandboxConfig
+from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig
 from rl360cli.sandbox.task import load_task
 from rl360cli.sandbox.waves import AdmissionController
 from tests.sandbox.conftest import BUSYBOX, EXAMPLES, run, write_task
@@ -92,3 +94,52 @@ def test_waves_on_three_nodes_24_concurrent_4_per_half_second(docker_provider, d
     for name, cpus in observed.items():
         assert cpus <= 2.0 + 1e-9, (name, cpus)
         assert ctl.summary()["peak_reserved"][name]["cpus"] <= 2.0 + 1e-9
+
+
+def reserved_cpus(api, run_id: str) -> float:
+    """The CPUs reserved by the run's running containers on one daemon (those being removed left out)."""
+    total = 0
+    for row in api.containers(filters={"label": f"rl360.run={run_id}"}):
+        with contextlib.suppress(docker.errors.NotFound):
+            total += api.inspect_container(row["Id"])["HostConfig"]["NanoCpus"]
+    return total / 1e9
+
+
+def test_a_warm_pool_hands_each_container_to_one_attempt_and_starts_become_lookups(
+        docker_provider, docker_node_specs, tmp_path):
+    """16 attempts, 2 at a time, on a node of 1 CPU (4 sandboxes of 0.25) with a pool of 2: every attempt
+    gets its own container (ids never repeat), most starts are pool hits, and live + pooled containers
+    never reserve more than the node has."""
+    config = dict(max_concurrent=2, wave_size=2, wave_interval_s=0.0, cpus=0.25, memory_mb=64)
+    node = dataclasses.replace(docker_node_specs[0], cpus=1.0)
+    provider = docker_provider(nodes=[node], warm_pool=WarmPoolConfig(size=2), **config)
+    ctl = AdmissionController(provider, config=SandboxConfig(provider="docker", **config))
+    task = load_task(write_task(tmp_path, "pool", image=BUSYBOX,
+                                test_sh="echo 1 > /logs/verifier/reward.txt\n"))
+    seen: list[str] = []
+    api = docker.APIClient(base_url=docker_node_specs[0].docker_host, version="auto")
+    most = 0.0
+
+    async def agent(sandbox):
+        nonlocal most
+        seen.append(sandbox.info()["container_id"])
+        # A marker file: a container handed out twice would already have it.
+        result = await sandbox.exec("test ! -e /tmp/used && touch /tmp/used", timeout_s=10)
+        assert result.exit_code == 0, "this container already served an attempt"
+        most = max(most, reserved_cpus(api, provider.run_id))
+
+    async def go():
+        gate = asyncio.Semaphore(2)
+
+        async def one(i):
+            async with gate:
+                return await ctl.run_attempt(task, agent, attempt_id=f"p{i}", labels={"rl360.run": provider.run_id})
+
+        return await asyncio.gather(*(one(i) for i in range(16)))
+
+    results = run(go())
+    assert all(r.reward == 1.0 for r in results), [r.detail for r in results]
+    assert len(seen) == len(set(seen)) == 16
+    stats = provider.pool_stats()
+    assert stats.hits + stats.misses == 16 and stats.hits >= 8, stats
+    assert most <= 1.0 + 1e-9  # live + pooled never over the node's CPU

@@ -128,11 +128,13 @@ def test_a_nodes_dockerd_stopped_mid_attempt_is_node_lost_and_retried_elsewhere(
     assert result.outcome == Outcome.OK and result.reward == 1.0
     assert ctl.nodes_state[SPARE].down_until > 0
     # The container on the lost node could not be removed while it was down; once the node is back, the
-    # janitor finds it by its labels (nothing else knows it) and removes it.
+    # janitor finds it by its labels (nothing else knows it) and removes it, with what the node's warm
+    # pool held when it went down.
     dev_script("start-node", SPARE)
-    assert len(containers_of(provider.run_id, [spare_node])) == 1
+    left = containers_of(provider.run_id, [spare_node])
+    assert left
     removed = janitor.remove_all((spare_node, n1), {}, runs={provider.run_id})
-    assert len(removed) == 1 and removed[0].startswith(f"{SPARE}/")
+    assert set(removed) >= set(left)
     assert containers_of(provider.run_id, [spare_node, n1]) == []
 
 

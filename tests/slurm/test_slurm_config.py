@@ -89,3 +89,18 @@ def test_cluster_info_reads_partitions_limits_and_nodes():
     assert info.partitions["short"].max_minutes == 5 and info.partitions["debug"].nodes == ["n1", "n2"]
     assert info.usable(["n1", "n2"]) == ["n1"]
     assert info.nodes["n2"]["gres"] == "gpu:8" and info.nodes["n2"]["lost"]
+
+
+def test_a_megatron_trainer_on_slurm_is_one_torchrun_per_training_node(tmp_path):
+    """`rl360 plan` on the reference profile renders the trainer as the torchrun every training node runs:
+    8 nodes x 8 ranks meeting at the first training node, TP 4 x PP 1 x DP 16 in the row's detail."""
+    from tests.conftest import REPO, run_cli
+
+    proc = run_cli("plan", "--recipe", str(REPO / "recipes" / "qwen3-8b-swap.toml"), state=tmp_path / "state.json")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("train: start training/trainer"))
+    assert "64 ranks = TP 4 x PP 1 x DP 16 (8 nodes x 8), one torchrun per training node" in lines[row]
+    assert ("-m torch.distributed.run --nproc-per-node=8 --nnodes=8 --rdzv-backend=c10d "
+            "--rdzv-endpoint=<training[0]>:") in lines[row + 1]
+    assert "-m rl360cli.loop.driver -- --state" in lines[row + 1]

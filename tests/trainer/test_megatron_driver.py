@@ -67,7 +67,9 @@ def test_up_runs_the_megatron_trainer_under_torchrun(tmp_path, state_path):
             if row["policy_version"] == 1:
                 assert row["train"]["ratio_mean"] == pytest.approx(1.0, abs=1e-3)
         checkpoint = Path(run["run_dir"]) / "checkpoints" / "step_000003"
-        assert sorted(p.name for p in (checkpoint / "megatron").iterdir()) == ["tp00_pp000.pt", "tp01_pp000.pt"]
+        # Layout-free (format 2): one file per pipeline stage and TP rank, each with a share of whole tensors.
+        assert sorted(p.name for p in (checkpoint / "megatron").iterdir()) == [
+            "layout.json", "stage000-tp00.safetensors", "stage000-tp01.safetensors"]
         assert (checkpoint / "model" / "model.safetensors").is_file()
         # Only rank 0 ran the loop (one "step 1/3" line, printed by the driver of rank 0).
         assert log.count("[driver] step 1/3") == 1

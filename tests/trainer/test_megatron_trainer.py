@@ -1,34 +1,31 @@
-"""The megatron trainer against the torch trainer, in real torchrun worlds of two ranks over gloo.
+"""The megatron trainer against the torch trainer, in a real torchrun world of four ranks over gloo.
 
-One torchrun run (this file's `__main__`, two processes on 127.0.0.1) goes through every case:
-a tiny tied Llama (odd vocabulary, grouped-query attention) at TP=2 and at TP=1 x DP=2, and a
-tiny untied Qwen2 (q/k/v bias) at TP=2. For each it records the logprobs, the gathered weights
-before and after a train step, the step's statistics, and a checkpoint save / load / replay.
-The tests here compare those with the Hugging Face model and the torch trainer, computed in the
-pytest process from the same folders and batches.
+The torchrun world (tests/trainer/megatron_world.py: four processes on 127.0.0.1, shared with
+test_megatron_pipeline.py) runs `run_ranks` through every case: a tiny tied Llama (odd
+vocabulary, grouped-query attention) at TP=2 x DP=2 and at TP=1 x DP=4, and a tiny untied Qwen2
+(q/k/v bias) at TP=2 x DP=2. For each it records the logprobs, the gathered weights before and
+after a train step, the step's statistics, and a checkpoint save / load / replay. The tests here
+compare those with the Hugging Face model and the torch trainer, computed in the pytest process
+from the same folders and batches.
 
     .venv/bin/python -m pytest tests/trainer/test_megatron_trainer.py
 """
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from rl360cli.trainer.step import STAT_KEYS
-from tests.conftest import need
 
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
-# (case name, model folder name, tensor_parallel); the world has two ranks, so TP=1 means DP=2.
-CASES = [("llama-tp2", "llama", 2), ("llama-tp1-dp2", "llama", 1), ("qwen2-tp2", "qwen2", 2)]
+# (case name, model folder name, tensor_parallel); the world has four ranks, so DP = 4 / TP.
+CASES = [("llama-tp2", "llama", 2), ("llama-tp1-dp4", "llama", 1), ("qwen2-tp2", "qwen2", 2)]
 LR = 1e-3
 
 
@@ -93,36 +90,18 @@ def _make_batch(model_dir: Path, seed: int):
                           group_ids=tuple(f"g{i // 3}" for i in range(6)))  # fmt: skip
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """Models and batches here, then one torchrun run of two ranks through every case."""
-    import importlib.util
-
-    # find_spec, not import: megatron.core takes seconds to import and the pytest process needs none of it.
-    need(importlib.util.find_spec("megatron") is not None and importlib.util.find_spec("megatron.core") is not None,
-         "megatron-core is not installed; pip install -e '.[megatron]'")
-    root = tmp_path_factory.mktemp("megatron")
+def prepare(root: Path) -> None:
+    """The models and batches the ranks train on (megatron_world.launch calls it before torchrun)."""
     for kind in ("llama", "qwen2"):
         _make_model(kind, root / kind)
         batches = {"step1": _make_batch(root / kind, 1), "step2": _make_batch(root / kind, 2)}
         torch.save(batches, root / f"{kind}.batches.pt")
-    from rl360cli.trainer.megatron_launch import trainer_argv
 
-    argv = trainer_argv([str(root)], nproc_per_node=2, master_port=_free_port(),
-                        module="tests.trainer.test_megatron_trainer")
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
-    started = time.monotonic()
-    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=280)
-    seconds = time.monotonic() - started
-    (root / "torchrun.log").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return {"root": root, "seconds": seconds}
+
+@pytest.fixture(scope="module")
+def world(megatron_world):
+    """This file's results from the shared torchrun world (tests/trainer/conftest.py)."""
+    return {"root": megatron_world["root"] / "trainer", "seconds": megatron_world["seconds"]}
 
 
 def _results(world, case: str) -> dict:
@@ -224,7 +203,7 @@ def test_named_tensors_after_training_round_trip_to_a_hugging_face_model(world, 
 @pytest.mark.parametrize("case,kind,tp", CASES)
 def test_a_checkpoint_resumes_bit_exactly(world, case, kind, tp):
     results = _results(world, case)
-    assert results["loaded_state"] == {"next_step": 1, "version": 1, "tensor_parallel": tp}
+    assert results["loaded_state"] == {"next_step": 1, "version": 1}
     assert results["version_after_replay"] == 2
     assert results["stats2"] == results["stats2_replayed"]
     first, replayed = results["named2"], results["named2_replayed"]
@@ -238,7 +217,7 @@ def test_a_checkpoint_resumes_bit_exactly(world, case, kind, tp):
 @pytest.mark.slow
 def test_the_run_took(world):
     """Not a speed test: records how long the torchrun world took, for the report."""
-    print(f"torchrun world of 2 ranks, {len(CASES)} cases: {world['seconds']:.1f}s")
+    print(f"torchrun world of 4 ranks (with test_megatron_pipeline.py's cases): {world['seconds']:.1f}s")
     assert world["seconds"] > 0
 
 
@@ -265,22 +244,11 @@ def test_the_launch_module_imports_nothing_heavy():
     assert done.stdout.split() == ["False", "False"]
 
 
-def test_pipeline_parallel_is_refused_before_anything_starts(tmp_path):
-    from rl360cli.errors import Rl360Error
-    from rl360cli.trainer.config import TrainerConfig
-    from rl360cli.trainer.megatron_trainer import MegatronTrainer
-
-    with pytest.raises(Rl360Error, match="pipeline_parallel = 1 only") as info:
-        MegatronTrainer(tmp_path, TrainerConfig(kind="megatron", pipeline_parallel=2), grpo_config())
-    assert "pipeline_parallel = 1" in info.value.fix
-
-
 # ---------------------------------------------------------------------- the torchrun side
 
 
-def _worker(root: Path) -> None:
-    import torch.distributed as dist
-
+def run_ranks(root: Path) -> None:
+    """Every rank of the shared world (megatron_world.py) runs this; rank 0 records the results."""
     from rl360cli.trainer.megatron_trainer import MegatronTrainer
 
     for case, kind, tp in CASES:
@@ -307,10 +275,3 @@ def _worker(root: Path) -> None:
         out["named2_replayed"] = {n: t.clone() for n, t in trainer.named_tensors()}
         trainer.close()
         torch.save(out, root / f"{case}.results.pt")
-    dist.barrier()
-    dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, str(REPO))
-    _worker(Path(sys.argv[1]))

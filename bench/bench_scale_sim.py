@@ -1,0 +1,290 @@
+"""Benchmark of the rollout tier at scale: recipes/scale-sim.toml through `rl360 up` at 1,024 / 4,096 / 8,192 sessions.
+
+    .venv/bin/python bench/bench_scale_sim.py [--sessions 1024 4096 8192] [--steps 2] [--latency-scale 1.0] \
+        [--py-spy /path/to/py-spy] [--no-write]
+
+Each size is one run of the real loop on the stand-ins (simulated nodes, engines and trainer; see the
+recipe): 32 tasks x sessions/32 samples a step, all of a step's sessions allowed in flight at once,
+the recipe's latencies multiplied by `--latency-scale`. While it runs, the orchestrating processes —
+the driver (the trainer component) and everything under it: Ray's GCS and raylet, the session
+actors — are sampled every second for CPU time and RSS; the stand-in engines and the router are
+measured apart. Figures per run:
+
+- sessions in flight (max): the most simulated sandboxes live at once, summed over the actors;
+- agent turns per second: agent commands (one per turn that acted) over the run's step time;
+- router requests per second: /generate requests the simulated engines answered over the same time;
+- orchestration CPU seconds per 1,000 sessions, and peak RSS per 1,000 sessions in flight;
+- step wall time (mean of the steps).
+
+With `--py-spy` (pip install py-spy; it needs ptrace) the busiest session actor is sampled for 20 s (GIL held only)
+in the middle of the largest run and its top functions are printed. Rewrites the
+`## Scale simulation` section of docs/benchmarks.md unless `--no-write`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.report import write_section  # noqa: E402
+
+RECIPE = REPO / "recipes" / "scale-sim.toml"
+# The recipe's latencies, which `--latency-scale` multiplies.
+RECIPE_LATENCIES = {"engine.simulated.per_token_ms": 200.0, "sandbox.simulated.exec_median_s": 4.0,
+                    "sandbox.simulated.start_latency_s": 1.0, "sandbox.simulated.verifier_latency_s": 2.0,
+                    "trainer.simulated.step_s": 10.0}
+
+
+def free_base_port(count: int = 110) -> int:
+    """Below the ephemeral range (32768+), which a run's thousands of connections leave in TIME_WAIT."""
+    import socket
+
+    for base in range(20000, 32000, 211):
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no free port block")
+
+
+class Sampler(threading.Thread):
+    """CPU seconds (last seen per process) and summed RSS of a process tree, every `interval_s`."""
+
+    def __init__(self, find_root, interval_s: float = 1.0):
+        super().__init__(daemon=True)
+        self.find_root = find_root
+        self.interval_s = interval_s
+        self.cpu: dict[int, float] = {}
+        self.peak_rss = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            root = self.find_root()
+            if root is not None:
+                try:
+                    procs = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
+                except psutil.Error:
+                    procs = []
+                rss = 0
+                for proc in procs:
+                    try:
+                        times = proc.cpu_times()
+                        self.cpu[proc.pid] = times.user + times.system + times.children_user + times.children_system
+                        rss += proc.memory_info().rss
+                    except psutil.Error:
+                        pass
+                self.peak_rss = max(self.peak_rss, rss)
+            self.done.wait(self.interval_s)
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(self.cpu.values())
+
+
+def component_pid(state_path: Path, kind_prefix: str) -> int | None:
+    try:
+        doc = json.loads(state_path.read_text())
+    except (OSError, ValueError):
+        return None
+    for rec in doc.get("components", {}).values():
+        if rec.get("kind", "").startswith(kind_prefix) and rec.get("pid"):
+            # The record holds the supervisor's pid; the component is its child.
+            return rec["pid"]
+    return None
+
+
+class RequestCounter(threading.Thread):
+    """The /generate requests the simulated engines have answered, polled every few seconds (`rl360 up`
+    stops the engines when the run ends, so the last poll before that is the count)."""
+
+    def __init__(self, state_path: Path, ports: range, interval_s: float = 3.0):
+        super().__init__(daemon=True)
+        self.state_path, self.ports, self.interval_s = state_path, ports, interval_s
+        self.count = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                doc = json.loads(self.state_path.read_text())
+                run_dir = Path(doc["runs"][doc["current_run"]]["run_dir"])
+                key = (run_dir / "api-key").read_text().strip()
+                total = 0
+                for port in self.ports:
+                    request = urllib.request.Request(f"http://127.0.0.1:{port}/server_info",
+                                                     headers={"Authorization": f"Bearer {key}"})
+                    with urllib.request.urlopen(request, timeout=10) as reply:
+                        total += json.load(reply)["num_finished_requests"]
+                self.count = max(self.count, total)
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            self.done.wait(self.interval_s)
+
+
+def py_spy_top(py_spy: str, state_path: Path, seconds: int = 20) -> str:
+    """py-spy's top functions of the busiest Ray worker (a session actor) under the driver."""
+    root = component_pid(state_path, "trainer")
+    if root is None:
+        return "(no driver found)"
+    workers = [p for p in psutil.Process(root).children(recursive=True) if "SessionActor" in " ".join(p.cmdline())
+               or "ray::SessionActor" in p.name()]
+    if not workers:
+        workers = [p for p in psutil.Process(root).children(recursive=True)
+                   if "default_worker" in " ".join(p.cmdline())]
+    if not workers:
+        return "(no session actor found)"
+    busiest = max(workers, key=lambda p: p.cpu_times().user)
+    out = Path(tempfile.mkdtemp()) / "profile.txt"
+    subprocess.run([py_spy, "record", "--pid", str(busiest.pid), "--duration", str(seconds), "--format", "raw",
+                    "--gil", "--output", str(out), "--nonblocking"], capture_output=True, timeout=seconds + 60)
+    if not out.exists():
+        return "(py-spy wrote nothing: ptrace not permitted?)"
+    # Raw format: "frame;frame;... count" — add up self time by the innermost frame.
+    counts: dict[str, int] = {}
+    total = 0
+    for line in out.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frame = stack.split(";")[-1]
+        frame = re.sub(r"\s+\(.*?/(site-packages|rl360cli)/", r" (\1/", frame)
+        counts[frame] = counts.get(frame, 0) + int(count)
+        total += int(count)
+    top = sorted(counts.items(), key=lambda kv: -kv[1])[:15]
+    return "\n".join(f"{100 * c / total:5.1f}%  {frame}" for frame, c in top)
+
+
+def one_run(sessions: int, *, steps: int, latency_scale: float, py_spy: str | None, workdir: Path) -> dict:
+    base = free_base_port()
+    profile = workdir / f"profile-{sessions}.toml"
+    text = (REPO / "cluster" / "sim-24-nodes.toml").read_text()
+    text = re.sub(r"(?m)^base_port = \d+", f"base_port = {base}", text)
+    profile.write_text(re.sub(r"(?m)^sync_port = \d+", f"sync_port = {base + 105}", text))
+    ledgers = workdir / f"ledgers-{sessions}"
+    state = workdir / f"state-{sessions}" / "state.json"
+    settings = [f"loop.num_steps={steps}", f"loop.num_samples_per_task={sessions // 32}",
+                f"rollout.max_concurrent_sessions={sessions}", f"sandbox.max_concurrent={sessions // 2}",
+                f'sandbox.simulated.ledger_dir="{ledgers}"']
+    settings += [f"{key}={value * latency_scale!r}" for key, value in RECIPE_LATENCIES.items()]
+    argv = [sys.executable, "-m", "rl360cli", "up", "--recipe", str(RECIPE), "--profile", str(profile)]
+    for setting in settings:
+        argv += ["--set", setting]
+    env = {**os.environ, "RL360_STATE": str(state), "COLUMNS": "200"}
+    orchestration = Sampler(lambda: component_pid(state, "trainer"))
+    engines = Sampler(lambda: component_pid(state, "engine-"))
+    requests = RequestCounter(state, range(base + 2, base + 2 + 96))
+    orchestration.start()
+    engines.start()
+    requests.start()
+    began = time.time()
+    up = subprocess.Popen(argv, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    profile_text = None
+    if py_spy:
+        def spy():
+            nonlocal profile_text
+            time.sleep(max(30.0, 90 * latency_scale))
+            profile_text = py_spy_top(py_spy, state)
+        spier = threading.Thread(target=spy, daemon=True)
+        spier.start()
+    output, _ = up.communicate(timeout=7200)
+    wall = time.time() - began
+    orchestration.done.set()
+    engines.done.set()
+    requests.done.set()
+    try:
+        if up.returncode != 0:
+            raise RuntimeError(f"rl360 up exited {up.returncode}:\n{output[-4000:]}")
+        doc = json.loads(state.read_text())
+        run = doc["runs"][doc["current_run"]]
+        rows = [json.loads(line) for line in Path(run["metrics_path"]).read_text().splitlines()]
+    finally:
+        subprocess.run([sys.executable, "-m", "rl360cli", "down"], cwd=workdir, env=env, capture_output=True,
+                       timeout=300)
+    found = [json.loads(p.read_text()) for p in ledgers.glob("ledger-*.json")]
+    in_flight = sum(ledger["max_live"] for ledger in found)
+    agent_turns = sum(ledger["execs"] - ledger["verifier_execs"] for ledger in found)
+    run_s = sum(row["step_s"] for row in rows)
+    return {
+        "sessions": sessions, "steps": len(rows), "samples": sum(row["samples"] for row in rows),
+        "in_flight_max": in_flight, "agent_turns": agent_turns, "turns_per_s": agent_turns / run_s,
+        "router_rps": requests.count / run_s, "step_s": run_s / len(rows),
+        "step_s_each": [round(row["step_s"], 1) for row in rows],
+        "generation_s_each": [round(row["generation_s"], 1) for row in rows],
+        "cpu_s": orchestration.cpu_s,
+        "cpu_s_per_1k": orchestration.cpu_s / (sum(row["samples"] for row in rows) / 1000),
+        "rss_mb": orchestration.peak_rss / 2**20,
+        "rss_mb_per_1k_in_flight": orchestration.peak_rss / 2**20 / (in_flight / 1000),
+        "engines_cpu_s": engines.cpu_s, "up_wall_s": wall,
+        "infra": [row["infra_failures_by_cause"] for row in rows], "profile": profile_text,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sessions", type=int, nargs="+", default=[1024, 4096, 8192])
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--latency-scale", type=float, default=1.0)
+    parser.add_argument("--py-spy", default=None)
+    parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--prior", type=Path, default=None,
+                        help="rows measured earlier (the JSON lines this prints), put first in the table")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="rl360-bench-scale-"))
+    results = []
+    if args.prior:
+        results = [{**json.loads(line), "profile": None} for line in args.prior.read_text().splitlines() if line]
+    for sessions in args.sessions:
+        spy = args.py_spy if sessions == max(args.sessions) else None
+        result = one_run(sessions, steps=args.steps, latency_scale=args.latency_scale, py_spy=spy, workdir=workdir)
+        print(json.dumps({k: v for k, v in result.items() if k != "profile"}), flush=True)
+        if result["profile"]:
+            print(result["profile"], flush=True)
+        results.append(result)
+    if args.no_write:
+        return 0
+    load = os.getloadavg()
+    lines = [
+        f"`bench/bench_scale_sim.py --sessions {' '.join(str(r['sessions']) for r in results)} --steps {args.steps} "
+        f"--latency-scale {args.latency_scale:g}` on {os.cpu_count()} cores "
+        f"({platform.processor() or platform.machine()}), "
+        f"load average {load[0]:.1f} at the end (the machine is shared). recipes/scale-sim.toml on the stand-ins "
+        "(simulated nodes, 96 simulated engines behind the real sglang-router, simulated trainer), 2 session "
+        "actors, every session of a step allowed in flight; one run per row. Orchestration = the driver and "
+        "everything under it (Ray GCS, raylet, the session actors), sampled every second.",
+        "",
+        "| sessions/step | in flight (max) | agent turns/s | router req/s | step wall (s) | orch. CPU s / 1k sessions "
+        "| orch. RSS MB / 1k in flight | engines CPU s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(f"| {r['sessions']:,} | {r['in_flight_max']:,} | {r['turns_per_s']:.0f} | {r['router_rps']:.0f} "
+                     f"| {r['step_s']:.1f} ({', '.join(map(str, r['step_s_each']))}) | {r['cpu_s_per_1k']:.1f} "
+                     f"| {r['rss_mb_per_1k_in_flight']:.0f} | {r['engines_cpu_s']:.0f} |")
+    profiled = [r for r in results if r["profile"]]
+    if profiled:
+        lines += ["", f"py-spy, the busiest session actor at {profiled[0]['sessions']:,} sessions (self time):", "",
+                  "```", profiled[0]["profile"], "```"]
+    write_section("Scale simulation", "\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,4 @@
+#!/bin/bash
+# Oracle of rl360/arith-heldout-01: writes the canonical answer.
+cd /app
+echo 'x%3' > answer.py

@@ -1,0 +1,4 @@
+#!/bin/bash
+# Oracle of rl360/arith-heldout-11: writes the canonical answer.
+cd /app
+echo '(x+4)-5' > answer.py

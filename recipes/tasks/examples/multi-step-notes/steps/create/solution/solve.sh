@@ -1,0 +1,2 @@
+#!/bin/sh
+echo notes > /app/notes.txt

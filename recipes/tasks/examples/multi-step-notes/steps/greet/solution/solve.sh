@@ -1,0 +1,2 @@
+#!/bin/sh
+echo "Hello, $(cat /app/name.txt)!" >> /app/notes.txt

@@ -1,0 +1,497 @@
+"""The health watcher: engines and the router that die or hang come back, on their node, at the trainer's version.
+
+    watcher = HealthWatcher(state=state, run_id=run_id, backend=backend, api_key=key,
+                            rejoin=lambda url: broadcaster.rejoin(url, trainer.named_tensors(), trainer.version).version)
+    watcher.start()            # a daemon thread probing every `policy.interval_s`
+    ...
+    watcher.stop()             # finishes a restart under way first, so the run ends with every engine back
+
+It runs inside the trainer component (loop/driver.py), which knows the policy version engines should serve.
+Each engine and the router of the run is watched on its own: its process as the backend sees it, and its
+`/health` with a timeout. A process that ended is dead at once; one whose `/health` did not answer 200 within
+`probe_timeout_s` for `num_failures` probes in a row is hung, and counts as dead (it is killed first).
+One thread does it all: probes go out at once, restarts happen one after the other (the router
+first), so a second death waits for the restart under way (up to `ready_timeout_s`).
+
+A dead engine:
+  1. is marked failed in the state file (its in-flight requests fail back to their rollouts through the
+     router, which record them as `engine_error` infra failures: masked, never trained on);
+  2. is taken out of the router (`DELETE /workers/{id}`), so the router's own health check cannot put it back
+     into rotation while it still holds policy v0, and out of the weight syncs (`forget`) until it rejoins;
+  3. is started again from its recorded launch (`relaunch_component`: the same argv, env, ports and node,
+     through the backend's `launch`: a supervised subprocess locally, a job step on Slurm), same URL;
+  4. is taken back into the weight-update group and given the current weights (`rejoin`, the driver's:
+     `WeightBroadcaster.rejoin`), so it serves the trainer's version before any rollout reaches it;
+  5. is registered with the router again (`POST /workers`, with the run's key) and waited for there.
+A dead router is started again with the engines that are live now as its `--worker-urls`; rollouts whose
+request it cut retry that request once (inference/client.py). Each component has `max_restarts`; past it,
+it stays failed and the run goes on without it (the engines left serve on).
+
+A watcher never restarts anything of a run that is no longer running, nor a component `rl360 down` stopped.
+The record keeps `restarts`, `restarted_at`, `restart_reason` and `served_version`; `rl360 status` shows
+them. `rl360 serve --restart COMPONENT` (stages/serve.py) restarts one by hand through `relaunch_component`.
+
+Tested by tests/inference/test_health.py (stand-in servers, real processes, the local backend) and
+tests/loop/test_engine_restart.py (a real run: real engines, the real router, a kill by pid).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from rl360cli import events
+from rl360cli.backends.base import ComponentSpec, Observation
+from rl360cli.errors import Rl360Error
+from rl360cli.state import (
+    COMPONENT_FINAL,
+    RUN_ACTIVE,
+    ComponentRecord,
+    ComponentStatus,
+    StateFile,
+    now_iso,
+)
+
+ROUTER_WORKER_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HealthPolicy:
+    """How the watcher tells a dead or hung component, and how often it restarts one."""
+
+    # Seconds between two rounds of probes.
+    interval_s: float = 1.0
+    # A `/health` that does not answer 200 within this many seconds is a failed probe.
+    probe_timeout_s: float = 2.0
+    # Failed probes in a row of a process that is still alive before it counts as hung (and is restarted).
+    num_failures: int = 3
+    # How long a restarted component may take to answer its health URL.
+    ready_timeout_s: float = 120.0
+    # Restarts of one component in one run; past it, it stays failed.
+    max_restarts: int = 5
+
+    def __post_init__(self) -> None:
+        for name in ("interval_s", "probe_timeout_s", "ready_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive (got {getattr(self, name)})")
+        if self.num_failures < 1 or self.max_restarts < 0:
+            raise ValueError(f"num_failures must be >= 1 and max_restarts >= 0 "
+                             f"(got {self.num_failures}, {self.max_restarts})")
+
+
+class Launcher(Protocol):
+    """The part of a backend (backends/base.py `Backend`) the watcher needs."""
+
+    def launch(self, spec: ComponentSpec, log_path: str) -> dict: ...
+
+    def observe(self, records: Mapping[str, ComponentRecord]) -> dict[str, Observation]: ...
+
+    def stop(self, records: Mapping[str, ComponentRecord], *, grace_s: float) -> None: ...
+
+
+# ----------------------------------------------------------------------------- probes
+
+
+def probe(url: str, *, timeout_s: float) -> str | None:
+    """None if `url` answers 200 within `timeout_s`, else why not (one line)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as reply:
+            return None if reply.status == 200 else f"answered {reply.status}"
+    except urllib.error.HTTPError as e:
+        return f"answered {e.code}"
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        return f"no answer in {timeout_s:g}s" if isinstance(reason, TimeoutError) else f"unreachable ({reason})"
+
+
+def served_version(url: str, *, api_key: str | None, timeout_s: float = 2.0) -> int | None:
+    """The policy version the engine at `url` serves now (its `/model_info`), None if it does not tell."""
+    request = urllib.request.Request(url.rstrip("/") + "/model_info")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+            return int(json.load(reply)["weight_version"])
+    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def served_versions(urls: Sequence[str], *, api_key: str | None, timeout_s: float = 2.0) -> dict[str, int | None]:
+    """`served_version` of every URL, asked all at once (one slow engine costs `timeout_s`, not N times it)."""
+    if not urls:
+        return {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(urls))) as pool:
+        found = pool.map(lambda u: served_version(u, api_key=api_key, timeout_s=timeout_s), urls)
+        return dict(zip(urls, found))
+
+
+# ----------------------------------------------------------------------------- restart from the record
+
+
+def restart_spec(rec: ComponentRecord, *, argv: Sequence[str] | None = None) -> ComponentSpec:
+    """The component as it was started (its recorded argv, env, ports and node), optionally with another argv."""
+    return ComponentSpec(name=rec["name"], tier=rec["tier"], stage=rec.get("stage") or "serve",
+                         kind=rec.get("kind") or "service", argv=tuple(argv or rec.get("command") or ()),
+                         env=dict(rec.get("env") or {}), ports=dict(rec.get("ports") or {}), run=rec.get("run"),
+                         node=rec.get("requested_node") or (rec.get("node") if rec.get("backend") == "slurm" else None),
+                         url=rec.get("url"), health_url=rec.get("health_url"))
+
+
+def relaunch_component(backend: Launcher, state: StateFile, cid: str, *, reason: str,
+                       argv: Sequence[str] | None = None, ready_timeout_s: float = 120.0,
+                       stage: str = "serve", while_run_active: bool = False) -> ComponentRecord:
+    """Start component `cid` again from its record, on the same node with the same ports, and wait until its
+    health URL answers. What is left of the old process is stopped first (a hung one is killed). The record
+    keeps its place and counts the restart. Raises Rl360Error when the component is gone from the state or was
+    stopped (`rl360 down`), or — `while_run_active` — when its run is no longer under way (`rl360 down` marks
+    the runs stopped before it stops anything, so a death it caused never leaves a restarted process behind),
+    or when the new process does not become healthy."""
+    old = state.read()["components"].get(cid)
+    if old is None or old["status"] == ComponentStatus.STOPPED:
+        raise Rl360Error(f"{cid} was stopped; it is not restarted", "start the run's engines with `rl360 serve`")
+    backend.stop({cid: old}, grace_s=2.0)
+    spec = restart_spec(old, argv=argv)
+    launched = backend.launch(spec, old["log_path"])
+    with state.update() as doc:
+        current = doc["components"].get(cid)
+        run = doc["runs"].get((current or {}).get("run") or "")
+        stopped = current is None or current["status"] == ComponentStatus.STOPPED or \
+            (while_run_active and (run is None or run.get("status") not in RUN_ACTIVE))
+        if not stopped:
+            keep = {k: current.get(k) for k in ("stage", "tier", "name", "kind", "run", "ports", "url", "health_url")}
+            record: ComponentRecord = {**current, **launched, **keep}
+            record.update(command=list(spec.argv), env=dict(spec.env), started_at=now_iso(), exit_code=None,
+                          reason=None, status=ComponentStatus.STARTING if spec.health_url else ComponentStatus.RUNNING,
+                          restarts=int(current.get("restarts") or 0) + 1, restarted_at=now_iso(),
+                          restart_reason=reason, served_version=None)
+            doc["components"][cid] = record
+    if stopped:  # `rl360 down` came meanwhile: what was just started goes too
+        backend.stop({cid: {**old, **launched}}, grace_s=2.0)
+        raise Rl360Error(f"{cid} was stopped while it restarted", "start the run's engines with `rl360 serve`")
+    events.record(state, stage=stage, action="restart", subject=cid, reason=reason, pid=launched.get("pid"),
+                  job=launched.get("job_id"), node=launched.get("node"))
+    if spec.health_url:
+        _wait_ready(backend, state, cid, spec.health_url, timeout_s=ready_timeout_s)
+    return state.read()["components"][cid]
+
+
+def _wait_ready(backend: Launcher, state: StateFile, cid: str, url: str, *, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if probe(url, timeout_s=2.0) is None:
+            set_component(state, cid, status=ComponentStatus.RUNNING)
+            return
+        rec = state.read()["components"].get(cid)
+        if rec is None or rec["status"] == ComponentStatus.STOPPED:
+            raise Rl360Error(f"{cid} was stopped while it restarted", "start the run's engines with `rl360 serve`")
+        seen = backend.observe({cid: rec})[cid]
+        if seen.status in COMPONENT_FINAL:
+            set_component(state, cid, status=ComponentStatus.FAILED, exit_code=seen.exit_code,
+                          reason=f"restart failed: {seen.reason}")
+            raise Rl360Error(f"{cid} ended as it restarted ({seen.reason})", f"see its log {rec['log_path']}")
+        if time.monotonic() > deadline:
+            set_component(state, cid, status=ComponentStatus.UNKNOWN, reason=f"not healthy {timeout_s:g}s after a restart")
+            raise Rl360Error(f"{cid} did not answer {url} within {timeout_s:g}s of its restart",
+                             f"see its log {rec['log_path']}")
+        time.sleep(0.2)
+
+
+def set_component(state: StateFile, cid: str, **fields: Any) -> None:
+    """Update `cid`'s record unless it is gone or was stopped (then `rl360 down`'s word stands)."""
+    with state.update() as doc:
+        rec = doc["components"].get(cid)
+        if rec is not None and rec["status"] != ComponentStatus.STOPPED:
+            rec.update(fields)
+
+
+# ----------------------------------------------------------------------------- the router's worker API
+
+
+def _router_call(router_url: str, method: str, path: str, *, api_key: str | None, body: Any = None,
+                 timeout_s: float = 5.0) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(router_url.rstrip("/") + path, data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+        raw = reply.read()
+    return json.loads(raw) if raw.strip() else {}
+
+
+def router_forget(router_url: str, engine_url: str, *, api_key: str | None) -> bool:
+    """Take `engine_url` out of the router (sglang-router 0.3.x deletes workers by id); True if it was there."""
+    listed = _router_call(router_url, "GET", "/workers", api_key=api_key).get("workers", [])
+    ids = [w["id"] for w in listed if w.get("url", "").rstrip("/") == engine_url.rstrip("/") and w.get("id")]
+    for worker_id in ids:
+        _router_call(router_url, "DELETE", f"/workers/{urllib.parse.quote(worker_id, safe='')}", api_key=api_key)
+    return bool(ids)
+
+
+def router_register(router_url: str, engine_url: str, *, api_key: str | None,
+                    timeout_s: float = ROUTER_WORKER_TIMEOUT_S) -> None:
+    """Add `engine_url` to the router (the router sends it the run's key) and wait until it counts it healthy.
+
+    sglang-router adds a worker in the background (202) after probing it; a probe that fails (a loaded
+    node, a slow answer) drops the addition silently, so it is asked again every few seconds until then."""
+    from rl360cli.inference.router import router_workers
+
+    body: dict[str, Any] = {"url": engine_url}
+    if api_key:
+        body["api_key"] = api_key
+    deadline = time.monotonic() + timeout_s
+    asked_at = -1e9
+    seen: dict[str, bool] = {}
+    num_unanswered = 0
+    while True:
+        try:
+            seen = router_workers(router_url, api_key=api_key)
+            num_unanswered = 0
+            if seen.get(engine_url):
+                return
+            if engine_url not in seen and time.monotonic() - asked_at > 5.0:
+                _router_call(router_url, "POST", "/workers", api_key=api_key, body=body)
+                asked_at = time.monotonic()
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            num_unanswered += 1
+            if num_unanswered >= 3:  # the router is down: its restart takes the live engines in
+                raise Rl360Error(f"the router at {router_url} does not answer ({e})", "see the router's log") from None
+        if time.monotonic() > deadline:
+            raise Rl360Error(f"the router at {router_url} did not take {engine_url} in {timeout_s:g}s "
+                             f"(it sees {seen})", "see the router's log")
+        time.sleep(0.25)
+
+
+# ----------------------------------------------------------------------------- the watcher
+
+
+@dataclass
+class Watched:
+    """What the watcher knows of one component between two probes."""
+
+    cid: str
+    kind: str
+    url: str
+    failures: int = 0
+    last_problem: str = ""
+    # Restarted, but not yet back at the trainer's version (its rejoin failed): kept out of the router.
+    needs_rejoin: bool = False
+    given_up: bool = False
+    restarts: int = 0
+
+
+@dataclass
+class HealthWatcher:
+    """Watches the run's engines and router; see the module docstring. `check_once()` is one round (tests
+    call it directly); `start()` runs rounds on a daemon thread until `stop()`."""
+
+    state: StateFile
+    run_id: str
+    backend: Launcher
+    # The restarted engine's URL in; the policy version it serves once back in the weight-update group out.
+    rejoin: Callable[[str], int]
+    api_key: str | None = None
+    # Told a dead engine's URL at once (the weight broadcast's `mark_restarting`: no sync waits for it).
+    forget: Callable[[str], None] | None = None
+    policy: HealthPolicy = field(default_factory=HealthPolicy)
+    log: Callable[[str], None] = print
+    # What it did, in order (for the run's log and for tests): (seconds since start, cid, what).
+    history: list[tuple[float, str, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._watched: dict[str, Watched] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = time.monotonic()
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="rl360-health")
+        self._watch_the_run()
+
+    # ------------------------------------------------------------------ public
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="rl360-health-watcher", daemon=True)
+        self._thread.start()
+
+    def stop(self, *, timeout_s: float = 180.0) -> None:
+        """Stop after the round under way (a restart in progress completes, so its engine ends up back)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout_s)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def check_once(self) -> list[str]:
+        """One round: probe everything, restart what is dead (the router first: engines register with it)."""
+        if not self._run_is_active():
+            return []
+        done: list[str] = []
+        problems = self._probe_all()
+        order = sorted(self._watched.values(), key=lambda w: (w.kind != "router", w.cid))
+        for watched in order:
+            dead = problems.get(watched.cid)
+            if watched.given_up:
+                continue
+            if dead is None and watched.needs_rejoin:
+                done += self._bring_back_engine(watched, reason=None)
+            elif dead is not None:
+                done += self._restart(watched, dead)
+        return done
+
+    @property
+    def router(self) -> Watched | None:
+        return next((w for w in self._watched.values() if w.kind == "router"), None)
+
+    # ------------------------------------------------------------------ rounds
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.policy.interval_s):
+            try:
+                self.check_once()
+            except Exception as e:  # noqa: BLE001 - the watcher must outlive one bad round; the next one retries
+                self.log(f"health watcher: round failed ({type(e).__name__}: {e})")
+
+    def _watch_the_run(self) -> None:
+        for cid, rec in self.state.read()["components"].items():
+            if rec.get("run") != self.run_id or not rec.get("url"):
+                continue
+            kind = "router" if rec["kind"] == "router" else "engine" if rec["kind"].startswith("engine") else None
+            if kind is None or (kind == "engine" and rec["kind"] == "engine-simulated"):
+                continue  # simulated engines share processes: one restart would be many
+            self._watched[cid] = Watched(cid=cid, kind=kind, url=rec["url"].rstrip("/"),
+                                         restarts=int(rec.get("restarts") or 0))
+
+    def _run_is_active(self) -> bool:
+        run = self.state.read()["runs"].get(self.run_id)
+        return run is not None and run.get("status") in RUN_ACTIVE
+
+    def _probe_all(self) -> dict[str, str]:
+        """cid -> why it is dead, for those that are (their process ended, or it hangs)."""
+        records = self.state.read()["components"]
+        live = {cid: records[cid] for cid in self._watched if cid in records}
+        seen = self.backend.observe({cid: rec for cid, rec in live.items() if rec["status"] not in COMPONENT_FINAL})
+        # Liveness is `/health` for engines and the router alike (the router's `/readiness`, its start-up
+        # check, fails while every engine is away: that is no reason to restart the router).
+        health_urls = {cid: self._watched[cid].url + "/health" for cid in live}
+        answers = dict(zip(health_urls, self._pool.map(
+            lambda u: probe(u, timeout_s=self.policy.probe_timeout_s), health_urls.values())))
+        dead: dict[str, str] = {}
+        for cid, watched in self._watched.items():
+            rec = live.get(cid)
+            if rec is None or rec["status"] == ComponentStatus.STOPPED:
+                watched.given_up = True  # gone from the state or stopped by `rl360 down`: not ours to restart
+                continue
+            obs = seen.get(cid)
+            if rec["status"] in COMPONENT_FINAL or (obs is not None and obs.status in COMPONENT_FINAL):
+                dead[cid] = (obs.reason if obs is not None and obs.status in COMPONENT_FINAL else rec.get("reason")) \
+                    or "its process ended"
+                continue
+            problem = answers.get(cid)
+            if problem is None:
+                watched.failures = 0
+                continue
+            watched.failures += 1
+            watched.last_problem = problem
+            if watched.failures >= self.policy.num_failures:
+                dead[cid] = f"hung: /health {problem}, {watched.failures} probes in a row"
+        return dead
+
+    # ------------------------------------------------------------------ restarts
+
+    def _restart(self, watched: Watched, why: str) -> list[str]:
+        if not self._run_is_active():  # `rl360 down` (or the run's end) came during this round
+            return []
+        if watched.restarts >= self.policy.max_restarts:
+            watched.given_up = True
+            self._note(watched.cid, f"dead ({why}); {watched.restarts} restarts already, left failed")
+            set_component(self.state, watched.cid, status=ComponentStatus.FAILED,
+                          reason=f"{why}; not restarted: max_restarts {self.policy.max_restarts} reached")
+            return []
+        self._note(watched.cid, f"dead ({why}): restarting")
+        set_component(self.state, watched.cid, status=ComponentStatus.FAILED, reason=why)
+        events.record(self.state, stage="serve", action="health", subject=watched.cid, outcome="dead", reason=why)
+        if watched.kind == "engine":
+            if self.forget is not None:
+                self.forget(watched.url)
+            self._leave_router(watched)
+        argv = self._router_argv(watched) if watched.kind == "router" else None
+        try:
+            relaunch_component(self.backend, self.state, watched.cid, reason=why, argv=argv,
+                               ready_timeout_s=self.policy.ready_timeout_s, while_run_active=True)
+        except Rl360Error as e:
+            watched.restarts += 1
+            self._note(watched.cid, f"restart failed: {e}")
+            return []
+        watched.restarts += 1
+        watched.failures = 0
+        if watched.kind == "router":
+            return self._router_back(watched)
+        return self._bring_back_engine(watched, reason=why)
+
+    def _bring_back_engine(self, watched: Watched, *, reason: str | None) -> list[str]:
+        """Rejoin the weight-update group (the trainer's version), then the router."""
+        try:
+            version = self.rejoin(watched.url)
+        except Exception as e:  # noqa: BLE001 - kept out of rotation; the next round tries again
+            watched.needs_rejoin = True
+            self._note(watched.cid, f"back, but not in the weight-update group yet ({type(e).__name__}: {e})")
+            return []
+        watched.needs_rejoin = False
+        set_component(self.state, watched.cid, served_version=version)
+        router = self.router
+        if router is not None:
+            try:
+                router_register(self._url_of(router), watched.url, api_key=self.api_key)
+            except (Rl360Error, urllib.error.URLError, OSError, ValueError) as e:
+                # The router is down: its own restart takes this engine in with the other live ones.
+                self._note(watched.cid, f"not registered with the router ({e})")
+        self._note(watched.cid, f"back at policy version {version}")
+        return [watched.cid]
+
+    def _leave_router(self, watched: Watched) -> None:
+        router = self.router
+        if router is None:
+            return
+        try:
+            router_forget(self._url_of(router), watched.url, api_key=self.api_key)
+        except (urllib.error.URLError, OSError, ValueError, KeyError) as e:
+            self._note(watched.cid, f"could not take it out of the router ({e})")
+
+    def _router_argv(self, router: Watched) -> list[str] | None:
+        """The router's recorded argv with the engines that are live now (and at the trainer's version)."""
+        from rl360cli.inference.router import with_worker_urls
+
+        rec = self.state.read()["components"].get(router.cid)
+        if rec is None:
+            return None
+        live = [w.url for w in self._watched.values()
+                if w.kind == "engine" and not w.needs_rejoin and not w.given_up and w.failures == 0]
+        if not live:
+            return None
+        return with_worker_urls(rec["command"], live)
+
+    def _router_back(self, router: Watched) -> list[str]:
+        from rl360cli.inference.router import wait_router_workers
+
+        engines = [w.url for w in self._watched.values() if w.kind == "engine" and not w.needs_rejoin
+                   and not w.given_up and w.failures == 0]
+        try:
+            wait_router_workers(self._url_of(router), engines, api_key=self.api_key, timeout_s=ROUTER_WORKER_TIMEOUT_S)
+        except Rl360Error as e:
+            self._note(router.cid, f"back, but not with every engine: {e}")
+            return [router.cid]
+        self._note(router.cid, f"back with {len(engines)} engines")
+        return [router.cid]
+
+    def _url_of(self, watched: Watched) -> str:
+        return watched.url
+
+    def _note(self, cid: str, what: str) -> None:
+        self.history.append((time.monotonic() - self._started, cid, what))
+        self.log(f"health: {cid}: {what}")

@@ -1,0 +1,98 @@
+"""What Harbor's task format decides beyond one agent and one verifier: a multi-step task's reward, a
+step's early stop, the artifacts handed to a separate verifier, and where a task may be placed.
+
+    rewards = task_rewards(task.reward_strategy, [step_1_rewards, step_2_rewards])
+    if below_min_reward(step, step_rewards): ...  # the remaining steps do not run
+    collected = await collect(agent_sandbox, handed_paths(step.artifacts), folder)
+    await deliver(verifier_sandbox, collected)
+    problem = placement_problem(task, provider.nodes())  # None, or the one-line reason
+
+Harbor's rules, as its multi-step trial applies them (harbor-framework/harbor,
+src/harbor/trial/multi_step.py, `harbor.trial.multi_step`) and its task reference states them
+(docs/content/docs/tasks/index.mdx, `multi_step_reward_strategy`): "mean" (the default) is the
+per-key mean over the steps that have a verifier result, a key missing from a step counting 0;
+"final" is the last such step's result verbatim. A step whose reward is below its `min_reward`
+(a number, or a minimum per key) ends the trial: the steps after it do not run, so they have no
+verifier result and are left out of the mean.
+
+A separate verifier (Harbor's CHANGELOG, "Separate Verifier Environments") sees only what it is
+handed: `/logs/artifacts` and the task's and the step's `artifacts`, each copied to the same path
+in the verifier's sandbox; a path the agent did not create is skipped.
+
+Test: tests/sandbox/test_harbor_format.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from rl360cli.sandbox.provider import NodeCapacity, Sandbox
+from rl360cli.sandbox.task import Step, Task
+from rl360cli.sandbox.taxonomy import Event, SandboxError
+
+# Always handed over, as Harbor does: the conventional folder an agent writes its outputs to.
+ARTIFACTS_DIR = "/logs/artifacts"
+
+
+def task_rewards(strategy: str, per_step: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The task's rewards from those of the steps that were verified, in order (Harbor's rule)."""
+    verified = [dict(r) for r in per_step if r]
+    if not verified:
+        return {}
+    if strategy == "final":
+        return verified[-1]
+    keys = list(dict.fromkeys(k for r in verified for k in r))
+    return {k: sum(r.get(k, 0.0) for r in verified) / len(verified) for k in keys}
+
+
+def below_min_reward(step: Step, rewards: Mapping[str, float], reward: float) -> bool:
+    """Whether the step's reward misses its `min_reward`, so the task stops after it."""
+    if step.min_reward is None:
+        return False
+    if isinstance(step.min_reward, dict):
+        return any(rewards.get(key, 0.0) < floor for key, floor in step.min_reward.items())
+    return reward < step.min_reward
+
+
+def handed_paths(artifacts: Iterable[str]) -> tuple[str, ...]:
+    """What a separate verifier receives: /logs/artifacts, then the configured artifacts, once each."""
+    return tuple(dict.fromkeys((ARTIFACTS_DIR, *artifacts)))
+
+
+async def collect(source: Sandbox, paths: Iterable[str], folder: Path) -> list[tuple[str, Path]]:
+    """Download each path from `source` into `folder`; returns (path, local copy) of those that existed."""
+    collected = []
+    for index, path in enumerate(paths):
+        local = folder / str(index)
+        try:
+            await source.download(path, local)
+        except SandboxError as e:
+            if e.event == Event.PROVIDER_FAILED and "no such" in e.detail:
+                continue  # the agent did not make it: the verifier judges its absence
+            raise
+        if local.exists():
+            collected.append((path, local))
+    return collected
+
+
+async def deliver(target: Sandbox, collected: Iterable[tuple[str, Path]]) -> None:
+    """Upload what `collect` downloaded to the same paths in `target`."""
+    for path, local in collected:
+        await target.upload(local, path)
+
+
+def placement_problem(task: Task, nodes: Sequence[NodeCapacity], provider: str = "") -> str | None:
+    """Why no node of the provider can hold the task (one line), or None when one can."""
+    where = f"the {provider} provider" if provider else "this provider"
+    if task.gpus:
+        best = max((n.gpus for n in nodes), default=0)
+        if best < task.gpus:
+            kinds = f" ({' or '.join(task.gpu_types)})" if task.gpu_types else ""
+            return (f"task {task.id} needs {task.gpus} GPU(s){kinds} and no node of {where} has "
+                    f"{'any' if best == 0 else f'more than {best}'}: run it on nodes with GPUs")
+    if task.mcp_servers:
+        names = ", ".join(s.name for s in task.mcp_servers)
+        return (f"task {task.id} needs MCP server sidecars ({names}), which {where} does not start yet: "
+                "run it where sidecars are supported (docs/sandboxes.md)")
+    return None

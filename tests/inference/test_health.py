@@ -1,0 +1,403 @@
+"""The health watcher on the local backend: real supervised processes, killed, hung (SIGSTOP) or stopped.
+
+The components are `StandInEngine`s (tests/inference/health_standins.py: a process that answers /health and
+/model_info, no model), started and restarted by the real `LocalBackend`; the weight-update group is a
+callback that records what it was asked (the real rejoin is tests/loop/test_engine_restart.py). Also: the
+client's one retry of a request cut by a server that went away, against a stand-in server killed and
+started again on its port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rl360cli.backends import procinfo
+from rl360cli.backends.base import ComponentSpec
+from rl360cli.backends.local import LocalBackend
+from rl360cli.inference.client import EngineClient, EngineError
+from rl360cli.inference.health import HealthPolicy, HealthWatcher, probe, served_version
+from rl360cli.inference.router import with_worker_urls
+from rl360cli.state import StateFile, now_iso
+from tests.conftest import REPO
+
+RUN = "r1"
+FAST = HealthPolicy(interval_s=0.1, probe_timeout_s=0.5, num_failures=2, ready_timeout_s=30, max_restarts=2)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def standin_argv(port: int) -> tuple[str, ...]:
+    return (sys.executable, "-m", "tests.inference.health_standins", "--port", str(port))
+
+
+class Cluster:
+    """A state file with one running run and stand-in engines started through the local backend."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.state = StateFile(folder / "state.json")
+        self.backend = LocalBackend(None)
+        self.rejoined: list[str] = []
+        self.fail_rejoins = 0
+        with self.state.update() as doc:
+            doc["runs"][RUN] = {"name": "t", "recipe": "-", "run_dir": str(folder), "metrics_path": "-",
+                                "started_at": now_iso(), "num_steps": 1, "step": 0, "policy_version": 7,
+                                "status": "running", "resumed": False}
+
+    def start(self, name: str) -> str:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        spec = ComponentSpec(name=name, tier="rollout", stage="serve", kind="engine-local", argv=standin_argv(port),
+                             env={"PYTHONPATH": str(REPO)}, ports={"http": port}, run=RUN, url=url,
+                             health_url=url + "/health")
+        record = self.backend.launch(spec, str(self.folder / f"{name}.log"))
+        record.update(stage="serve", tier="rollout", name=name, kind=spec.kind, run=RUN, ports=spec.ports, url=url,
+                      health_url=spec.health_url, started_at=now_iso(), status="running", exit_code=None,
+                      reason=None, env=spec.env)
+        with self.state.update() as doc:
+            doc["components"][spec.id] = record
+        wait_until(lambda: probe(url + "/health", timeout_s=0.5) is None)
+        return spec.id
+
+    def record(self, cid: str) -> dict:
+        return self.state.read()["components"][cid]
+
+    def rejoin(self, url: str) -> int:
+        if self.fail_rejoins:
+            self.fail_rejoins -= 1
+            raise RuntimeError("the group did not form")
+        self.rejoined.append(url)
+        return 7
+
+    def watcher(self, policy: HealthPolicy = FAST) -> HealthWatcher:
+        return HealthWatcher(state=self.state, run_id=RUN, backend=self.backend, rejoin=self.rejoin, policy=policy,
+                             log=lambda message: None)
+
+    def stop_all(self) -> None:
+        self.backend.stop(self.state.read()["components"], grace_s=2.0)
+
+
+def wait_until(condition, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def rounds_until_restart(watcher: HealthWatcher, num_rounds: int = 100) -> list[str]:
+    for _ in range(num_rounds):
+        done = watcher.check_once()
+        if done:
+            return done
+        time.sleep(watcher.policy.interval_s)
+    return []
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    c = Cluster(tmp_path)
+    yield c
+    c.stop_all()
+
+
+def test_a_killed_engine_is_started_again_rejoins_and_serves_on(cluster):
+    cid = cluster.start("engine-0")
+    other = cluster.start("engine-1")
+    old = cluster.record(cid)
+    watcher = cluster.watcher()
+    assert watcher.check_once() == []  # all healthy: nothing to do
+
+    os.kill(old["pid"], signal.SIGKILL)
+    assert rounds_until_restart(watcher) == [cid]
+    new = cluster.record(cid)
+    assert new["pid"] != old["pid"] and procinfo.is_alive(new["pid"], new["start_time"])
+    assert (new["status"], new["restarts"], new["served_version"]) == ("running", 1, 7)
+    assert "SIGKILL" in new["restart_reason"]
+    assert new["url"] == old["url"] and new["ports"] == old["ports"] and new["log_path"] == old["log_path"]
+    assert cluster.rejoined == [old["url"]]
+    assert served_version(new["url"], api_key=None) == 0  # the stand-in's own; the real one is the trainer's
+    # The one that did not die was left alone.
+    assert cluster.record(other)["pid"] == cluster.state.read()["components"][other]["pid"]
+    assert "restarts" not in cluster.record(other)
+    events = [json.loads(line) for line in cluster.state.events_path.read_text().splitlines()]
+    assert [(e["action"], e["subject"]) for e in events if e["stage"] == "serve"] == [("health", cid),
+                                                                                       ("restart", cid)]
+
+
+def test_a_hung_engine_counts_as_dead_and_is_killed_before_its_restart(cluster):
+    cid = cluster.start("engine-0")
+    old = cluster.record(cid)
+    watcher = cluster.watcher()
+    os.kill(old["pid"], signal.SIGSTOP)  # alive, but /health never answers
+    try:
+        assert rounds_until_restart(watcher) == [cid]
+    finally:
+        if procinfo.is_alive(old["pid"], old["start_time"]):
+            os.kill(old["pid"], signal.SIGKILL)
+    new = cluster.record(cid)
+    assert new["restart_reason"].startswith("hung: /health no answer in 0.5s, 2 probes in a row")
+    assert not procinfo.is_alive(old["pid"], old["start_time"])
+    assert new["status"] == "running" and probe(new["url"] + "/health", timeout_s=1) is None
+
+
+def test_nothing_is_restarted_once_stopped_or_once_the_run_is_over(cluster):
+    stopped, ended = cluster.start("engine-0"), cluster.start("engine-1")
+    with cluster.state.update() as doc:
+        doc["components"][stopped]["status"] = "stopped"  # as `rl360 down` leaves it
+    watcher = cluster.watcher()
+    os.kill(cluster.record(stopped)["pid"], signal.SIGKILL)
+    assert [watcher.check_once() for _ in range(5)] == [[]] * 5
+    with cluster.state.update() as doc:
+        doc["runs"][RUN]["status"] = "finished"
+    os.kill(cluster.record(ended)["pid"], signal.SIGKILL)
+    time.sleep(0.3)
+    assert [watcher.check_once() for _ in range(5)] == [[]] * 5
+    assert "restarts" not in cluster.record(stopped) and "restarts" not in cluster.record(ended)
+
+
+def test_a_restart_that_meets_rl360_down_leaves_no_process_behind(cluster):
+    from rl360cli.errors import Rl360Error
+    from rl360cli.inference.health import relaunch_component
+
+    cid = cluster.start("engine-0")
+    old = cluster.record(cid)
+    os.kill(old["pid"], signal.SIGKILL)
+    with cluster.state.update() as doc:  # what `rl360 down` does before it stops anything
+        doc["runs"][RUN]["status"] = "stopped"
+    with pytest.raises(Rl360Error, match="was stopped while it restarted"):
+        relaunch_component(cluster.backend, cluster.state, cid, reason="test", while_run_active=True)
+    assert probe(old["url"] + "/health", timeout_s=0.5) is not None  # nothing answers on its port
+    assert "restarts" not in cluster.record(cid)
+    # The process it had started (its supervisor's status file names it) is gone again.
+    started = json.loads(Path(old["status_path"]).read_text())["pid"]
+    assert started != old["pid"] and not procinfo.is_alive(started)
+
+
+def test_past_max_restarts_an_engine_stays_failed(cluster):
+    cid = cluster.start("engine-0")
+    watcher = cluster.watcher(HealthPolicy(interval_s=0.1, probe_timeout_s=0.5, num_failures=2, max_restarts=0))
+    os.kill(cluster.record(cid)["pid"], signal.SIGKILL)
+    wait_until(lambda: (watcher.check_once(), cluster.record(cid)["status"] == "failed")[1])
+    rec = cluster.record(cid)
+    assert "max_restarts 0 reached" in rec["reason"] and "restarts" not in rec
+    assert [watcher.check_once() for _ in range(3)] == [[]] * 3
+
+
+def test_an_engine_whose_rejoin_fails_is_kept_back_until_it_succeeds(cluster):
+    cid = cluster.start("engine-0")
+    watcher = cluster.watcher()
+    cluster.fail_rejoins = 1
+    os.kill(cluster.record(cid)["pid"], signal.SIGKILL)
+    wait_until(lambda: (watcher.check_once(), cluster.record(cid).get("restarts") == 1)[1])
+    assert cluster.rejoined == [] and cluster.record(cid)["served_version"] is None
+    assert watcher.check_once() == [cid]  # alive: only the rejoin is tried again
+    assert cluster.rejoined == [cluster.record(cid)["url"]] and cluster.record(cid)["served_version"] == 7
+    assert cluster.record(cid)["restarts"] == 1
+
+
+def test_the_watcher_thread_restarts_on_its_own(cluster):
+    cid = cluster.start("engine-0")
+    watcher = cluster.watcher()
+    watcher.start()
+    try:
+        os.kill(cluster.record(cid)["pid"], signal.SIGKILL)
+        wait_until(lambda: cluster.record(cid).get("served_version") == 7)
+    finally:
+        watcher.stop()
+    assert [what for _, c, what in watcher.history if c == cid][-1] == "back at policy version 7"
+
+
+def test_serve_restart_starts_one_again_by_hand_through_the_same_path(cluster):
+    from rl360cli.config import load_profile
+    from rl360cli.errors import Rl360Error
+    from rl360cli.stages.base import Context
+    from rl360cli.stages.serve import restart
+
+    cid = cluster.start("engine-0")
+    old = cluster.record(cid)
+    ctx = Context(state=cluster.state, profile=load_profile(REPO / "cluster" / "local.toml"),
+                  profile_path=REPO / "cluster" / "local.toml", run_id=RUN)
+    rec = restart(ctx, cid)  # the old process still runs: it is stopped first
+    assert rec["pid"] != old["pid"] and not procinfo.is_alive(old["pid"], old["start_time"])
+    assert (rec["status"], rec["restarts"], rec["restart_reason"]) == ("running", 1, "restarted by hand")
+    with pytest.raises(Rl360Error, match="no engine or router 'rollout/nope' is recorded"):
+        restart(ctx, "rollout/nope")
+
+
+def test_status_shows_the_version_each_engine_serves_and_its_restarts(cluster):
+    from rl360cli.commands.status import component_rows
+
+    cid = cluster.start("engine-0")
+    with cluster.state.update() as doc:
+        doc["components"][cid]["restarts"] = 2
+    rows = component_rows(cluster.state.read()["components"], versions={cid: 5})
+    assert rows[0][0] == cid and rows[0][-1] == "serves v5, 2 restarts"
+    assert component_rows(cluster.state.read()["components"], versions={cid: None})[0][-1] == "version ?, 2 restarts"
+
+
+def test_a_restarted_router_starts_with_the_live_engines():
+    argv = ["python", "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--worker-urls", "http://a:1",
+            "http://b:2", "--policy", "cache_aware"]
+    assert with_worker_urls(argv, ["http://b:2"]) == ["python", "-m", "sglang_router.launch_router", "--host",
+                                                      "127.0.0.1", "--worker-urls", "http://b:2", "--policy",
+                                                      "cache_aware"]
+    assert with_worker_urls(argv[:-2], ["http://c:3"])[-2:] == ["--worker-urls", "http://c:3"]
+
+
+# ----------------------------------------------------------------------------- a request cut by a restart
+
+
+def start_standin(port: int) -> subprocess.Popen:
+    proc = subprocess.Popen(standin_argv(port), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: probe(f"http://127.0.0.1:{port}/health", timeout_s=0.5) is None)
+    return proc
+
+
+def test_a_request_cut_by_a_server_restart_is_sent_once_more():
+    port = free_port()
+    server = start_standin(port)
+
+    async def go():
+        async with EngineClient(f"http://127.0.0.1:{port}", reconnect_wait_s=30) as client:
+            pending = asyncio.ensure_future(client.request("POST", "/generate", {"sleep_s": 2.0}))
+            await asyncio.sleep(0.5)
+            server.kill()  # the request is cut; then nothing listens on the port for a while
+            server.wait()
+            await asyncio.sleep(1.0)
+            restarted.append(await asyncio.to_thread(start_standin, port))
+            return await pending
+
+    restarted: list[subprocess.Popen] = []
+    try:
+        answer = asyncio.run(go())
+    finally:
+        for proc in [server, *restarted]:
+            proc.kill()
+            proc.wait()
+    assert answer["output_ids"] == [1] and len(restarted) == 1
+
+
+def test_a_cut_while_the_server_still_listens_is_an_engine_error():
+    port = free_port()
+    server = start_standin(port)
+
+    async def go():
+        async with EngineClient(f"http://127.0.0.1:{port}") as client:
+            return await client.request("POST", "/cut", {})
+
+    try:
+        with pytest.raises(EngineError) as lost:
+            asyncio.run(go())
+    finally:
+        server.kill()
+        server.wait()
+    assert lost.value.cause == "disconnected" and lost.value.infra_cause == "engine_error"
+
+
+def test_a_cut_server_that_does_not_come_back_in_time_is_an_engine_error():
+    port = free_port()
+    server = start_standin(port)
+
+    async def go():
+        async with EngineClient(f"http://127.0.0.1:{port}", reconnect_wait_s=1.0, retry_backoff_s=0.1) as client:
+            pending = asyncio.ensure_future(client.request("POST", "/generate", {"sleep_s": 5.0}))
+            await asyncio.sleep(0.5)
+            server.kill()
+            return await pending
+
+    with pytest.raises(EngineError) as lost:
+        asyncio.run(go())
+    server.wait()
+    assert lost.value.cause == "connect"
+
+
+# ----------------------------------------------------------------------------- rejoining the weight-update group
+
+
+def relaunch_engine(model: Path, port: int, folder: Path):
+    """A real engine again on `port` (what the watcher's relaunch does, without the backend)."""
+    from .conftest import EngineProcess, wait_http_ok
+
+    log = folder / f"engine-{port}-again.log"
+    proc = subprocess.Popen([sys.executable, "-m", "rl360cli.inference.server", "--model", str(model), "--port",
+                             str(port), "--num-threads", "1"], stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    engine = EngineProcess(proc=proc, port=port, log=log)
+    wait_http_ok(engine.url + "/health", proc, log)
+    return engine
+
+
+@pytest.mark.slow
+def test_a_restarted_engine_is_taken_back_into_the_weight_update_group(start_engine, tiny_model, tmp_path):
+    """Real engines, real gloo: an engine restarted on its port holds v0 and no group; the next sync re-forms
+    the group with it by itself, and `rejoin` brings one restarted later to the trainer's version at once."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rl360cli.trainer.broadcast import WeightBroadcaster
+
+    from .conftest import free_port as any_port
+
+    def params_of(url: str) -> list[float]:
+        request = urllib_request(url + "/get_weights_by_name", {"name": "model.embed_tokens.weight",
+                                                                "truncate_size": 2})
+        with __import__("urllib.request").request.urlopen(request, timeout=10) as reply:
+            return json.load(reply)
+
+    def perturb(seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+
+    a, b = start_engine(tiny_model, count=2)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+    expected = lambda: model.get_input_embeddings().weight[:2].tolist()
+    sync = WeightBroadcaster([a.url, b.url], backend="gloo", master_port=any_port(), bucket_mb=1, timeout_s=30)
+    again: list = []
+    try:
+        sync.connect()
+        perturb(1)
+        sync.broadcast(model.named_parameters(), version=1)
+        b.kill()
+        again.append(relaunch_engine(tiny_model, b.port, tmp_path))
+        assert served_version(b.url, api_key=None) == 0
+
+        perturb(2)  # nobody told the broadcaster: the sync finds it outside the group and re-forms the group
+        stats = sync.broadcast(model.named_parameters(), version=2)
+        assert stats.failed == {} and stats.num_engines == 2
+        assert {u: served_version(u, api_key=None) for u in (a.url, b.url)} == {a.url: 2, b.url: 2}
+        assert params_of(a.url) == params_of(b.url) == expected()
+
+        again[-1].kill()
+        sync.mark_restarting(b.url)  # as the watcher does when it finds the engine dead
+        perturb(3)
+        assert sync.broadcast(model.named_parameters(), version=3).failed == {b.url: "restarting (health watcher)"}
+        again.append(relaunch_engine(tiny_model, b.port, tmp_path))
+        stats = sync.rejoin(b.url, model.named_parameters(), 3)  # what the health watcher calls
+        assert stats.failed == {} and sorted(sync.engines) == sorted([a.url, b.url]) and sync.failed_engines == {}
+        assert {u: served_version(u, api_key=None) for u in (a.url, b.url)} == {a.url: 3, b.url: 3}
+        assert params_of(b.url) == expected()
+    finally:
+        sync.close()
+        for engine in again:
+            engine.stop()
+
+
+def urllib_request(url: str, body: dict):
+    import urllib.request
+
+    return urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})

@@ -1,0 +1,154 @@
+"""An engine killed mid-run comes back: a real run on the local backend (real engine processes behind the
+real sglang-router, Ray session actors, the gloo weight broadcast), one engine killed by its pid, then the router.
+
+The trainer's health watcher (rl360cli/inference/health.py) starts it again from its record, takes it back
+into the weight-update group at the trainer's version and registers it with the router again; the
+attempts it was serving end as `engine_error` infra failures (masked); the run ends with every engine on
+the trainer's version, and `rl360 status` says so, with the restart counted. How long the engine took to be
+back is printed (and kept in docs/reliability.md), not asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import socket
+import time
+
+import pytest
+
+from rl360cli.backends import procinfo
+from tests.conftest import run_cli
+from tests.loop.conftest import LOCAL_SMOKE_SEED, metrics_of, write_run_files
+
+pytestmark = pytest.mark.slow
+
+RECIPE = """
+[model]
+# local-smoke's policy v0 (shared with the other tests through the cache): it earns rewards, so steps train.
+kind = "tiny"
+hidden_size = 128
+num_layers = 2
+num_heads = 4
+vocab_size = 512
+warmup_steps = 140
+warmup_lr = 3e-3
+warmup_batch_size = 32
+[rollout]
+num_session_actors = 1
+max_turns = 4
+max_new_tokens = 48
+max_total_tokens = 512
+[loop]
+num_steps = 6
+num_tasks_per_step = 6
+num_samples_per_task = 4
+[engine]
+num_engines = 2
+num_threads = 1
+"""
+
+
+def private_port_block(count: int = 20) -> int:
+    """A random block of free loopback ports below the ephemeral range: tests of other sessions that run at
+    the same time scan from the same start (tests/loop/conftest.py), and would pick the same block."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 32000 - count)
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no free port block on 127.0.0.1")
+
+
+def current_run(state_path) -> tuple[dict, dict]:
+    doc = json.loads(state_path.read_text())
+    return doc, doc["runs"][doc["current_run"]]
+
+
+def test_an_engine_killed_mid_run_is_back_at_the_trainers_version(run_folder, state_path):
+    recipe = write_run_files(run_folder, recipe_body=RECIPE, seed=LOCAL_SMOKE_SEED)
+    profile = run_folder / "profile.toml"
+    base = private_port_block()
+    text = re.sub(r"base_port = \d+", f"base_port = {base}", profile.read_text())
+    profile.write_text(re.sub(r"sync_port = \d+", f"sync_port = {base + 15}", text))
+    up = run_cli("up", "--recipe", str(recipe), "--detach", state=state_path, cwd=run_folder, timeout=600)
+    assert up.returncode == 0, up.stdout + up.stderr
+    deadline = time.monotonic() + 600
+    while True:
+        doc, run = current_run(state_path)
+        if run.get("policy_version", 0) >= 1:  # a step has trained: the engines serve more than v0
+            break
+        assert run["status"] in ("starting", "running"), run
+        assert time.monotonic() < deadline, "the run did not reach step 1"
+        time.sleep(0.2)
+    victim = doc["components"]["rollout/engine-1"]
+    os.kill(victim["pid"], signal.SIGKILL)
+    killed_at, killed_at_step, version_then = time.monotonic(), run["step"], run["policy_version"]
+
+    # Back: a new process under the same record, at the version the trainer had then or later.
+    while True:
+        doc, run = current_run(state_path)
+        rec = doc["components"]["rollout/engine-1"]
+        if rec.get("restarts") and rec["status"] == "running" and rec.get("served_version") is not None:
+            break
+        assert run["status"] in ("starting", "running"), (run, rec)
+        assert time.monotonic() < killed_at + 300, f"engine-1 did not come back: {rec}"
+        time.sleep(0.1)
+    print(f"\nengine-1 back at policy version {rec['served_version']} {time.monotonic() - killed_at:.1f}s "
+          f"after its kill (trainer at version {run['policy_version']})")
+    assert rec["pid"] != victim["pid"] and rec["restarts"] == 1
+    assert rec["served_version"] >= version_then
+
+    # Then the router: it comes back with both engines, and the run goes on through it.
+    router = doc["components"]["service/router"]
+    os.kill(router["pid"], signal.SIGKILL)
+    router_killed_at = time.monotonic()
+    while True:
+        doc, run = current_run(state_path)
+        back = doc["components"]["service/router"]
+        if back.get("restarts") and back["status"] == "running":
+            break
+        assert run["status"] in ("starting", "running"), (run, back)
+        assert time.monotonic() < router_killed_at + 300, f"the router did not come back: {back}"
+        time.sleep(0.1)
+    print(f"router back {time.monotonic() - router_killed_at:.1f}s after its kill")
+    assert back["pid"] != router["pid"] and back["url"] == router["url"]
+
+    follow = run_cli("logs", "--follow", state=state_path, cwd=run_folder, timeout=600)
+    assert follow.returncode == 0, follow.stdout[-3000:]
+    status = json.loads(run_cli("status", "--json", state=state_path, cwd=run_folder).stdout)
+    run = status["runs"][status["current_run"]]
+    assert run["status"] == "finished" and run["step"] == 6
+    # Every engine ends on the trainer's version: the restarted one too; status asks them and says so.
+    assert run["engine_versions"] == {e["url"]: run["policy_version"] for cid, e in status["components"].items()
+                                      if cid.startswith("rollout/engine-")}
+    assert status["engine_versions"] == {"rollout/engine-0": run["policy_version"],
+                                         "rollout/engine-1": run["policy_version"]}
+    assert status["components"]["rollout/engine-1"]["status"] == "running"
+    assert status["components"]["rollout/engine-1"]["restarts"] == 1
+    assert status["components"]["service/router"]["restarts"] == 1
+    text = run_cli("status", state=state_path, cwd=run_folder).stdout
+    assert f"serves v{run['policy_version']}, 1 restart" in text
+
+    # What the kills cost: only engine_error infra failures (a request the router restart cut is sent again
+    # once; one that finds no router in time is one of them), every one masked, none trained on.
+    rows = metrics_of(state_path)
+    after = rows[killed_at_step - 1:]
+    assert {cause for row in after for cause in row["infra_failures_by_cause"]} <= {"engine_error"}
+    for row in after:
+        lost = row["infra_failures_by_cause"].get("engine_error", 0)
+        assert row["batch"].get("masked/engine_error", 0) == lost
+
+    families = [procinfo.family(rec["supervisor_pid"], rec["pgid"]) for rec in status["components"].values()
+                if rec.get("supervisor_pid")]
+    assert run_cli("down", state=state_path, cwd=run_folder).returncode == 0
+    leftovers = [pid for family in families for pid in family if procinfo.is_alive(pid)]
+    assert leftovers == []

@@ -1,0 +1,261 @@
+"""Evaluation during training on held-out tasks (`[eval]`, rl360cli/loop/eval.py): the table is checked
+at load time, the figures are unbiased pass@1/pass@k with infra failures left out of n, they land in
+the rows of the steps they follow, and no eval sample ever reaches the trainer.
+
+The loop tests run `train_loop` twice: in this process on the real torch trainer with the stand-in
+rollouts of tests/loop/loop_standins.py (fast), and once for real through `rl360 up` (engines behind
+the real router, Ray session actors, process sandboxes, gloo; marked slow).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rl360cli.config import load_recipe
+from rl360cli.configload import ConfigError
+from rl360cli.loop.config import EvalConfig
+from rl360cli.loop.eval import Evaluation, eval_metrics
+from rl360cli.loop.ledger import read_ledger
+from rl360cli.loop.train_loop import train_loop
+from rl360cli.outcome import InfraCause, Outcome
+from rl360cli.rl.trajectory import Trajectory
+from rl360cli.tasks import arith
+from tests.conftest import REPO, run_cli
+from tests.loop.conftest import TASKS, metrics_of, write_run_files
+from tests.loop.loop_standins import (
+    TASK_IDS,
+    StandInGeneration,
+    SyntheticRolloutsStandIn,
+    loop_parts,
+    make_tiny_model,
+    tiny_trainer,
+)
+
+HELDOUT = REPO / "recipes" / "tasks" / "arith-heldout"
+EVAL_KEYS = {"eval/pass@1", "eval/pass@k", "eval/k", "eval/step", "eval/infra_failures",
+             "eval/infra_failures_by_cause", "eval/num_tasks"}
+
+
+# ----------------------------------------------------------------------------- the table, at load time
+
+
+def recipe_with(tmp_path: Path, eval_table: str, *, tasks: Path = TASKS) -> Path:
+    path = tmp_path / "recipe.toml"
+    path.write_text(textwrap.dedent(f"""
+        [run]
+        name = "evaltest"
+        [tasks]
+        path = "{tasks}"
+        [eval]
+    """) + textwrap.dedent(eval_table))
+    return path
+
+
+def test_local_smoke_evaluates_its_held_out_set():
+    recipe = load_recipe(REPO / "recipes" / "local-smoke.toml")
+    assert recipe.eval.active and Path(recipe.eval.path) == HELDOUT
+    evaluation = Evaluation.from_config(recipe.eval)
+    assert len(evaluation.task_ids) == 16
+    assert not set(evaluation.task_ids) & {p.name for p in TASKS.iterdir()}
+    # Without an [eval] table there is no evaluation.
+    assert Evaluation.from_config(EvalConfig()) is None
+
+
+@pytest.mark.parametrize("table, message", [
+    ('path = "{held}"\nk = 0', "k must be at least 1"),
+    ('path = "{held}"\nk = 4\nnum_samples_per_task = 2', "num_samples_per_task must be at least k=4"),
+    ('path = "{held}"\nevery = -1', "every must be >= 0"),
+    ('path = "{held}"\nk = "4"', "k"),
+    ('path = "{missing}"', "no such folder"),
+    ('path = "{held}"\ninclude = ["arith-heldout-99"]', "include names no task folder"),
+    ('path = "{train}"', "shares 32 task(s) with [tasks] path"),
+])
+def test_a_bad_table_is_one_line_naming_the_fix(tmp_path, table, message):
+    path = recipe_with(tmp_path, table.format(held=HELDOUT, train=TASKS, missing=tmp_path / "nope"))
+    with pytest.raises(ConfigError) as error:
+        load_recipe(path)
+    text = str(error.value)
+    assert message in text and "\n" not in text
+
+
+def test_a_copied_training_task_under_another_name_is_refused(tmp_path):
+    """The same instruction under a new folder name is the same task: it names both sets and the pair."""
+    held = tmp_path / "held"
+    shutil.copytree(HELDOUT / "arith-heldout-00", held / "fresh-00")
+    shutil.copytree(TASKS / "arith-05", held / "renamed")
+    with pytest.raises(ConfigError) as error:
+        load_recipe(recipe_with(tmp_path, f'path = "{held}"'))
+    text = str(error.value)
+    assert f"[eval] path {held} shares 1 task(s) with [tasks] path {TASKS}: renamed (= arith-05)" in text
+    # Turned off, or with the copy left out, the same table loads.
+    assert not load_recipe(recipe_with(tmp_path, f'path = "{held}"\nenabled = false')).eval.active
+    assert load_recipe(recipe_with(tmp_path, f'path = "{held}"\ninclude = ["fresh-00"]')).eval.active
+
+
+def test_due_after_every_nth_step_and_after_the_last():
+    def due(every, num_steps):
+        config = EvalConfig(path="x", every=every)
+        return [s for s in range(num_steps) if config.due(s, num_steps)]
+
+    assert due(10, 30) == [9, 19, 29]
+    assert due(4, 10) == [3, 7, 9]
+    assert due(0, 5) == [4]
+    assert not EvalConfig(path="x", enabled=False).due(4, 5) and not EvalConfig().due(4, 5)
+
+
+def test_the_held_out_set_is_what_the_generator_writes():
+    spec = importlib.util.spec_from_file_location("generate_arith", REPO / "recipes" / "tasks" / "generate_arith.py")
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    files = generator.heldout_files()
+    assert {str(p.relative_to(HELDOUT)) for p in HELDOUT.rglob("*") if p.is_file()} == set(files)
+    assert all((HELDOUT / rel).read_text() == text for rel, text in files.items())
+    # None of the 16 is one of the 32 as a function on the verifier's inputs.
+    outputs = {tuple(y for _, y in arith.cases(p)) for p in generator.programs()}
+    assert not outputs & {tuple(y for _, y in arith.cases(p)) for p in generator.heldout_programs()}
+
+
+# ----------------------------------------------------------------------------- the figures
+
+
+def sample(task_id: str, reward: float | None, *, cause: InfraCause | None = None) -> Trajectory:
+    return Trajectory(task_id=task_id, group_id=f"eval0-{task_id}", sample_index=0,
+                      token_ids=np.array([1, 2, 3], np.int32), loss_mask=np.array([0, 1, 1], np.uint8),
+                      logprobs=np.array([0, -1, -1], np.float32), versions=(0,), num_prompt_tokens=1,
+                      reward=reward, outcome=Outcome.INFRA_FAILURE if cause else Outcome.OK, cause=cause)
+
+
+def test_infra_failures_leave_n_and_are_counted_by_cause():
+    timeout = InfraCause.SANDBOX_START
+    trajectories = ([sample("a", 1.0), sample("a", 0.0), sample("a", 0.0), sample("a", 1.0)]
+                    + [sample("b", 1.0), sample("b", None, cause=timeout), sample("b", None, cause=timeout),
+                       sample("b", 0.0)]
+                    + [sample("c", None, cause=timeout)] * 4)
+    figures = eval_metrics(trajectories, k=4, step=7, policy_version=8)
+    # a: n=4, c=2 -> pass@1 0.5, pass@4 1. b: n=2, c=1 -> pass@1 0.5, too few for pass@4. c: no verdict.
+    assert figures["eval/pass@1"] == pytest.approx(0.5)
+    assert figures["eval/pass@k"] == pytest.approx(1.0)
+    assert figures["eval/tasks_short_of_k"] == 2 and figures["eval/num_tasks"] == 3
+    assert figures["eval/infra_failures"] == 6
+    assert figures["eval/infra_failures_by_cause"] == {timeout.value: 6}
+    assert (figures["eval/step"], figures["eval/policy_version"], figures["eval/k"]) == (7, 8, 4)
+    # A pass is a reward of at least [grpo] pass_threshold, as the training pass rate counts it.
+    partial = [sample("d", 0.5), sample("d", 0.2)]
+    assert eval_metrics(partial, k=1, step=0, policy_version=0)["eval/pass@1"] == 0.0
+    assert eval_metrics(partial, k=1, step=0, policy_version=0, pass_threshold=0.5)["eval/pass@1"] == 0.5
+
+
+# ----------------------------------------------------------------------------- in the loop (stand-ins)
+
+EVAL_IDS = [f"held{i:02d}" for i in range(5)]
+
+
+class EvalRolloutsStandIn(SyntheticRolloutsStandIn):
+    """The loop's stand-in rollouts (tests/loop/loop_standins.py) plus the eval path of `Rollouts`:
+    each held-out group's samples are synthetic (sample i passes when i < its task's index), tagged
+    with the trainer's version when submitted. It runs no engines, sandboxes or Ray."""
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        self.eval_versions: list[int] = []
+
+    def submit_eval(self, step: int, task_ids: list[str], num_samples: int) -> StandInGeneration:
+        self.eval_versions.append(self.trainer.version)
+        generation = StandInGeneration(step=step)
+        for index, task_id in enumerate(task_ids):
+            for i in range(num_samples):
+                t = self._sample(task_id, f"eval{step}-{task_id}", i, flat=False)
+                generation.trajectories.append(dataclasses.replace(t, reward=float(i < index)))
+        return generation
+
+    def collect_eval(self, generation: StandInGeneration) -> list[Trajectory]:
+        return generation.trajectories
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def test_the_loop_evaluates_at_the_right_steps_and_trains_on_none_of_it(model_dir, tmp_path):
+    trainer = tiny_trainer(model_dir)
+    rows = {}
+    parts = loop_parts(tmp_path, trainer, steps=5, checkpoint_every=5)
+    rollouts = EvalRolloutsStandIn(trainer)
+    parts = dataclasses.replace(parts, rollouts=rollouts, log=lambda step, values: rows.update({step: values}),
+                                evaluation=Evaluation(EvalConfig(path="held", every=2, k=2), tuple(EVAL_IDS)))
+    last = train_loop(parts, start_step=0)
+    assert [s for s, row in rows.items() if EVAL_KEYS <= row.keys()] == [1, 3, 4]
+    assert not any(key.startswith("eval/") for s in (0, 2) for key in rows[s])
+    assert last["eval/step"] == 4
+    # Each evaluation used the policy of the step it follows, the version its row reports.
+    assert rollouts.eval_versions == [rows[s]["policy_version"] for s in (1, 3, 4)] == [2, 4, 5]
+    # 4 samples per task, task i passes i of them: pass@1 = mean(i/4), pass@2 = mean(1 - C(4-i,2)/C(4,2)).
+    assert rows[1]["eval/pass@1"] == pytest.approx(sum(min(i, 4) / 4 for i in range(5)) / 5)
+    assert rows[1]["eval/pass@k"] == pytest.approx((0 + 0.5 + 5 / 6 + 1 + 1) / 5)
+    ledger = read_ledger(tmp_path / "ledger.jsonl")
+    assert len(ledger) == 5 and all(e["tasks"] for e in ledger)
+    for entry in ledger:
+        assert set(entry["tasks"]) <= set(TASK_IDS)
+        assert not [g for g in entry["groups"] + entry["generated"] if g.startswith("eval")]
+
+
+# ----------------------------------------------------------------------------- for real
+
+SMALL = f"""
+[model]
+kind = "tiny"
+warmup_steps = 30
+[loop]
+num_steps = 3
+num_tasks_per_step = 4
+num_samples_per_task = 4
+max_generation_rounds = 1
+[rollout]
+num_session_actors = 1
+max_new_tokens = 24
+[grpo]
+# The policy of 30 warm-up steps rarely passes: train on flat groups too, so that versions advance.
+filter_zero_std = false
+[eval]
+path = "{HELDOUT}"
+include = ["arith-heldout-00", "arith-heldout-06", "arith-heldout-09"]
+every = 2
+num_samples_per_task = 3
+k = 2
+"""
+
+
+@pytest.mark.slow
+def test_a_real_run_evaluates_held_out_tasks_through_its_engines(run_folder, state_path):
+    recipe = write_run_files(run_folder, recipe_body=SMALL, name="evalrun")
+    up = run_cli("up", "--recipe", str(recipe), state=state_path, cwd=run_folder, timeout=600)
+    try:
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        rows = metrics_of(state_path)
+    finally:
+        run_cli("down", state=state_path, cwd=run_folder)
+    assert [row["step"] for row in rows if EVAL_KEYS <= row.keys()] == [1, 2]
+    assert not any(key.startswith("eval/") for key in rows[0])
+    for row in rows[1:]:
+        assert row["eval/num_tasks"] == 3 and row["eval/k"] == 2
+        assert row["eval/num_samples"] == 9
+        assert row["eval/policy_version"] == row["policy_version"] == row["step"] + 1
+        assert 0.0 <= row["eval/pass@1"] <= row["eval/pass@k"] <= 1.0
+        assert row["eval/infra_failures"] == sum(row["eval/infra_failures_by_cause"].values())
+    doc = json.loads(state_path.read_text())
+    run_dir = Path(doc["runs"][doc["current_run"]]["run_dir"])
+    held = {"arith-heldout-00", "arith-heldout-06", "arith-heldout-09"}
+    for entry in read_ledger(run_dir / "ledger.jsonl"):
+        assert not held & set(entry["tasks"])
+        assert not [g for g in entry["groups"] + entry["generated"] if g.startswith("eval")]
+    kept = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines() if line.strip()]
+    assert kept and not [s for s in kept if s["task"] in held]
