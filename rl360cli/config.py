@@ -154,6 +154,10 @@ class Recipe:
     def __post_init__(self) -> None:
         if self.rollout.max_new_tokens >= self.rollout.max_total_tokens:
             raise ValueError("rollout.max_new_tokens must be smaller than rollout.max_total_tokens")
+        if self.loop.over_sample > 0 and self.grpo.max_staleness is None:
+            # Carried groups would be trained however many versions old they came back.
+            raise ValueError("loop.over_sample carries groups into later steps: set grpo.max_staleness "
+                             "(e.g. 2) to bound how old a trained sample may be, or over_sample = 0")
 
 
 def load_recipe(path: Path | str, *, base_dir: Path | str | None = None,

@@ -115,8 +115,17 @@ def slurm_cluster() -> dict[str, Any]:
 
 
 @pytest.fixture
-def state_path(tmp_path: Path) -> Path:
-    return tmp_path / "rl360" / "state.json"
+def state_path(tmp_path: Path):
+    """The test's state file; whatever it still records at the end (a test that failed half-way) is
+    brought down, so one failure does not leave engines, trainers or Slurm jobs to the next tests."""
+    path = tmp_path / "rl360" / "state.json"
+    yield path
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if doc.get("components") or doc.get("tiers"):
+        run_cli("down", state=path, cwd=tmp_path, timeout=300)
 
 
 def run_cli(*args: str, state: Path, cwd: Path = REPO, timeout: float = 120, env: dict | None = None,

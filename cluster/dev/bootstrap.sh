@@ -6,11 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 extras="${1:-local}"
 
-# Process sandboxes isolate with bubblewrap and run the tasks' Python checks with Debian's python3 + pytest.
-if [ "$(id -u)" = 0 ] && { ! command -v bwrap >/dev/null || ! /usr/bin/python3 -c "import pytest" 2>/dev/null; }; then
-    echo "› installing bubblewrap and python3-pytest (process sandboxes)"
+# Process sandboxes isolate with bubblewrap, give network tasks slirp4netns (never the host's loopback) and
+# run the tasks' Python checks with Debian's python3 + pytest.
+if [ "$(id -u)" = 0 ] && { ! command -v bwrap >/dev/null || ! command -v slirp4netns >/dev/null ||
+                           ! /usr/bin/python3 -c "import pytest" 2>/dev/null; }; then
+    echo "› installing bubblewrap, slirp4netns and python3-pytest (process sandboxes)"
     apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; }
-    apt_install bubblewrap python3-pytest 2>/dev/null || { apt-get update -qq >/dev/null && apt_install bubblewrap python3-pytest; }
+    apt_install bubblewrap slirp4netns python3-pytest 2>/dev/null ||
+        { apt-get update -qq >/dev/null && apt_install bubblewrap slirp4netns python3-pytest; }
 fi
 if [ ! -x .venv/bin/python ]; then
     echo "› creating .venv"

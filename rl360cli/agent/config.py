@@ -29,13 +29,16 @@ class RolloutConfig:
     # Keep it above the task's agent and verifier budgets (Harbor's defaults: 600 s each).
     generate_timeout_s: float = 600.0
     session_timeout_s: float = 1800.0
+    # How long the session actors may take to start (Ray places them on the rollout tier's nodes and
+    # each loads its tokenizer and tasks): a tier whose Ray worker never joined fails the run here.
+    actor_start_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         for name in ("max_turns", "max_new_tokens", "max_total_tokens", "num_session_actors",
                      "max_concurrent_sessions", "max_observation_chars"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
-        for name in ("generate_timeout_s", "session_timeout_s"):
+        for name in ("generate_timeout_s", "session_timeout_s", "actor_start_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be a positive number of seconds (got {getattr(self, name)})")
         if self.temperature < 0:

@@ -99,8 +99,8 @@ async def run_session(spec: SessionSpec, task: Task, *, tokenizer: Any, client: 
     running = asyncio.ensure_future(run_attempt(provider, task, agent, attempt_id=spec.attempt_id, labels=labels))
     try:
         done, _ = await asyncio.wait({running}, timeout=config.session_timeout_s)
-    except asyncio.CancelledError:  # the session itself is cancelled: so is its attempt, as before
-        running.cancel()
+    except asyncio.CancelledError:  # the session itself is cancelled (a carried group, the run's end):
+        _cut(running)  # so is its attempt, whose sandbox stops in the background, drained at close
         raise
     if not done:
         _cut(running)
@@ -140,7 +140,8 @@ def _add_user_turn(conversation: ConversationTokens, text: str, *, finished_turn
         conversation.observation_role = role
 
 
-# Attempts cut at the session deadline, still stopping their sandboxes; held so that they finish.
+# Attempts cut at the session deadline or cancelled with their session, still stopping their
+# sandboxes; held so that they finish.
 _CUT: set[asyncio.Future] = set()
 
 
@@ -153,7 +154,8 @@ async def drain_cut_sessions(timeout_s: float = 30.0) -> int:
 
 
 def _cut(running: asyncio.Future) -> None:
-    """Cancel an attempt past its deadline; its `finally` stops the sandbox, in the background."""
+    """Cancel an attempt (past its deadline, or its session cancelled); its `finally` stops the
+    sandbox, in the background."""
     running.cancel()
     _CUT.add(running)
     running.add_done_callback(_CUT.discard)

@@ -3,8 +3,11 @@
 On a terminal it is a progress bar (steps done of the total, time since the
 run started, the time left at the recent steps' pace), the step being generated
 (its sessions; how many are done is not reported by the loop), the latest
-held-out evaluation, and a rich live table (step, reward, pass rate, infra
-failures by cause, tokens/s, overlap, weight sync); piped, one line per step.
+held-out evaluation, a rich live table (step, reward, pass rate, infra
+failures by cause, tokens/s, overlap, weight sync) and the last step's scale
+figures (sessions in flight, admission, pulls, warm starts, the actors' CPU and
+memory per 1,000 sessions, router requests/s: `scale_text`); piped, one line per
+step and its scale figures below it.
 Ctrl-C detaches and leaves the run going. When the run ends, its serving
 components (engines, router) are stopped; the tiers stay provisioned. A run
 `rl360 down` stopped ends the view with its reason and exit code 4.
@@ -50,6 +53,8 @@ def watch_run(ctx: Context, *, quiet: bool = False, poll_s: float = 1.0) -> int:
             elif not quiet:
                 for row in rows[shown:]:
                     out.print(_line(row, run), markup=False, highlight=False)
+                    if (scale := scale_text(row)) is not None:
+                        out.print(f"  scale: {scale}", markup=False, highlight=False)
                 shown = len(rows)
             if run.get("status") in RUN_FINAL:
                 break
@@ -94,6 +99,25 @@ def _line(row: dict, run: dict) -> str:
             f"pass {_fmt(row.get('pass_rate'))}  infra {causes}  tok/s {_fmt(row.get('tokens_per_s'), '.0f')}  "
             f"overlap {_fmt(row.get('overlap_ratio'), '.2f')}  sync {_fmt(row.get('weight_sync_s'), '.2f')}s  "
             f"step {_fmt(row.get('step_s'), '.1f')}s{_eval_text(row, '  eval ')}")
+
+
+def scale_text(row: dict) -> str | None:
+    """A step's scale figures (rl360cli/rollout/gauges.py) in one line; None for a row without them."""
+    if row.get("sessions_in_flight_max") is None:
+        return None
+    parts = [f"sessions in flight max {row['sessions_in_flight_max']:,} mean {row['sessions_in_flight_mean']:,.0f}"]
+    if row.get("admission_queue_max") is not None:
+        parts.append(f"admission queue max {row['admission_queue_max']:,}, wait mean "
+                     f"{_fmt(row.get('admission_wait_mean_s'), '.2f')}s "
+                     f"p99 {_fmt(row.get('admission_wait_p99_s'), '.2f')}s")
+    if row.get("pulls_in_flight_max") is not None:
+        parts.append(f"pulls in flight {row['pulls_in_flight_max']}/{row.get('pull_cap', '?')}")
+    if row.get("warm_start_ratio") is not None:
+        parts.append(f"warm starts {row['warm_start_ratio']:.0%}")
+    parts.append(f"actors {_fmt(row.get('actor_cpu_s_per_1k_sessions'), '.1f')} CPU s/1k sessions, "
+                 f"{_fmt(row.get('actor_memory_mb_per_1k_in_flight'), ',.0f')} MB/1k in flight")
+    parts.append(f"router {_fmt(row.get('router_requests_per_s'), ',.0f')} req/s ({row.get('router_rps_source', '?')})")
+    return " · ".join(parts)
 
 
 def _eval_text(row: dict, prefix: str) -> str:
@@ -146,7 +170,10 @@ def live_view(run_id: str, run: dict, rows: list[dict], elapsed: float, *, now: 
     if not rows:
         return Group(progress, table, Text("waiting for the first step (engines warming up, first batch "
                                            "generating)…", style="dim"))
-    return Group(progress, table)
+    scale = scale_text(rows[-1])
+    if scale is None:
+        return Group(progress, table)
+    return Group(progress, table, Text(f"scale, step {rows[-1]['step'] + 1}: {scale}"))
 
 
 def _summary(run_id: str, run: dict, rows: list[dict], elapsed: float) -> Text:

@@ -23,17 +23,22 @@ see health.py) is sent once more, as soon as the server is back
 under the router: that attempt fails, as before (the router does not resend it
 elsewhere either).
 
-Tested by tests/inference/test_client.py and test_router.py.
+Tested by tests/inference/test_client.py and test_router.py; its answers fuzzed by
+tests/fuzz/test_fuzz_engine.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from rl360cli.inference.protocol import SamplingParams
+
+# No vocabulary comes near it; past it an id is no int32 index of an embedding table.
+MAX_TOKEN_ID = 2**31 - 1
 
 Cause = Literal["connect", "unavailable", "disconnected", "timeout", "http", "rejected", "aborted", "protocol"]
 
@@ -66,32 +71,73 @@ class GenerateResult:
 
     @classmethod
     def from_answer(cls, answer: Any, *, url: str, return_logprob: bool) -> GenerateResult:
-        try:
-            meta = answer["meta_info"]
-            output_ids = [int(t) for t in answer["output_ids"]]
-            reason = meta["finish_reason"] or {}
-            kind = reason.get("type")
-            if kind == "abort":
-                raise EngineError(f"generation aborted: {reason.get('message')}", url=url, cause="aborted")
-            logprobs = [float(e[0]) for e in meta["output_token_logprobs"]] if return_logprob else []
-            if return_logprob and len(logprobs) != len(output_ids):
-                raise EngineError(f"{len(logprobs)} logprobs for {len(output_ids)} tokens", url=url, cause="protocol")
-            version = meta.get("weight_version")
-            return cls(output_ids=output_ids, logprobs=logprobs, finish_reason=str(kind),
-                       weight_version=parse_weight_version(version, url=url), text=answer.get("text", ""),
-                       prompt_tokens=int(meta.get("prompt_tokens", 0)), matched_stop=reason.get("matched"))
-        except (KeyError, TypeError, ValueError, IndexError) as e:
-            raise EngineError(f"malformed /generate answer ({type(e).__name__}: {e})", url=url,
-                              cause="protocol") from None
+        """Each field is checked here, once, so what leaves is well formed (ids ints >= 0, finite
+        logprobs as many as the ids, an integer version, text a string) or is an EngineError: a
+        field of the wrong JSON type that got through would crash the session (not an infra
+        failure) or, worse, reach the loss (a NaN logprob, a float truncated into a token id)."""
+        def malformed(what: str) -> EngineError:
+            return EngineError(f"malformed /generate answer: {what}", url=url, cause="protocol")
+
+        if not isinstance(answer, dict):
+            raise malformed(f"{type(answer).__name__}, not an object")
+        meta = answer.get("meta_info")
+        if not isinstance(meta, dict):
+            raise malformed(f"meta_info is {_kind(meta)}, not an object")
+        reason = meta.get("finish_reason")
+        kind = reason.get("type") if isinstance(reason, dict) else None
+        if kind == "abort":
+            raise EngineError(f"generation aborted: {_snippet(str(reason.get('message')).encode())}", url=url,
+                              cause="aborted")
+        if kind not in ("stop", "length"):
+            raise malformed(f"finish_reason is {_snippet(repr(reason).encode())}, not a stop, length or abort")
+        matched = reason.get("matched")
+        if not (matched is None or isinstance(matched, str) or _is_count(matched)):
+            raise malformed(f"finish_reason.matched is {_kind(matched)}, not a token id or a string")
+        output_ids = answer.get("output_ids")
+        if not isinstance(output_ids, list) or not all(_is_count(t) and t <= MAX_TOKEN_ID for t in output_ids):
+            raise malformed(f"output_ids must be a list of token ids 0..{MAX_TOKEN_ID}")
+        logprobs = _logprobs(meta.get("output_token_logprobs"), malformed) if return_logprob else []
+        if return_logprob and len(logprobs) != len(output_ids):
+            raise malformed(f"{len(logprobs)} logprobs for {len(output_ids)} tokens")
+        text = answer.get("text", "")
+        prompt_tokens = meta.get("prompt_tokens", 0)
+        if not isinstance(text, str) or not _is_count(prompt_tokens):
+            raise malformed("text must be a string and prompt_tokens a count")
+        return cls(output_ids=output_ids, logprobs=logprobs, finish_reason=kind,
+                   weight_version=parse_weight_version(meta.get("weight_version"), url=url), text=text,
+                   prompt_tokens=prompt_tokens, matched_stop=matched)
+
+
+def _is_count(value: Any) -> bool:
+    """An integer >= 0 as JSON carries one (a JSON `true` is a bool in Python, and no count)."""
+    return type(value) is int and value >= 0
+
+
+def _kind(value: Any) -> str:
+    return "missing" if value is None else type(value).__name__
+
+
+def _logprobs(entries: Any, malformed: Any) -> list[float]:
+    """SGLang's `[[logprob, token_id, text], ...]`: the finite logprob of each entry."""
+    if not isinstance(entries, list):
+        raise malformed(f"output_token_logprobs is {_kind(entries)}, not a list")
+    logprobs = []
+    for entry in entries:
+        value = entry[0] if isinstance(entry, list) and entry else None
+        if type(value) not in (int, float) or not math.isfinite(value):
+            raise malformed(f"a logprob entry is {_snippet(repr(entry).encode())}, not [finite logprob, ...]")
+        logprobs.append(float(value))
+    return logprobs
 
 
 def parse_weight_version(value: Any, *, url: str) -> int:
-    """rl360 numbers policy versions 0, 1, 2, ...; SGLang carries them as strings."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise EngineError(f"the engine reports weight version {value!r}, not an integer "
-                          "(start it with --weight-version 0)", url=url, cause="protocol") from None
+    """rl360 numbers policy versions 0, 1, 2, ...; SGLang carries them as strings of digits."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18:
+        value = int(value)
+    if not _is_count(value):
+        raise EngineError(f"the engine reports weight version {_snippet(repr(value).encode())}, not an integer "
+                          ">= 0 (start it with --weight-version 0)", url=url, cause="protocol")
+    return value
 
 
 class EngineClient:
@@ -203,7 +249,7 @@ class EngineClient:
                                           url=self.base_url, cause=cause, status=reply.status)
                     try:
                         return _decode(raw, reply.content_type)
-                    except ValueError as e:
+                    except (ValueError, RecursionError) as e:  # RecursionError: `[[[[...` nested too deep
                         raise EngineError(f"{method} {path}: the answer is not JSON ({e})", url=self.base_url,
                                           cause="protocol") from None
             except aiohttp.ClientConnectorError as e:

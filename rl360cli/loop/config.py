@@ -9,6 +9,10 @@ from pathlib import Path
 from rl360cli.configload import ConfigError
 
 
+# More than 4x the groups a step needs in flight is a typo (25 for 0.25), not a setting.
+MAX_OVER_SAMPLE = 4.0
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LoopConfig:
     num_steps: int = 20
@@ -21,6 +25,12 @@ class LoopConfig:
     # Dynamic filtering: keep sampling until the batch holds `num_tasks_per_step` groups with
     # reward variance, at most this many generation rounds per step.
     max_generation_rounds: int = 3
+    # The long tail: keep ceil(num_tasks_per_step * (1 + over_sample)) groups in flight, train on the
+    # first num_tasks_per_step (and any others) that finish, and carry the unfinished ones into the
+    # next step; build_batch's staleness bound (`grpo.max_staleness`) decides what of them is kept,
+    # and a carried group that could only be stale is cancelled. 0 waits for every group of a step.
+    # A fraction: 0.25 is a quarter more groups (docs/architecture.md "The long tail").
+    over_sample: float = 0.0
     # The spinning guard: the run stops (failed, with this setting named in its reason) after this
     # many steps in a row without one trainable group (every group filtered for equal rewards,
     # masked for infra failures or dropped as stale). Such steps cost a full generation each and
@@ -33,6 +43,9 @@ class LoopConfig:
                 raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
         if self.num_samples_per_task < 2:
             raise ValueError(f"num_samples_per_task must be at least 2 for GRPO (got {self.num_samples_per_task})")
+        if not 0.0 <= self.over_sample <= MAX_OVER_SAMPLE:
+            raise ValueError(f"over_sample must be a fraction from 0 to {MAX_OVER_SAMPLE:g} of num_tasks_per_step "
+                             f"(0.25: a quarter more groups in flight; 0: off), got {self.over_sample}")
         if self.max_steps_without_signal < 0:
             raise ValueError(f"max_steps_without_signal must be >= 0, 0 turns the guard off "
                              f"(got {self.max_steps_without_signal})")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from rl360cli.config import RUN_RECIPE, ClusterProfile, Recipe, load_profile, load_run_recipe, run_policy_dir
 from rl360cli.ports import free_port
+from rl360cli.errors import RunFailed
 from rl360cli.state import RunStatus, StateDoc, StateFile, live_components, now_iso, profile_path
 
 
@@ -61,7 +62,7 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     from rl360cli.loop.eval import Evaluation
     from rl360cli.loop.samples import SampleKeeper
     from rl360cli.loop.train_loop import LoopParts, latest_checkpoint, train_loop
-    from rl360cli.metrics import MetricsLogger
+    from rl360cli.metrics import MetricsLogger, drop_steps_from
     from rl360cli.rollout.rollouts import Rollouts
     from rl360cli.sandbox.task import load_task_set
     from rl360cli.sandbox.waves import node_images_from_state
@@ -87,6 +88,9 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     if checkpoint is not None:
         start_step = trainer.load_checkpoint(checkpoint)["next_step"]
         log(f"resumed from {checkpoint} at step {start_step}, policy version {trainer.version}")
+    if resume:  # the steps from `start_step` on run again: their rows from before would repeat
+        for name in ("metrics.jsonl", "samples.jsonl"):
+            drop_steps_from(run_dir / name, start_step)
 
     # The profile's weight-sync port if it is free here, else any free port (two runs on one
     # machine must not meet in each other's process group).
@@ -117,7 +121,8 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     task_ids = [t.id for t in load_task_set(Path(recipe.tasks.path), include=recipe.tasks.include)]
     rollouts = Rollouts(actors, task_ids, num_tasks_per_step=recipe.loop.num_tasks_per_step,
                         num_samples_per_task=recipe.loop.num_samples_per_task,
-                        max_generation_rounds=recipe.loop.max_generation_rounds, seed=recipe.run.seed)
+                        max_generation_rounds=recipe.loop.max_generation_rounds, seed=recipe.run.seed,
+                        over_sample=recipe.loop.over_sample, max_staleness=recipe.grpo.max_staleness)
     metrics = MetricsLogger(run_dir, run_name=run_id, project=recipe.metrics.wandb_project,
                             config={"recipe": str(run_dir / RUN_RECIPE)}, use_wandb=recipe.metrics.wandb)
 
@@ -233,9 +238,20 @@ def start_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_
                        sandbox=recipe.sandbox, nodes=profile.nodes if profile else (), node_images=node_images,
                        registry=profile.registry if profile else RegistrySpec(),
                        cpu_list=profile.tiers["rollout"].cpu_list if pinned else (), api_key_file=api_key_file)
-    return [remote_actor.options(num_cpus=0, max_concurrency=10_000, **placement)
-            .remote(dataclasses.replace(setup, actor_index=i))
-            for i in range(recipe.rollout.num_session_actors)]
+    actors = [remote_actor.options(num_cpus=0, max_concurrency=10_000, **placement)
+              .remote(dataclasses.replace(setup, actor_index=i))
+              for i in range(recipe.rollout.num_session_actors)]
+    # Ray waits for resources without end: an actor no node can take (the rollout tier's Ray worker
+    # never joined) would hang the run's first step. Fail it here instead, naming what to look at.
+    timeout_s = recipe.rollout.actor_start_timeout_s
+    ready, waiting = ray.wait([a.ready.remote() for a in actors], num_returns=len(actors), timeout=timeout_s)
+    ray.get(ready)  # an actor whose constructor raised raises here, with its own error
+    if waiting:
+        where = "the rollout tier's Ray nodes (see `rl360 logs` for its ray-worker)" if in_cluster else "this machine"
+        raise RunFailed(f"{len(waiting)} of {len(actors)} session actors did not start within {timeout_s:g}s "
+                         f"on {where}", fix="check that the tier's Ray worker runs, or raise "
+                                            "[rollout] actor_start_timeout_s")
+    return actors
 
 
 def follow_run(state_path: str, run_id: str) -> int:

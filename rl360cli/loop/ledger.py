@@ -3,10 +3,17 @@ loses work and anyone can check that it did not.
 
 `ledger.jsonl` in the run folder gets one line per finished step:
 
-    {"step": 3, "policy_version": 4, "tasks": [...], "groups": ["s3-r0-t07", ...], "generated": [...]}
+    {"step": 3, "policy_version": 4, "tasks": [...], "groups": ["s3-r0-t07", ...], "generated": [...],
+     "carried": ["s3-r0-t11", ...], "cancelled": ["s1-r0-t02", ...]}
 
 `groups` are the groups the update trained on (those left after masking and filtering), `tasks`
-their task ids, `generated` every group generated for the step. The same entries travel inside each
+their task ids, `generated` every group whose samples the step collected (with `[loop] over_sample`,
+groups carried in from earlier steps among them: a group is recorded in the step that collected and
+trained it, never in the step it was started for), `carried` the groups still running at the step's
+end (carried into the next step), `cancelled` the carried groups cancelled when the step was
+submitted (they could only be stale) or at the run's last step. A group carried at a checkpoint
+belongs to no step: a resume does not restart it; the resumed step draws fresh groups instead
+(docs/reliability.md "Lossless resume"). The same entries travel inside each
 checkpoint (`loop_state["ledger"]`); on resume the file is rewritten, atomically, to the newest
 checkpoint's entries, so steps a dead trainer finished after its last checkpoint (whose updates
 died with it) leave the file and are trained again, once. The loop's sampler is a pure function of
@@ -23,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from rl360cli.errors import Rl360Error
@@ -70,9 +78,11 @@ def read_ledger(path: Path) -> list[dict]:
 
 
 def step_entry(step: int, *, policy_version: int, trained_groups: list[str], trained_tasks: list[str],
-               generated_groups: list[str]) -> dict:
+               generated_groups: list[str], carried_groups: Sequence[str] = (),
+               cancelled_groups: Sequence[str] = ()) -> dict:
     return {"step": step, "policy_version": policy_version, "groups": sorted(set(trained_groups)),
-            "tasks": sorted(set(trained_tasks)), "generated": sorted(set(generated_groups))}
+            "tasks": sorted(set(trained_tasks)), "generated": sorted(set(generated_groups)),
+            "carried": sorted(set(carried_groups)), "cancelled": sorted(set(cancelled_groups))}
 
 
 def sampler_identity(*, seed: int, task_ids: list[str]) -> dict:

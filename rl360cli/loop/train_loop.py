@@ -2,8 +2,9 @@
 
     generation = rollouts.submit(first step)
     for each step:
-        trajectories = rollouts.collect(generation)            # wait for this step's groups
-        generation = rollouts.submit(next step)                # overlap: engines keep generating
+        trajectories = rollouts.collect(generation)            # wait for this step's groups (its quota)
+        generation = rollouts.submit(next step)                # overlap: engines keep generating;
+                                                               # unfinished groups carried into it
         batch, report = build_batch(trajectories)              # mask infra failures, filter, GRPO
         trainer.train_step(batch)
         weight_sync.broadcast(trainer weights, new version)    # engines pause, load, continue
@@ -14,12 +15,17 @@
 With `overlap = false` the next step is submitted only after the broadcast:
 the same loop, synchronous, for comparison. Samples more than
 `grpo.max_staleness` versions behind the trainer are dropped by build_batch.
+With `[loop] over_sample` a step trains on the groups that finished first and
+carries the others into the next step (rl360cli/rollout/rollouts.py); the last
+step cancels what is still running.
 
 Lossless resume: every checkpoint holds the step ledger (`loop/ledger.py`: the groups each step
 trained) and the sampler's identity; `train_loop(parts, start_step=n)` after
 `trainer.load_checkpoint` rewrites the run's ledger to the checkpoint's, so no step is trained twice
-and no group is lost. The spinning guard: `loop.max_steps_without_signal` steps in a row without a
-trainable group end the run with `NoTrainableGroups`.
+and no group is lost (groups carried at the checkpoint are not restarted: the ledger lists them
+under `carried`, and the resumed step draws fresh ones). The spinning guard:
+`loop.max_steps_without_signal` steps in a row without a trainable group end the run with
+`NoTrainableGroups`.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from rl360cli.loop.ledger import StepLedger, check_same_sampler, sampler_identit
 from rl360cli.rl.batch import build_batch
 from rl360cli.rl.config import GRPOConfig
 from rl360cli.rl.trajectory import Trajectory
+from rl360cli.rollout.gauges import StepGauges
 from rl360cli.rollout.rollouts import Generation, GenerationReport, Rollouts
 from rl360cli.trainer.fault_points import fault_point
 from rl360cli.trainer.protocol import Trainer, WeightSync
@@ -89,7 +96,9 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
     sampler = sampler_identity(seed=rollouts.seed, task_ids=list(rollouts.task_ids))
     ledger = parts.ledger()
     ledger.restore(resumed_ledger(parts.checkpoint_dir, start_step, sampler, ledger) if start_step else [])
-    generation: Generation | None = rollouts.submit(start_step) if start_step < num_steps else None
+    gauges = StepGauges(getattr(rollouts, "actors", []))  # the scale figures of each step's row (stand-ins: none)
+    generation: Generation | None = (rollouts.submit(start_step, policy_version=trainer.version)
+                                     if start_step < num_steps else None)
     last: dict = {}
     for step in range(start_step, num_steps):
         step_started = time.time()
@@ -97,8 +106,10 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
         waited_s = time.time() - step_started
         parts.keep_samples(step, trajectories)
         generation = None
-        if overlap and step + 1 < num_steps:
-            generation = rollouts.submit(step + 1)
+        # The last step carries nothing over: no step is left to train what still runs (cancelled).
+        cancelled_at_end = rollouts.cancel_carried() if step + 1 == num_steps else []
+        if overlap and step + 1 < num_steps:  # trained after this step's update: one version on
+            generation = rollouts.submit(step + 1, policy_version=trainer.version, trained_at=trainer.version + 1)
 
         batch, report = build_batch(trajectories, current_version=trainer.version, **parts.grpo.batch_kwargs())
         fault_point("before_update", step)
@@ -111,23 +122,28 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
 
         hidden_s = _hidden_seconds(generation, train_started, train_done)
         if not overlap and step + 1 < num_steps:
-            generation = rollouts.submit(step + 1)
+            generation = rollouts.submit(step + 1, policy_version=trainer.version)
 
         trained = [trajectories[i] for i in batch.indices.tolist()] if batch is not None else []
         ledger.append(step_entry(step, policy_version=trainer.version,
                                  trained_groups=[t.group_id for t in trained],
                                  trained_tasks=[t.task_id for t in trained],
-                                 generated_groups=[t.group_id for t in trajectories]))
+                                 generated_groups=[t.group_id for t in trajectories],
+                                 carried_groups=sorted(set(gen_report.carried_out) - set(cancelled_at_end)),
+                                 cancelled_groups=[*gen_report.cancelled, *cancelled_at_end]))
         last = step_metrics(
             trajectories, report.to_dict(), gen_report, train_stats, sync,
             waited_s=waited_s, train_s=train_s, busy_s=train_done - train_started, hidden_s=hidden_s,
             step_s=time.time() - step_started, version=trainer.version,
         )
         last["steps_without_signal"] = ledger.steps_without_signal()
+        if cancelled_at_end:
+            last["groups_cancelled_at_end"] = len(cancelled_at_end)
         if parts.evaluation is not None and parts.evaluation.due(step, num_steps):
             # After the update's broadcast and before the next: every eval sample comes from this
             # step's policy. Its samples go nowhere near build_batch or the ledger.
             last.update(parts.evaluation.run(rollouts, step=step, policy_version=trainer.version))
+        last.update(gauges.take())
         parts.log(step, last)
         if (step + 1) % parts.checkpoint_every == 0 or step + 1 == num_steps:
             trainer.save_checkpoint(parts.checkpoint_dir / f"step_{step + 1:06d}",
@@ -209,6 +225,7 @@ def step_metrics(trajectories: list[Trajectory], batch: dict, gen: GenerationRep
         "batch": batch,
         "train": train,
         "generation_rounds": gen.rounds,
+        **gen.carry_figures(),
         "generation_s": gen.seconds,
         "wait_for_generation_s": waited_s,
         "train_s": train_s,

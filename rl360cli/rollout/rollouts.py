@@ -1,45 +1,97 @@
-"""Generation of a step's groups across the Ray session actors, with dynamic filtering.
+"""Generation of a step's groups across the Ray session actors: over-sampling, carry-over, dynamic filtering.
 
-`submit(step)` starts the step's first round — one group of
+`submit(step, policy_version=v)` starts the step's first round — one group of
 `num_samples_per_task` attempts for each of the step's tasks, spread over the
 actors — and returns at once, so the trainer can update on the previous batch
-meanwhile. `collect(handle)` waits for it; while fewer than
+meanwhile. `collect(generation)` waits for it; while fewer than
 `num_tasks_per_step` groups have reward variance, it samples further rounds
 of fresh tasks (at most `max_generation_rounds`).
 
+The long tail (`[loop] over_sample`, docs/architecture.md "The long tail"). Agent sessions take
+heavy-tailed times (lognormal, p99 ~10x the median), and a step that waits for all its groups waits
+for its slowest one. With `over_sample = f` a step keeps `ceil(num_tasks_per_step * (1 + f))` groups
+in flight; `collect` returns as soon as `num_tasks_per_step` of them have finished, with every group
+finished by then, and carries the others into the next step: `submit` puts them in the next
+generation and starts that many fresh groups fewer. A carried group keeps running where it runs; its
+tokens keep the policy versions that generated them, and `build_batch`'s staleness bound
+(`grpo.max_staleness`, from each sample's oldest turn) decides what of it is trained. A carried group
+that build_batch would drop whatever happens — at `submit(step, trained_at=v)` it was started more
+than `max_staleness` versions before `v`, the version the step is to be trained at, so its samples'
+first turns are older than the bound (unless its sessions waited for a slot) — is cancelled
+(`ray.cancel`: its sessions' attempts stop their sandboxes) instead of running on for nothing. (The
+overlapped loop passes the version after the update under way: only when that update trains nothing
+at all may a group be cancelled that would just have stayed within the bound.)
+`cancel_carried()` cancels what is still running at the end of a run. `over_sample = 0` (the default)
+waits for every group, as without carry-over.
+
 `submit_eval(step, task_ids, n)` / `collect_eval(handle)` send held-out tasks (rl360cli/loop/eval.py)
 to the same actors, one group of `n` attempts each, group ids `eval{step}-{task}`: no filtering, no
-further rounds, and nothing of it goes to the trainer.
+further rounds, no carry-over, and nothing of it goes to the trainer.
+
+Test: tests/loop/test_carry_over.py (real Ray actors); benchmark: bench/bench_long_tail.py.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from rl360cli.rl.trajectory import Trajectory
+
+# How long the run's end waits for the actors to confirm the cancellation of carried groups.
+CANCEL_WAIT_S = 30.0
+
+
+@dataclass
+class GroupInFlight:
+    """One group handed to a session actor: its Ray object ref and what the loop knows about it."""
+
+    ref: Any
+    task_id: str
+    group_id: str
+    # The trainer's policy version when it was submitted: its sessions' first turns are generated on
+    # it (on a newer one only if they wait for a session slot; engines never go back).
+    policy_version: int
+    submitted: float = field(default_factory=time.time)
+    # (when the actor finished it, its serialized trajectories), fetched once.
+    result: tuple[float, list[bytes]] | None = None
 
 
 @dataclass
 class Generation:
-    """The groups of one step in flight: object refs from the actors, and when it started."""
+    """The groups of one step in flight (those carried from earlier steps first), and when it started."""
 
     step: int
-    refs: list = field(default_factory=list)
-    task_ids: list[str] = field(default_factory=list)
+    groups: list[GroupInFlight] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     rounds: int = 1
+    # How many groups the step needs finished before it is collected (num_tasks_per_step; all for eval).
+    quota: int = 0
+    carried_in: int = 0
+    # Groups cancelled when this generation was formed: carried ones that could only be stale.
+    cancelled: list[str] = field(default_factory=list)
+
+    @property
+    def refs(self) -> list:
+        return [g.ref for g in self.groups]
 
     def finished_at(self) -> float | None:
-        """When the first round's last group came back, or None while it is still running."""
+        """When the step's quota of groups had come back, or None while fewer have. Fetches each
+        finished group's result once; `collect` reuses it."""
         import ray
 
-        ready, pending = ray.wait(self.refs, num_returns=len(self.refs), timeout=0)
-        if pending:
-            return None
-        return max(finished for finished, _ in ray.get(ready))
+        ready, _ = ray.wait(self.refs, num_returns=len(self.groups), timeout=0)
+        ready = set(ready)
+        _fetch([g for g in self.groups if g.ref in ready])
+        times = sorted(g.result[0] for g in self.groups if g.result is not None)
+        quota = min(self.quota or len(self.groups), len(self.groups))
+        return times[quota - 1] if len(times) >= quota > 0 else None
 
 
 @dataclass(frozen=True)
@@ -49,37 +101,105 @@ class GenerationReport:
     rounds: int
     num_groups: int
     first_round_rewards: list[float]
+    # Carry-over: groups carried into the step, left running at its end (carried to the next) and
+    # cancelled when it was submitted (their ids, for the ledger).
+    carried_in: int = 0
+    carried_out: tuple[str, ...] = ()
+    cancelled: tuple[str, ...] = ()
+    # Each collected group's time from its submission to its last sample's end, and each sample's
+    # attempt time (`timings["total"]`), in seconds.
+    group_seconds: tuple[float, ...] = ()
+    session_seconds: tuple[float, ...] = ()
+
+    def carry_figures(self) -> dict:
+        """The step row's long-tail figures: carry-over counts, group and session time p50/p99."""
+        return {
+            "groups_carried_in": self.carried_in,
+            "groups_carried_out": len(self.carried_out),
+            "groups_cancelled_stale": len(self.cancelled),
+            "group_s_p50": _percentile(self.group_seconds, 50),
+            "group_s_p99": _percentile(self.group_seconds, 99),
+            "session_s_p50": _percentile(self.session_seconds, 50),
+            "session_s_p99": _percentile(self.session_seconds, 99),
+        }
 
 
 class Rollouts:
     """Hands a step's groups to the session actors, round robin, and collects them."""
 
     def __init__(self, actors: list, task_ids: list[str], *, num_tasks_per_step: int, num_samples_per_task: int,
-                 max_generation_rounds: int, seed: int):
+                 max_generation_rounds: int, seed: int, over_sample: float = 0.0,
+                 max_staleness: int | None = None, cancel_stale: bool = True):
         self.actors = actors
         self.task_ids = sorted(task_ids)
         self.num_tasks_per_step = num_tasks_per_step
         self.num_samples_per_task = num_samples_per_task
         self.max_generation_rounds = max_generation_rounds
         self.seed = seed
+        self.over_sample = over_sample
+        self.max_staleness = max_staleness
+        # False leaves stale carried groups running until build_batch drops them (for the benchmark).
+        self.cancel_stale = cancel_stale
+        # Groups still running after the last collect, waiting for the next step.
+        self.carried: list[GroupInFlight] = []
+        self._policy_version = 0
         self._next_actor = 0
 
-    def tasks_for_step(self, step: int) -> list[str]:
+    def tasks_for_step(self, step: int, count: int | None = None) -> list[str]:
+        """The step's fresh tasks: `num_tasks_per_step` of them (all, with fewer tasks) drawn from
+        (seed, step), then, for a larger `count`, further distinct ones, and once every task is in,
+        the same order again (a task's second group that step is `...-{task}.2`); a smaller `count`
+        takes the first `count`. A pure function of (seed, task set, step, count)."""
         if self.num_tasks_per_step >= len(self.task_ids):
-            return list(self.task_ids)
-        return random.Random(self.seed * 100003 + step).sample(self.task_ids, self.num_tasks_per_step)
+            chosen = list(self.task_ids)
+        else:
+            chosen = random.Random(self.seed * 100003 + step).sample(self.task_ids, self.num_tasks_per_step)
+        if count is None or count <= len(chosen):
+            return chosen[:count] if count is not None else chosen
+        taken = set(chosen)
+        rest = [t for t in self.task_ids if t not in taken]
+        extra = random.Random(self.seed * 100003 + step + 50021).sample(rest, min(count - len(chosen), len(rest)))
+        everything = chosen + extra
+        return [everything[i % len(everything)] for i in range(count)] if everything else []
 
-    def submit(self, step: int) -> Generation:
-        generation = Generation(step=step)
-        self._start_round(generation, self.tasks_for_step(step), round_index=0)
+    def in_flight_for(self, num_groups: int) -> int:
+        """How many groups to keep in flight so that `num_groups` finish without waiting for the tail."""
+        # Rounded up, less a hair: 30 x 0.1 is 3.0000000000000004 in floating point, and means 3.
+        return num_groups + math.ceil(num_groups * self.over_sample - 1e-9)
+
+    def submit(self, step: int, *, policy_version: int = 0, trained_at: int | None = None) -> Generation:
+        """Step `step`'s generation: the carried groups still worth running, then fresh ones up to
+        `in_flight_for(num_tasks_per_step)`. `policy_version`: the trainer's version now (the new
+        groups' tokens are this version or newer); `trained_at`: the version the step is to be
+        trained at (`policy_version` if None; one more in the overlapped loop, where the step before
+        trains first)."""
+        self._policy_version = policy_version
+        generation = Generation(step=step, quota=self.num_tasks_per_step)
+        carried, self.carried = self.carried, []
+        trained_at = policy_version if trained_at is None else trained_at
+        stale = [g for g in carried if self._only_stale(g, trained_at)]
+        # One that finished meanwhile joins anyway: build_batch judges its samples exactly.
+        unfinished = _unfinished(stale)
+        for group in carried:
+            if group.ref in unfinished:
+                generation.cancelled.append(group.group_id)
+                _cancel(group)
+            else:
+                generation.groups.append(group)
+        generation.carried_in = len(generation.groups)
+        fresh = max(0, self.in_flight_for(self.num_tasks_per_step) - generation.carried_in)
+        self._start_round(generation, self.tasks_for_step(step, fresh), round_index=0)
         return generation
 
     def collect(self, generation: Generation) -> tuple[list[Trajectory], GenerationReport]:
-        import ray
-
-        groups = [_decode(ray.get(ref)[1]) for ref in generation.refs]
+        """The trajectories of every group finished once the step's quota has; the unfinished ones
+        are carried to the next `submit`."""
+        pending = list(generation.groups)
+        finished: list[GroupInFlight] = []
+        _wait_for(pending, finished, generation.quota or len(pending))
+        groups = [_decode(g.result[1]) for g in finished]
         first_round = [t.reward for g in groups for t in g if t.is_valid]
-        done = {t[0].task_id for t in groups if t and _has_signal(t)}
+        done = {g[0].task_id for g in groups if g and _has_signal(g)}
         for round_index in range(1, self.max_generation_rounds):
             missing = self.num_tasks_per_step - len(done)
             if missing <= 0:
@@ -88,16 +208,37 @@ class Rollouts:
             if not fresh:
                 break
             rng = random.Random(self.seed * 7919 + generation.step * 31 + round_index)
-            extra = Generation(step=generation.step)
-            self._start_round(extra, rng.sample(fresh, min(missing, len(fresh))), round_index=round_index)
-            more = [_decode(ray.get(ref)[1]) for ref in extra.refs]
+            chosen = rng.sample(fresh, min(self.in_flight_for(missing), len(fresh)))
+            before = len(generation.groups)
+            self._start_round(generation, chosen, round_index=round_index)
+            pending += generation.groups[before:]
+            already = len(finished)
+            _wait_for(pending, finished, min(missing, len(chosen)))
+            more = [_decode(g.result[1]) for g in finished[already:]]
             groups += more
             done |= {g[0].task_id for g in more if g and _has_signal(g)}
             generation.rounds += 1
+        self.carried = pending
         trajectories = [t for g in groups for t in g]
-        report = GenerationReport(step=generation.step, seconds=time.time() - generation.started,
-                                  rounds=generation.rounds, num_groups=len(groups), first_round_rewards=first_round)
+        report = GenerationReport(
+            step=generation.step, seconds=time.time() - generation.started, rounds=generation.rounds,
+            num_groups=len(groups), first_round_rewards=first_round, carried_in=generation.carried_in,
+            carried_out=tuple(g.group_id for g in pending), cancelled=tuple(generation.cancelled),
+            group_seconds=tuple(g.result[0] - g.submitted for g in finished),
+            session_seconds=tuple(t.timings["total"] for t in trajectories if "total" in t.timings),
+        )
         return trajectories, report
+
+    def cancel_carried(self) -> list[str]:
+        """Cancel every group still carried (the run's end: no step is left to train them); their ids."""
+        import ray
+
+        carried, self.carried = self.carried, []
+        for group in carried:
+            _cancel(group)
+        if carried:  # a cancelled task resolves once the actor has cancelled it
+            ray.wait([g.ref for g in carried], num_returns=len(carried), timeout=CANCEL_WAIT_S)
+        return [g.group_id for g in carried]
 
     def submit_eval(self, step: int, task_ids: list[str], num_samples: int) -> Generation:
         """One group of `num_samples` attempts at each held-out task, after `step`; returns at once."""
@@ -109,17 +250,72 @@ class Rollouts:
     def collect_eval(self, generation: Generation) -> list[Trajectory]:
         import ray
 
-        return [t for ref in generation.refs for t in _decode(ray.get(ref)[1])]
+        return [t for _, blobs in ray.get(generation.refs) for t in _decode(blobs)]
+
+    def _only_stale(self, group: GroupInFlight, trained_at: int) -> bool:
+        """Whether build_batch must drop the carried `group`'s samples whenever they arrive: the step
+        it would join trains at `trained_at` or later, and its sessions began (when submitted) on
+        `group.policy_version` or an older one."""
+        return (self.cancel_stale and self.max_staleness is not None
+                and trained_at - group.policy_version > self.max_staleness)
 
     def _start_round(self, generation: Generation, task_ids: list[str], *, round_index: int) -> None:
+        copies: dict[str, int] = {}
         for task_id in task_ids:
-            self._send(generation, task_id, f"s{generation.step}-r{round_index}-{task_id}", self.num_samples_per_task)
+            copies[task_id] = copies.get(task_id, 0) + 1
+            suffix = f".{copies[task_id]}" if copies[task_id] > 1 else ""
+            self._send(generation, task_id, f"s{generation.step}-r{round_index}-{task_id}{suffix}",
+                       self.num_samples_per_task)
 
     def _send(self, generation: Generation, task_id: str, group_id: str, num_samples: int) -> None:
         actor = self.actors[self._next_actor % len(self.actors)]
         self._next_actor += 1
-        generation.refs.append(actor.run_group.remote(task_id, group_id, num_samples))
-        generation.task_ids.append(task_id)
+        ref = actor.run_group.remote(task_id, group_id, num_samples)
+        generation.groups.append(GroupInFlight(ref=ref, task_id=task_id, group_id=group_id,
+                                               policy_version=self._policy_version))
+
+
+def _wait_for(pending: list[GroupInFlight], finished: list[GroupInFlight], count: int) -> None:
+    """Wait until `count` groups of `pending` have finished, then move every finished one (with its
+    result) from `pending` to `finished`."""
+    import ray
+
+    if count <= 0 or not pending:
+        return
+    refs = [g.ref for g in pending]
+    ray.wait(refs, num_returns=min(count, len(refs)))
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+    ready = set(ready)
+    done = [g for g in pending if g.ref in ready]
+    _fetch(done)
+    finished += done
+    pending[:] = [g for g in pending if g.ref not in ready]
+
+
+def _fetch(groups: list[GroupInFlight]) -> None:
+    """Fetch the results of finished groups that were not fetched yet, in one call."""
+    import ray
+
+    missing = [g for g in groups if g.result is None]
+    for group, result in zip(missing, ray.get([g.ref for g in missing]) if missing else []):
+        group.result = result
+
+
+def _unfinished(groups: list[GroupInFlight]) -> set:
+    """The refs of those of `groups` still running."""
+    import ray
+
+    if not groups:
+        return set()
+    _, running = ray.wait([g.ref for g in groups], num_returns=len(groups), timeout=0)
+    return set(running)
+
+
+def _cancel(group: GroupInFlight) -> None:
+    """Cancel a running group: Ray cancels the actor's task, whose sessions stop their sandboxes."""
+    import ray
+
+    ray.cancel(group.ref)
 
 
 def _decode(blobs: list[bytes]) -> list[Trajectory]:
@@ -130,3 +326,7 @@ def _has_signal(group: list[Trajectory]) -> bool:
     """Two or more valid samples whose rewards differ: GRPO can learn from the group."""
     rewards = [t.reward for t in group if t.is_valid]
     return len(rewards) >= 2 and statistics.pvariance(rewards) > 0
+
+
+def _percentile(values: tuple[float, ...], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None

@@ -9,6 +9,11 @@ number of actors, not with a single manager.
 
 The driver gives each actor its configuration as plain data (`ActorSetup`):
 an actor reads no recipe, profile or state file of its own.
+
+Each actor also keeps running counters for the step's figures (sessions in flight, the
+generate requests it sent, its CPU seconds and peak memory, image pulls in flight, and its
+admission controller's), and hands them over as one small dict when asked (`take_gauges`,
+collected by rl360cli/rollout/gauges.py once a step).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import re
+import resource
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +30,14 @@ from pathlib import Path
 from rl360cli.agent.config import RolloutConfig
 from rl360cli.agent.session import SessionSpec, run_session
 from rl360cli.images.config import RegistrySpec
+from rl360cli.metrics import Level
 from rl360cli.nodes.config import NodeSpec
 from rl360cli.sandbox.config import SandboxConfig
+from rl360cli.sandbox.waves import AdmissionController
+
+# How often an actor looks at its provider's pulls in flight (they change inside a start, where no
+# event of the actor's sees them): a pull shorter than this may go unseen in the step's peak.
+PULL_SAMPLE_S = 0.25
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,8 +87,8 @@ class SessionActor:
             self.tasks.update((t.id, t) for t in load_task_set(Path(setup.eval_tasks_path),
                                                                include=setup.eval_tasks_include))
         self.tokenizer = AutoTokenizer.from_pretrained(setup.policy_dir)
-        self.client = EngineClient(setup.router_url,
-                                   api_key=read_api_key(setup.api_key_file) if setup.api_key_file else None)
+        api_key = read_api_key(setup.api_key_file) if setup.api_key_file else None
+        self.client = CountedClient(EngineClient(setup.router_url, api_key=api_key))
         # Each actor injects its own sequence of failures (when asked to inject any).
         sandbox = dataclasses.replace(setup.sandbox, inject_seed=setup.sandbox.inject_seed * 1000 + setup.actor_index)
         # `share`: the simulated provider gives each actor its own slice of the stand-in nodes.
@@ -84,28 +97,121 @@ class SessionActor:
                                       share=(setup.actor_index, setup.rollout.num_session_actors))
         rollout = setup.rollout
         self.slots = asyncio.Semaphore(max(1, rollout.max_concurrent_sessions // max(1, rollout.num_session_actors)))
+        # The step's figures (`take_gauges`): sessions holding a slot, sessions ended, and the marks the
+        # next take measures from.
+        self.sessions = Level()
+        self.sessions_done = 0
+        self._cpu_mark = cpu_seconds()
+        self._generates_mark = 0
+        self._pulls_peak = 0
+        self._pull_sampler: asyncio.Task | None = None
+        self._peak_resets = reset_memory_peak()
+
+    async def ready(self) -> int:
+        """Answers once the actor is built (its tasks, tokenizer and provider loaded): its index."""
+        return self.setup.actor_index
 
     async def run_group(self, task_id: str, group_id: str, num_samples: int) -> tuple[float, list[bytes]]:
         """Attempt `task_id` `num_samples` times; (time the last one finished, serialized trajectories)."""
         specs = [SessionSpec(task_id=task_id, group_id=group_id, sample_index=i, attempt_id=f"{group_id}-{i}")
                  for i in range(num_samples)]
+        if self._pull_sampler is None:  # started in the actor's event loop, with its first sessions
+            self._pull_sampler = asyncio.ensure_future(self._sample_pulls())
         trajectories = await asyncio.gather(*(self._one(spec) for spec in specs))
         return time.time(), trajectories
 
     async def _one(self, spec: SessionSpec) -> bytes:
         async with self.slots:
-            trajectory = await run_session(
-                spec, self.tasks[spec.task_id], tokenizer=self.tokenizer, client=self.client,
-                provider=self.provider, config=self.setup.rollout,
-                exec_timeout_s=self.setup.sandbox.exec_timeout_s,
-                labels={"rl360.run": self.setup.run_id, "rl360.task": spec.task_id, "rl360.attempt": spec.attempt_id},
-            )
+            self.sessions.add(1)
+            try:
+                trajectory = await run_session(
+                    spec, self.tasks[spec.task_id], tokenizer=self.tokenizer, client=self.client,
+                    provider=self.provider, config=self.setup.rollout,
+                    exec_timeout_s=self.setup.sandbox.exec_timeout_s,
+                    labels={"rl360.run": self.setup.run_id, "rl360.task": spec.task_id,
+                            "rl360.attempt": spec.attempt_id},
+                )
+            finally:
+                self.sessions.add(-1)
+                self.sessions_done += 1
         compacted, _ = trajectory.compact()
         return compacted.to_bytes()
+
+    async def take_gauges(self) -> dict:
+        """This actor's figures since the last call, and start the next interval: a dict of counters
+        (nothing per session, no trajectory). `memory_peak_mb` is the peak since the last call where
+        the kernel lets a process reset its peak (`memory_peak_is_lifetime` False), else since start."""
+        cpu = cpu_seconds()
+        generates = self.client.generates
+        load = self.provider.pull_load()
+        figures = {
+            "sessions": self.sessions.take(), "sessions_done": self.sessions_done,
+            "generate_requests": generates - self._generates_mark,
+            "cpu_s": cpu - self._cpu_mark, "memory_peak_mb": memory_peak_mb(),
+            "memory_peak_is_lifetime": not self._peak_resets,
+            "pulls_in_flight_max": max(self._pulls_peak, load[0]) if load else None,
+            "pull_cap": load[1] if load else None,
+            "admission": self.provider.take_gauges() if isinstance(self.provider, AdmissionController) else None,
+            "router_url": self.setup.router_url,
+        }
+        self.sessions_done, self._generates_mark, self._cpu_mark = 0, generates, cpu
+        self._pulls_peak = load[0] if load else 0
+        self._peak_resets = reset_memory_peak()
+        return figures
+
+    async def _sample_pulls(self) -> None:
+        while True:
+            load = self.provider.pull_load()
+            if load is None:
+                return  # this provider does not say
+            self._pulls_peak = max(self._pulls_peak, load[0])
+            await asyncio.sleep(PULL_SAMPLE_S)
 
     async def close(self) -> None:
         from rl360cli.agent.session import drain_cut_sessions
 
+        if self._pull_sampler is not None:
+            self._pull_sampler.cancel()
         await drain_cut_sessions()  # sessions cut at their deadline stop their sandboxes first
         await self.client.close()
         await self.provider.close()
+
+
+class CountedClient:
+    """The engine client, counting the generate requests it sends through the router (the router's
+    request rate when its own metrics cannot be read); everything else passes through."""
+
+    def __init__(self, client):
+        self.client = client
+        self.generates = 0
+
+    async def generate(self, *args, **kwargs):
+        self.generates += 1
+        return await self.client.generate(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.client, name)
+
+
+def cpu_seconds() -> float:
+    """User and system CPU seconds this process has used (all its threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def memory_peak_mb() -> float | None:
+    """This process's peak resident memory (VmHWM) in MB; None where /proc does not say."""
+    try:
+        found = re.search(r"^VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(found.group(1)) / 1024 if found else None
+
+
+def reset_memory_peak() -> bool:
+    """Reset VmHWM to the memory in use now (Linux: "5" to /proc/self/clear_refs); False where that is refused."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True

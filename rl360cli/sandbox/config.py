@@ -154,6 +154,11 @@ class SandboxConfig:
     pull_timeout_s: float = 600.0
     # "task": a task that asks for a network (network_mode = "public") gets one; "none": no sandbox does.
     network: Literal["task", "none"] = "task"
+    # Docker: a read-only root for sandboxes without a network, the workdir, /tests, /logs and /solution
+    # being volumes and /tmp, /run tmpfs (a task with a network may install packages: its root stays
+    # writable, as does one whose workdir or artifacts lie elsewhere). false: every root writable.
+    # (A process sandbox's root is always read-only.)
+    read_only_root: bool = True
     # Largest file a sandbox may write (RLIMIT_FSIZE / the fsize ulimit), capped by the task's storage_mb.
     max_file_mb: int = 1024
     max_open_files: int = 1024

@@ -5,7 +5,10 @@ The image is the task's `docker_image` (pulled once per node, at most
 node from `environment/Dockerfile` under the content-hash tag
 `rl360-task/<task>:<hash>`. The container gets `--cpus`, `--memory` (no swap)
 and `--pids-limit` from the reservation, `fsize`/`nofile` ulimits, no network
-unless the task asks for one (and the node has a bridge), and the labels
+unless the task asks for one (and the node has a bridge), no-new-privileges,
+every capability dropped but `CAP_ADD`, a read-only root when it has no network
+and `[sandbox] read_only_root` (volumes and tmpfs for the paths it writes:
+`read_only_volumes`), and the labels
 `rl360.managed=true`, `rl360.run`, `rl360.task`, `rl360.attempt`, so that the
 janitor finds everything a run made even after the orchestrator crashed.
 
@@ -32,7 +35,9 @@ import contextlib
 import functools
 import io
 import logging
+import posixpath
 import re
+import shlex
 import tarfile
 import threading
 import time
@@ -73,7 +78,40 @@ INIT = ("mkdir -p /tests /logs/verifier /logs/agent && chmod 777 /logs /logs/ver
 AWAIT_INIT = "while [ ! -e /run/rl360-ready ] && [ ! -e /tmp/rl360-ready ]; do sleep 0.01; done; "
 SHELL = ["/bin/sh", "-c", 'if [ -x /bin/bash ]; then exec /bin/bash -c "$1"; else exec /bin/sh -c "$1"; fi', "sh"]
 KILL_ALL = "kill -9 -1 2>/dev/null; true"
-PREPARE_VERIFIER = "kill -9 -1 2>/dev/null; rm -rf /tests /logs/verifier && mkdir -p /tests /logs/verifier"
+
+
+def reset_command(path: str) -> str:
+    """Shell that leaves `path` an empty folder: removed and made again, or (a mount point of a read-only
+    root, which cannot be removed) emptied; fails, saying why, when something is left in it. A folder
+    under /logs is made writable by all again, as the init made it: the verifier may be another user."""
+    q = shlex.quote(path)
+    mode = f" && chmod 777 {q}" if _within(posixpath.normpath(path), "/logs") else ""
+    return (f"rm -rf {q} 2>/dev/null; mkdir -p {q} && rm -rf {q}/* {q}/.[!.]* {q}/..?* && [ ! -L {q} ] && "
+            f'[ -z "$(ls -A {q})" ]{mode}')
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+PREPARE_VERIFIER = f"kill -9 -1 2>/dev/null; {reset_command('/tests')} && {reset_command('/logs/verifier')}"
+# Capabilities: all dropped, then these added back for the root that the init and rl360's own execs run
+# as, next to an agent that may be another user (the image's USER, a step's `user`). Measured
+# (docs/sandboxes.md): the shipped tasks need none, as root there owns everything it touches; an agent of
+# another user needs KILL (`kill -9 -1` before the verifier leaves its processes running without it) and
+# DAC_OVERRIDE (emptying the 0700 folders it left in /logs, /tests fails without it).
+CAP_ADD = ("DAC_OVERRIDE", "KILL")
+# And where the root is writable (a network task, which may install packages): apt-get drops to its
+# `_apt` user (setgroups: SETGID, SETUID) and dpkg gives the files it unpacks their owners (CHOWN, FOWNER).
+# Never: NET_RAW (raw sockets: spoofing on a bridge), MKNOD, SETFCAP, SETPCAP, SYS_CHROOT,
+# NET_BIND_SERVICE, AUDIT_WRITE, FSETID of Docker's default set.
+PACKAGE_CAPS = ("CHOWN", "FOWNER", "SETGID", "SETUID")
+# A read-only root's writable paths: volumes, which Docker fills with what the image holds there (a
+# Dockerfile's COPY into /app survives), and tmpfs (empty, counted against the memory limit, and out of
+# reach of the daemon's archive calls: nothing is uploaded to or read from them).
+VOLUME_PATHS = ("/tests", "/logs", "/solution")
+TMPFS_PATHS = ("/tmp", "/run")
+SYSTEM_FOLDERS = frozenset({"usr", "etc", "bin", "sbin", "lib", "lib64", "var", "proc", "sys", "dev"})
 _NOT_FOUND = re.compile(r"not found|manifest unknown|repository does not exist|pull access denied|"
                         r"no such image|name unknown", re.IGNORECASE)
 
@@ -94,6 +132,10 @@ class ContainerSpec:
     env: tuple[tuple[str, str], ...]
     labels: tuple[tuple[str, str], ...]
     file_bytes: int
+    # Read-only root: the volumes (workdir, /tests, /logs, /solution) and tmpfs paths it writes to;
+    # () for a writable root.
+    volumes: tuple[str, ...] = ()
+    tmpfs: tuple[str, ...] = ()
 
 
 class DockerProvider(SandboxProvider):
@@ -348,10 +390,12 @@ class DockerProvider(SandboxProvider):
         network = "bridge" if network_wanted and self._has_bridge.get(node) else "none"
         # The attempt is not part of the spec: any attempt of the same task may take a pooled container.
         all_labels = sandbox_labels(labels, run_id=self.run_id, task=task, attempt_id=POOL_ATTEMPT)
+        volumes = read_only_volumes(task) if self.config.read_only_root and network == "none" else None
         return ContainerSpec(image=ref, cpus=cpus, memory_mb=memory_mb, network=network,
                              network_denied=network_wanted and network == "none", workdir=task.workdir,
                              env=tuple(sorted(env.items())), labels=tuple(sorted(all_labels.items())),
-                             file_bytes=min(self.config.max_file_mb, task.storage_mb) << 20)
+                             file_bytes=min(self.config.max_file_mb, task.storage_mb) << 20,
+                             volumes=volumes or (), tmpfs=TMPFS_PATHS if volumes else ())
 
     async def _create(self, node: str, spec: ContainerSpec, attempt_id: str) -> tuple[str, str]:
         """Create and start one container within the start timeout; (id, name)."""
@@ -388,16 +432,20 @@ class DockerProvider(SandboxProvider):
     def _create_blocking(self, node: str, spec: ContainerSpec, name: str, labels: dict[str, str],
                          abandoned: threading.Event) -> str:
         api = self.api(node)
+        # tmpfs is mounted noexec by default: a task compiles and runs programs in /tmp.
+        tmpfs = {path: f"rw,exec,nosuid,nodev,size={spec.file_bytes}" + (",mode=1777" if path == "/tmp" else "")
+                 for path in spec.tmpfs}
         host_config = api.create_host_config(
             nano_cpus=int(spec.cpus * 1e9), mem_limit=f"{spec.memory_mb}m", memswap_limit=f"{spec.memory_mb}m",
             pids_limit=self.config.pids_limit, network_mode=spec.network, security_opt=["no-new-privileges"],
+            cap_drop=["ALL"], cap_add=list(capabilities(spec)), read_only=bool(spec.volumes), tmpfs=tmpfs or None,
             ulimits=[docker.types.Ulimit(name="fsize", soft=spec.file_bytes, hard=spec.file_bytes),
                      docker.types.Ulimit(name="nofile", soft=self.config.max_open_files,
                                          hard=self.config.max_open_files)])
         container = api.create_container(
             spec.image, entrypoint=["/bin/sh", "-c"], command=[INIT], user="0", labels=labels,
             working_dir=spec.workdir, environment=dict(spec.env), host_config=host_config, name=name,
-            hostname="sandbox")
+            hostname="sandbox", volumes=list(spec.volumes) or None)
         cid = container["Id"]
         try:
             api.start(cid)
@@ -590,6 +638,13 @@ class DockerSandbox(Sandbox):
     async def end_agent_processes(self) -> None:
         await self._kill_all()
 
+    async def reset_dir(self, remote_path: str) -> None:
+        # A read-only root's /tests is a mount point: emptied, since it cannot be removed.
+        result = await self.exec(reset_command(remote_path), timeout_s=60, user="root")
+        if result.exit_code != 0:
+            raise SandboxError(Event.PROVIDER_FAILED, f"cannot reset {remote_path}: {_one_line(result.output)}",
+                               node=self.node)
+
     async def prepare_verifier(self) -> None:
         """One exec: kill what the agent left running, then empty /tests and /logs/verifier."""
         result = await self.exec(PREPARE_VERIFIER, timeout_s=60, user="root")
@@ -680,9 +735,12 @@ class DockerSandbox(Sandbox):
                                node=self.node)
         if not local.exists():
             raise SandboxError(Event.PROVIDER_FAILED, f"upload of {local} failed: no such file", node=self.node)
-        data = await asyncio.to_thread(_tar_of, local, remote.name)
+        # A folder's contents go into the folder itself (made first if missing), a file into its parent:
+        # the daemon refuses an archive for the read-only root, and /tests, /solution are mount points in it.
+        folder = local.is_dir()
+        data = await asyncio.to_thread(_tar_of, local, "." if folder else remote.name)
         owner, node = self.owner, self.node
-        parent = str(remote.parent)
+        parent = str(remote if folder else remote.parent)
 
         def put() -> None:
             api = owner.api(node)
@@ -739,6 +797,28 @@ class DockerSandbox(Sandbox):
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def capabilities(spec: ContainerSpec) -> tuple[str, ...]:
+    """What a container of `spec` gets back after dropping all: see CAP_ADD and PACKAGE_CAPS."""
+    return CAP_ADD if spec.volumes else CAP_ADD + PACKAGE_CAPS
+
+
+def read_only_volumes(task) -> tuple[str, ...] | None:
+    """The volumes of `task`'s read-only root (its workdir, /tests, /logs, /solution, less those inside
+    another), or None when the task needs a writable root: its workdir is in a system folder, or it
+    hands on an artifact from a path that would be read-only."""
+    workdir = posixpath.normpath(task.workdir)
+    if workdir.split("/")[1] in SYSTEM_FOLDERS:  # a task working in /usr/src/app or /var/www writes beside it too
+        return None
+    paths = sorted({*VOLUME_PATHS, workdir})
+    volumes = tuple(p for p in paths
+                    if not any(_within(p, other) for other in (*paths, *TMPFS_PATHS) if other != p))
+    # In a volume, not a tmpfs: the daemon's archive calls (which hand artifacts on) see only the volumes.
+    artifacts = [*task.artifacts, *(a for step in task.steps for a in step.artifacts)]
+    if any(not any(_within(posixpath.normpath(a), v) for v in volumes) for a in artifacts):
+        return None
+    return volumes
 
 
 def _retrieve(future) -> None:

@@ -47,6 +47,9 @@ class FaultInjector(SandboxProvider):
     def reservation(self, task: Task) -> tuple[float, int]:
         return self.inner.reservation(task)
 
+    def pull_load(self) -> tuple[int, int] | None:
+        return self.inner.pull_load()
+
     async def start(self, task: Task, *, attempt_id: str, labels: Mapping[str, str],
                     node: str | None = None) -> Sandbox:
         if injection_fires(self.seed, self.rate, attempt_id, "start"):

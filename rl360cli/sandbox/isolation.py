@@ -2,7 +2,10 @@
 
 `Isolation.argv` builds the command line that runs one command in a sandbox folder (the layout
 and the guarantees are in rl360cli/sandbox/process.py); `rlimit_args` the limits it runs under.
-The process provider and the builds of its images (process_image.py) share them.
+The process provider and the builds of its images (process_image.py) share them. Every command
+gets a fresh network namespace (never the host's: its loopback is where the router, the engines
+and Ray listen); one that may have a network gets slirp4netns on it (outbound.py). A seccomp
+filter refuses ptrace (seccomp.py).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from rl360cli.sandbox.seccomp import deny_ptrace_program
+
 log = logging.getLogger("rl360cli.sandbox.process")
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -23,6 +28,7 @@ RESERVED = frozenset({"usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "lib
 # not pid 1, whose signals behave differently) and exits with its status, ending the namespace.
 _INIT = ["/bin/sh", "-c", 'if [ -x /bin/bash ]; then /bin/bash -c "$1"; else /bin/sh -c "$1"; fi; exit $?', "sh"]
 _warned_no_bwrap = False
+_warned_no_slirp = False
 
 
 class Isolation:
@@ -35,6 +41,9 @@ class Isolation:
         # large orchestrator (a trainer with GBs of memory) costs ~100x more (measured: 190 ms against 2 ms).
         self.setpriv = shutil.which("setpriv")
         self.network_allowed = network_allowed
+        # A network that is not the host's (outbound.py); without slirp4netns a network task gets none.
+        self.slirp = shutil.which("slirp4netns")
+        self.seccomp = deny_ptrace_program()
         self.as_root = os.geteuid() == 0
         self.system_args = self._system_args()
         if self.bwrap is None:
@@ -55,6 +64,19 @@ class Isolation:
                 args += ["--ro-bind", str(host), f"/{name}"]
         return args + ["--dev", "/dev", "--proc", "/proc"]
 
+    def gives_network(self, wanted: bool) -> bool:
+        """Whether a command of a task that wants a network (or not) gets one here."""
+        if not (wanted and self.network_allowed and self.bwrap):
+            return False
+        if self.slirp is None:
+            global _warned_no_slirp
+            if not _warned_no_slirp:
+                _warned_no_slirp = True
+                log.warning("slirp4netns is not installed: process sandboxes of network tasks get no network "
+                            "(sharing the host's would expose its 127.0.0.1); install the `slirp4netns` package")
+            return False
+        return True
+
     def spawn_kwargs(self, uid: int | None, limits: list[str]) -> dict[str, Any]:
         """Popen arguments for what the argv prefix cannot do (no setpriv / prlimit on this machine)."""
         kwargs: dict[str, Any] = {}
@@ -64,10 +86,15 @@ class Isolation:
             kwargs["preexec_fn"] = _preexec_limits(limits)
         return kwargs
 
-    def argv(self, fs: Path, command: str, *, workdir: str, network: bool, limits: list[str],
+    def argv(self, fs: Path, command: str, *, workdir: str, limits: list[str],
              uid: int | None = None, info_fd: int | None = None, init: bool = True,
-             die_with_parent: bool = True) -> list[str]:
-        """The full argv that runs `command` as `uid` in the sandbox whose folder is `fs`."""
+             die_with_parent: bool = True, block_fd: int | None = None,
+             seccomp_fd: int | None = None) -> list[str]:
+        """The full argv that runs `command` as `uid` in the sandbox whose folder is `fs`.
+
+        Bubblewrap never shares the host's network: a caller whose command gets one (`gives_network`)
+        passes `block_fd`, on which bubblewrap waits before the command starts, and attaches
+        slirp4netns to the namespace meanwhile. `seccomp_fd` reads the filter of `self.seccomp`."""
         prefix = [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] \
             if uid is not None and self.setpriv else []
         prefix += [self.prlimit, *limits, "--"] if self.prlimit else []
@@ -79,13 +106,15 @@ class Isolation:
             if entry not in RESERVED:
                 args += ["--bind", str(fs / entry), f"/{entry}"]
         args += ["--remount-ro", "/", "--chdir", workdir, "--unshare-all"]
-        if network and self.network_allowed:
-            args.append("--share-net")
         args += ["--new-session", "--as-pid-1", "--hostname", "sandbox"]
         if die_with_parent:
             args.append("--die-with-parent")
         if info_fd is not None:
             args += ["--info-fd", str(info_fd)]
+        if block_fd is not None:
+            args += ["--block-fd", str(block_fd)]
+        if seccomp_fd is not None:
+            args += ["--seccomp", str(seccomp_fd)]
         return prefix + args + ["--", *tail]
 
 

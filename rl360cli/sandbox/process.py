@@ -7,13 +7,16 @@ bound at `/<name>` for each command. Each command runs as
 
     prlimit (memory, processes, file size, open files, CPU time) --
       bwrap --tmpfs / --ro-bind /usr --ro-bind /etc ... --remount-ro /
-            --unshare-all [--share-net] --die-with-parent --as-pid-1 --
+            --unshare-all --die-with-parent --as-pid-1 --seccomp FD [--block-fd FD] --
         sh -c 'bash -c "$1"; exit $?' sh COMMAND
 
 so the root is read-only, the host's other folders (the project, /root,
-/home, other sandboxes) do not exist, there is no network unless the task
-asks, and the command gets its own pid namespace: when it ends, at its
-timeout or when this process dies, every process it started dies with it.
+/home, the state file, the run folder, other sandboxes) do not exist, the
+network namespace is always a fresh one (a task that asks for a network gets
+slirp4netns's outbound NAT on it, never the host's loopback: outbound.py),
+ptrace is refused (seccomp.py), and the command gets its own pid namespace:
+when it ends, at its timeout or when this process dies, every process it
+started dies with it.
 Nothing runs between commands, so a sandbox costs a folder and one bwrap
 start (~4 ms) per command. When rl360 runs as root, each live sandbox runs
 as its own uid (from [sandbox] process_uid_base), so the process limit is
@@ -54,6 +57,7 @@ from rl360cli.backends import procinfo
 from rl360cli.errors import Rl360Error
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.isolation import DEFAULT_PATH, RESERVED, Isolation, chown_tree, rlimit_args
+from rl360cli.sandbox.outbound import attach_outbound
 from rl360cli.sandbox.provider import ExecResult, NodeCapacity, OutputBuffer, Sandbox, SandboxProvider, \
     sandbox_labels
 from rl360cli.sandbox.taxonomy import Event, SandboxError
@@ -235,9 +239,11 @@ class ProcessSandbox(Sandbox):
         self.keeper: dict[str, Any] | None = None
 
     def info(self) -> dict[str, Any]:
+        networked = self.owner.isolation.gives_network(self.task.network)
         out = {"node": NODE, "provider": "process", "task": self.task.id, "attempt": self.attempt_id,
                "folder": str(self.folder), "uid": self.uid, "image": self.owner.image_ref(self.task),
-               "container_id": None, "pid": None}
+               "container_id": None, "pid": None, "network": "slirp4netns" if networked else "none",
+               "network_denied": self.task.network and self.config.network == "task" and not networked}
         if self.keeper:
             out.update(self.keeper)
         return out
@@ -280,15 +286,19 @@ class ProcessSandbox(Sandbox):
                                node=NODE)
         iso = self.owner.isolation
         limits = self._limits(timeout_s)
-        info_r = info_w = None
+        networked = iso.gives_network(self.task.network)
+        info_r = info_w = block_r = block_w = seccomp_r = None
         if iso.bwrap:
             info_r, info_w = os.pipe()
+            if networked:  # the command waits until slirp4netns is attached to its namespace
+                block_r, block_w = os.pipe()
+            if iso.seccomp is not None:
+                seccomp_r = _filled_pipe(iso.seccomp)
         workdir = self.task.workdir
-        argv = iso.argv(self.fs, command, workdir=workdir, network=self.task.network, limits=limits,
-                        uid=self.uid, info_fd=info_w)
+        argv = iso.argv(self.fs, command, workdir=workdir, limits=limits, uid=self.uid, info_fd=info_w,
+                        block_fd=block_r, seccomp_fd=seccomp_r)
         kwargs: dict[str, Any] = {"start_new_session": True, **iso.spawn_kwargs(self.uid, limits)}
-        if info_w is not None:
-            kwargs["pass_fds"] = (info_w,)
+        kwargs["pass_fds"] = tuple(fd for fd in (info_w, block_r, seccomp_r) if fd is not None)
         cwd = self.fs / workdir.lstrip("/") if not iso.bwrap else None
         started = time.monotonic()
         try:
@@ -296,13 +306,24 @@ class ProcessSandbox(Sandbox):
                                                         stderr=subprocess.STDOUT, env=self._env(env), cwd=cwd,
                                                         **kwargs)
         except OSError as e:
-            _close(info_r, info_w)
+            _close(info_r, block_w)  # ours; the child's ends are closed below
             raise SandboxError(Event.PROVIDER_FAILED, f"cannot start a command in sandbox {self.id}: {e}",
                                node=NODE) from None
         finally:
-            if info_w is not None:
-                os.close(info_w)
+            _close(info_w, block_r, seccomp_r)  # the child's ends
         self._procs.add(proc)
+        net = None
+        set_up: bool | None = None
+        if networked:
+            try:
+                net, set_up = await attach_outbound(iso.slirp, info_r, block_r, self.owner.files)
+            except BaseException:
+                await asyncio.shield(_kill(proc))
+                self._procs.discard(proc)
+                _close(block_w)
+                raise
+            info_r = None  # read and closed
+            _close(block_w)  # lets the command start (or, when bwrap failed, nothing is waiting)
         buffer = OutputBuffer(self.config.max_output_chars)
         timed_out = False
         try:
@@ -319,8 +340,11 @@ class ProcessSandbox(Sandbox):
             raise
         finally:
             self._procs.discard(proc)
+            if net is not None:  # slirp4netns exits once its exit pipe closes: reaped off the event loop
+                await asyncio.shield(self.owner.files(net.close))
         duration = time.monotonic() - started
-        set_up = _read_info(info_r) if info_r is not None else True
+        if set_up is None:
+            set_up = _read_info(info_r) if info_r is not None else True
         output, cut = buffer.text()
         if not set_up and not timed_out:
             raise SandboxError(Event.PROVIDER_FAILED, f"bubblewrap could not set up sandbox {self.id}: "
@@ -428,8 +452,8 @@ class ProcessSandbox(Sandbox):
         """A detached `sleep` inside the sandbox (no die-with-parent) that holds the uid lock: a fleet member."""
         iso = self.owner.isolation
         limits = self._limits(10**7)
-        argv = iso.argv(self.fs, "exec sleep infinity", workdir=self.task.workdir, network=False,
-                        limits=limits, uid=self.uid, init=False, die_with_parent=False)
+        argv = iso.argv(self.fs, "exec sleep infinity", workdir=self.task.workdir, limits=limits, uid=self.uid,
+                        init=False, die_with_parent=False)
         kwargs: dict[str, Any] = {"start_new_session": True, **iso.spawn_kwargs(self.uid, limits)}
         if self._lock_fd is not None:
             kwargs["pass_fds"] = (self._lock_fd,)
@@ -478,6 +502,16 @@ async def _kill(proc: asyncio.subprocess.Process) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
         await proc.wait()
+
+
+def _filled_pipe(data: bytes) -> int:
+    """The read end of a pipe holding `data` (a few hundred bytes: it fits the pipe's buffer)."""
+    read, write = os.pipe()
+    try:
+        os.write(write, data)
+    finally:
+        os.close(write)
+    return read
 
 
 def _read_info(fd: int) -> bool:

@@ -214,7 +214,7 @@ class ProcessImages:
             raise _fail(task, f"{where}: the build ran past build_timeout_sec ({task.build_timeout_s:g}s)")
         limits = rlimit_args(memory_mb=max(task.memory_mb, 512), pids=512, file_mb=max(1, task.storage_mb),
                              open_files=1024, cpu_s=int(remaining) + 1)
-        argv = self.isolation.argv(tree, command, workdir=workdir, network=False, limits=limits, uid=self.build_uid)
+        argv = self.isolation.argv(tree, command, workdir=workdir, limits=limits, uid=self.build_uid)
         kwargs = self.isolation.spawn_kwargs(self.build_uid, limits)
         try:
             proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -212,6 +212,11 @@ class SandboxProvider(abc.ABC):
     async def close(self) -> None:
         """Release connections and threads; live sandboxes are not touched."""
 
+    def pull_load(self) -> tuple[int, int] | None:
+        """(image pulls in flight now, the most this provider runs at once), for each step's figures;
+        None from a provider that does not say."""
+        return None
+
     def image_ref(self, task: Task) -> str:
         """What a node's image cache must hold for a warm start of `task`."""
         return task.image_ref

@@ -205,6 +205,9 @@ class SimulatedProvider(SandboxProvider):
     def nodes(self) -> list[NodeCapacity]:
         return [state.capacity for state in self.nodes_state.values()]
 
+    def pull_load(self) -> tuple[int, int] | None:
+        return self.ledger.pulls_in_flight, self.ledger.pull_cap
+
     async def start(self, task: Task, *, attempt_id: str, labels: Mapping[str, str],
                     node: str | None = None) -> Sandbox:
         self._start_counts[attempt_id] += 1

@@ -19,8 +19,11 @@ The `AdmissionController` wraps a provider and is itself a `SandboxProvider`:
 
 Every admission is recorded (`records`: when, where, queue time, start latency,
 warm or cold, outcome), and `warm_start_ratio()` says how many starts found
-their image on the node. `run_attempt(...)` also retries whole attempts that
-ended in a retriable infra failure, for agents that can be run again.
+their image on the node. For each step's figures it also keeps running counters
+(`take_gauges()`: the queue's length, the waits, sandboxes live, starts warm and
+cold since the last call), O(1) per event, so a step's row never walks `records`.
+`run_attempt(...)` also retries whole attempts that ended in a retriable infra
+failure, for agents that can be run again.
 
 Test: tests/sandbox/test_waves.py (with the process provider and with 3 dev Docker nodes).
 """
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rl360cli.errors import Rl360Error
+from rl360cli.metrics import Histogram, Level
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.provider import NodeCapacity, Sandbox, SandboxProvider, WrappedSandbox
 from rl360cli.sandbox.taxonomy import Event, InfraError, SandboxError
@@ -117,6 +121,11 @@ class AdmissionController(SandboxProvider):
         self._queue: collections.deque[asyncio.Future] = collections.deque()
         self._changed: asyncio.Condition | None = None
         self._changed_loop: asyncio.AbstractEventLoop | None = None
+        # Running counters for each step's figures (`take_gauges`, read by rl360cli/rollout/gauges.py).
+        self.waiting = Level(clock)  # starts in the admission queue
+        self.queue_wait = Histogram()  # seconds each admitted start waited
+        self.live_level = Level(clock)  # sandboxes admitted and not yet released
+        self._outcomes: collections.Counter[str] = collections.Counter()
 
     # ------------------------------------------------------------------ the SandboxProvider interface
 
@@ -141,6 +150,7 @@ class AdmissionController(SandboxProvider):
                 record.start_latency_s = self.clock() - began
                 record.ok = False
                 record.cause = e.cause.value if isinstance(e, InfraError) else type(e).__name__
+                self._outcomes["failed"] += 1
                 await self._release(chosen, cpus, memory_mb)
                 self._adapt()
                 if not isinstance(e, SandboxError) or not e.retriable or retry >= self.config.max_infra_retries:
@@ -154,6 +164,7 @@ class AdmissionController(SandboxProvider):
                 continue
             record.start_latency_s = self.clock() - began
             record.ok = True
+            self._outcomes["warm" if record.warm else "cold"] += 1
             self.nodes_state[chosen].images.setdefault(self.image_ref(task), None)
             self._adapt()
             return _Admitted(sandbox, self, cpus, memory_mb, record)
@@ -203,6 +214,18 @@ class AdmissionController(SandboxProvider):
         done = [r for r in self.records if r.ok]
         return sum(r.warm for r in done) / len(done) if done else None
 
+    def take_gauges(self) -> dict[str, Any]:
+        """The figures since the last call, and start the next interval: the admission queue's length
+        (`Level.take`), the admitted starts' waits (`Histogram.take`), sandboxes live, starts that found
+        their image on the node (warm), that did not (cold) and that failed."""
+        outcomes, self._outcomes = self._outcomes, collections.Counter()
+        return {"queue": self.waiting.take(), "queue_wait_s": self.queue_wait.take(),
+                "sandboxes": self.live_level.take(), "warm_starts": outcomes["warm"],
+                "cold_starts": outcomes["cold"], "failed_starts": outcomes["failed"]}
+
+    def pull_load(self) -> tuple[int, int] | None:
+        return self.inner.pull_load()
+
     def summary(self) -> dict[str, Any]:
         done = [r.start_latency_s for r in self.records if r.ok and r.start_latency_s is not None]
         failed = [r for r in self.records if r.ok is False]
@@ -234,6 +257,7 @@ class AdmissionController(SandboxProvider):
         # all of them.
         turn = asyncio.get_running_loop().create_future()
         self._queue.append(turn)
+        self.waiting.add(1)
         if self._queue[0] is turn:
             turn.set_result(None)
         try:
@@ -263,6 +287,8 @@ class AdmissionController(SandboxProvider):
                 state.peak_mb = max(state.peak_mb, state.reserved_mb)
                 self._live += 1
                 self._recent_starts.append(now)
+                self.queue_wait.add(now - asked)
+                self.live_level.add(1)
                 record = StartRecord(attempt_id=attempt_id, task_id=task.id, node=node, admitted_at=now,
                                      admitted_wall=time.time(), queued_s=now - asked,
                                      warm=self._warm(state, self.image_ref(task)), wave_size=self.wave_size,
@@ -274,6 +300,7 @@ class AdmissionController(SandboxProvider):
 
     def _leave_queue(self, turn: asyncio.Future) -> None:
         """Out of the queue (admitted, or cancelled while waiting); the next start's turn comes."""
+        self.waiting.add(-1)
         if self._queue and self._queue[0] is turn:
             self._queue.popleft()
         else:
@@ -342,6 +369,7 @@ class AdmissionController(SandboxProvider):
             state.reserved_mb = max(0, state.reserved_mb - memory_mb)
             state.live -= 1
             self._live -= 1
+            self.live_level.add(-1)
             changed.notify_all()
 
     def _adapt(self) -> None:

@@ -116,10 +116,32 @@ def component_is_live(ctx: Context, cid: str) -> bool:
 
 def start_component(ctx: Context, spec: ComponentSpec, *, ready_timeout_s: float = 120.0) -> ComponentRecord:
     """Start `spec` unless it already runs; record it; wait until its health URL answers."""
-    if component_is_live(ctx, spec.id):
-        ctx.say(f"{spec.id}: already running")
-        ctx.event(spec.stage, "start", spec.id, "skipped", reason="already running")
-        return ctx.state.read()["components"][spec.id]
+    return start_components(ctx, [spec], ready_timeout_s=ready_timeout_s)[0]
+
+
+def start_components(ctx: Context, specs: list[ComponentSpec], *,
+                     ready_timeout_s: float = 120.0) -> list[ComponentRecord]:
+    """Start every spec that does not already run, all at once, then wait until each answers its health
+    URL: components that start slowly (an engine loads its weights) start side by side, not in turn."""
+    records: list[ComponentRecord | None] = []
+    for spec in specs:
+        if component_is_live(ctx, spec.id):
+            ctx.say(f"{spec.id}: already running")
+            ctx.event(spec.stage, "start", spec.id, "skipped", reason="already running")
+            records.append(None)
+        else:
+            records.append(_launch(ctx, spec))
+    for spec, record in zip(specs, records):
+        if record is None:
+            continue
+        if spec.health_url:
+            wait_healthy(ctx, spec.id, spec.health_url, timeout_s=ready_timeout_s)
+        ctx.say(f"{spec.id}: running ({_where(record)})")
+    doc = ctx.state.read()
+    return [doc["components"][spec.id] if record is None else record for spec, record in zip(specs, records)]
+
+
+def _launch(ctx: Context, spec: ComponentSpec) -> ComponentRecord:
     log_path = ctx.run_root / (spec.run or "cluster") / "logs" / f"{spec.tier}.{spec.name}.log"
     record: ComponentRecord = ctx.backend.launch(spec, str(log_path))
     record.update(
@@ -130,9 +152,6 @@ def start_component(ctx: Context, spec: ComponentSpec, *, ready_timeout_s: float
     with ctx.state.update() as doc:
         doc["components"][spec.id] = record
     ctx.event(spec.stage, "start", spec.id, pid=record.get("pid"), job=record.get("job_id"), log=str(log_path))
-    if spec.health_url:
-        wait_healthy(ctx, spec.id, spec.health_url, timeout_s=ready_timeout_s)
-    ctx.say(f"{spec.id}: running ({_where(record)})")
     return record
 
 

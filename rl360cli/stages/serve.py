@@ -30,7 +30,7 @@ from pathlib import Path
 from rl360cli.backends.base import ComponentSpec
 from rl360cli.config import run_policy_dir
 from rl360cli.errors import Rl360Error
-from rl360cli.stages.base import Action, Context, component_is_live, start_component
+from rl360cli.stages.base import Action, Context, component_is_live, start_component, start_components
 from rl360cli.stages.train import thread_env
 
 NAME = "serve"
@@ -159,11 +159,13 @@ def apply(ctx: Context) -> list[dict]:
     # Before any engine starts: each one reads it as it starts. An existing key is kept (engines may run).
     key = read_api_key(create_api_key(ctx.run_dir))
     ctx.event(NAME, "prepare", "api key", path=str(api_key_file(ctx)))
-    # Engines first: the router is given their URLs and checks them as it starts.
-    records = [start_component(ctx, spec, ready_timeout_s=300.0) for spec in specs]
-    _record_launch_env(ctx, specs)
+    # Engines first, side by side: the router is given their URLs and checks them as it starts.
     router = next(s for s in specs if s.kind == "router")
-    engines = [s.url for s in specs if s.kind.startswith("engine")]
+    engine_specs = [s for s in specs if s is not router]
+    records = [*start_components(ctx, engine_specs, ready_timeout_s=300.0),
+               start_component(ctx, router, ready_timeout_s=300.0)]
+    _record_launch_env(ctx, specs)
+    engines = [s.url for s in engine_specs]
     # The router is ready once one engine is registered; rollouts should find all of them there.
     wait_router_workers(router.url, engines, api_key=key, timeout_s=120.0)
     return records

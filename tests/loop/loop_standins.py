@@ -57,7 +57,7 @@ class SyntheticRolloutsStandIn:
     """Stands in for `Rollouts` over Ray session actors: the step's tasks and group ids are the real
     `Rollouts`' (`tasks_for_step`, `s{step}-r0-{task}`), but each group's samples are synthetic
     (tokens and rewards drawn from the group id, tagged with the trainer's version when submitted).
-    It does not run engines, sandboxes, Ray or extra dynamic-filtering rounds. Steps in `flat_steps`
+    It does not run engines, sandboxes, Ray, extra dynamic-filtering rounds or carry-over. Steps in `flat_steps`
     give every sample of every group the same reward (nothing to train on)."""
 
     def __init__(self, trainer, *, num_tasks_per_step: int = 4, num_samples_per_task: int = 4, seed: int = 0,
@@ -69,13 +69,16 @@ class SyntheticRolloutsStandIn:
         self.num_samples_per_task = num_samples_per_task
         self.flat_steps = flat_steps
 
-    def submit(self, step: int) -> StandInGeneration:
+    def submit(self, step: int, *, policy_version: int = 0, trained_at: int | None = None) -> StandInGeneration:
         generation = StandInGeneration(step=step)
         for task_id in self.sampler.tasks_for_step(step):
             group_id = f"s{step}-r0-{task_id}"
             for sample in range(self.num_samples_per_task):
                 generation.trajectories.append(self._sample(task_id, group_id, sample, flat=step in self.flat_steps))
         return generation
+
+    def cancel_carried(self) -> list[str]:
+        return []  # every group is done when submitted: nothing is ever carried
 
     def collect(self, generation: StandInGeneration) -> tuple[list[Trajectory], GenerationReport]:
         rewards = [t.reward for t in generation.trajectories]

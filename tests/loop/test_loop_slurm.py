@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import REPO, run_cli
 from tests.loop.conftest import LOCAL_SMOKE_SEED, metrics_of, write_run_files
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 RECIPE = """
 [model]
@@ -27,6 +27,9 @@ num_samples_per_task = 4
 max_generation_rounds = 1
 [engine]
 num_threads = 1
+[rollout]
+# A rollout tier whose Ray worker never joins fails the run in two minutes, not at the test's timeout.
+actor_start_timeout_s = 120
 [sandbox]
 cpus = 0.05
 memory_mb = 256
@@ -37,8 +40,8 @@ def test_a_run_on_the_dev_slurm_tiers(slurm_cluster, run_folder, state_path):
     recipe = write_run_files(run_folder, recipe_body=RECIPE, seed=LOCAL_SMOKE_SEED)
     text = recipe.read_text().replace('profile = "profile.toml"', f'profile = "{REPO}/cluster/dev-slurm.toml"')
     recipe.write_text(text)
-    up = run_cli("up", "--recipe", str(recipe), state=state_path, cwd=run_folder, timeout=900)
     try:
+        up = run_cli("up", "--recipe", str(recipe), state=state_path, cwd=run_folder, timeout=540)
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
         doc = json.loads(state_path.read_text())
         run = doc["runs"][doc["current_run"]]

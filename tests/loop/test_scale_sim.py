@@ -116,6 +116,16 @@ def test_scale_sim_at_ci_size_keeps_the_invariants(tmp_path: Path, state_path: P
         # The sessions of a step ran side by side, across both actors.
         assert sum(ledger["max_live"] for ledger in ledgers) >= SAMPLES * 3 // 4
 
+        # The scale figures of each row (rl360cli/rollout/gauges.py) against the ledgers: every session of
+        # a step in flight at once, every start counted, pulls within the cap, the router's own counter.
+        assert max(row["sessions_in_flight_max"] for row in rows) == SAMPLES
+        assert sum(row["sandbox_starts"] + row["sandbox_failed_starts"] for row in rows) == sum(
+            ledger["starts"] for ledger in ledgers)
+        assert all(row["pull_cap"] == PULL_CAP and 0 <= row["pulls_in_flight_max"] <= PULL_CAP for row in rows)
+        assert all(row["router_rps_source"] == "router" for row in rows)
+        assert round(sum(row["router_requests_per_s"] * row["gauge_interval_s"] for row in rows)) == round(
+            sum(row["actor_requests_per_s"] * row["gauge_interval_s"] for row in rows))
+
         # Every drawn failure that ended an attempt was masked, under its own cause.
         masked = collections.Counter()
         for row in rows:

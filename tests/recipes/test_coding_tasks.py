@@ -286,7 +286,7 @@ def test_tasks_check_sample_docker(cli, docker_nodes):
 
 
 def _attempts(agents: dict[str, dict[str, str]], *, provider: str = "process",
-              task_id: str = "run-length-encoding") -> dict:
+              task_id: str = "run-length-encoding", read_only_root: bool = True) -> dict:
     """Run one attempt per agent concurrently; each agent writes its files (relative paths: into /app)."""
     from rl360cli.config import load_profile
     from rl360cli.sandbox.attempt import run_attempt
@@ -313,7 +313,8 @@ def _attempts(agents: dict[str, dict[str, str]], *, provider: str = "process",
             from rl360cli.sandbox.docker_provider import DockerProvider
 
             nodes = load_profile(REPO / "cluster" / "dev-docker.toml").nodes
-            return DockerProvider(nodes, config=SandboxConfig(provider="docker"), run_id=run_id)
+            return DockerProvider(nodes, config=SandboxConfig(provider="docker", read_only_root=read_only_root),
+                                  run_id=run_id)
         from rl360cli.sandbox.process import ProcessProvider
 
         return ProcessProvider(SandboxConfig(provider="process"), run_id=run_id, root=root)
@@ -396,11 +397,12 @@ def test_verifier_scores_misbehaving_code_zero(isolation):
 
 @pytest.mark.docker
 def test_verifier_scores_misbehaving_code_zero_docker(docker_nodes):
-    """The same in containers, where the agent (root) can also write beside /tests: /conftest.py, /pytest.ini."""
+    """The same in containers, where on a writable root (`read_only_root = false`, or a network task) the agent
+    (root) can also write beside /tests: /conftest.py, /pytest.ini."""
     agents = {**MISBEHAVING, "rigs-pytest-at-root": {"rle.py": "def encode(text):\n    return ''\n",
                                                      "/conftest.py": FORCE_PASS,
                                                      "/pytest.ini": "[pytest]\naddopts = -p conftest\n"}}
-    _assert_misbehaviour_scores_zero(_attempts(agents, provider="docker"))
+    _assert_misbehaviour_scores_zero(_attempts(agents, provider="docker", read_only_root=False))
 
 
 @pytest.mark.slow

@@ -237,3 +237,42 @@ def test_node_images_from_state_reads_the_digest_of_each_image_record():
                      "n2": {"address": "x"}}}
     assert node_images_from_state(doc) == {"n1": {"a:1": "sha256:1", "b:2": "sha256:2"}, "n2": {}}
     assert node_images_from_state(empty_state()) == {}
+
+
+# ----------------------------------------------------------------------------- the counters of each step's figures
+
+
+def test_the_running_counters_agree_with_the_records_and_the_simulated_ledger():
+    """`take_gauges` against what happened: the queue's time-weighted mean is the starts' queue time over
+    the interval (Little's law), warm and cold starts are the simulated provider's own counts, and a
+    second take holds only what came after the first."""
+    from rl360cli.sandbox.config import SimulatedSandboxConfig
+    from rl360cli.sandbox.simulated import SimulatedProvider
+    from tests.conftest import REPO
+
+    task = load_task(REPO / "recipes" / "tasks" / "arith-32" / "arith-00")
+    config = SandboxConfig(provider="simulated", max_concurrent=4, wave_size=1000, simulated=SimulatedSandboxConfig(
+        num_nodes=2, start_latency_s=0.02, stop_latency_s=0.0, image_size_mb=5.0, registry_bandwidth_mb_s=100.0))
+    inner = SimulatedProvider(config)
+    ctl = AdmissionController(inner, config=config)
+
+    async def go():
+        first = await hold(ctl, task, 2, seconds=0.0, prefix="cold")  # one per node: both pull the image
+        taken_cold = ctl.take_gauges()
+        await hold(ctl, task, 20, seconds=0.01, prefix="warm")
+        return first, taken_cold, ctl.take_gauges()
+
+    first, cold, warm = run(go())
+    assert len(set(first)) == 2
+    assert (cold["warm_starts"], cold["cold_starts"], cold["failed_starts"]) == (0, 2, 0)
+    assert (warm["warm_starts"], warm["cold_starts"], warm["failed_starts"]) == (20, 0, 0)
+    assert inner.ledger.warm_starts == 20 and inner.ledger.cold_starts == 2
+    # 20 starts at once through 4 slots: all but the admitted wait, and never more than 4 live.
+    assert 16 <= warm["queue"]["max"] <= 20 and warm["queue"]["now"] == 0
+    assert warm["sandboxes"]["max"] == 4 and warm["sandboxes"]["now"] == 0
+    queued = [r.queued_s for r in ctl.records[2:]]
+    waits = warm["queue_wait_s"]
+    assert waits["count"] == 20 and waits["sum"] == pytest.approx(sum(queued))
+    assert waits["max"] == pytest.approx(max(queued))
+    assert warm["queue"]["mean"] * warm["queue"]["seconds"] == pytest.approx(sum(queued), rel=0.02, abs=1e-3)
+    assert cold["queue_wait_s"]["count"] == 2

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
@@ -100,7 +99,7 @@ def test_an_unfinished_turn_gets_its_end_of_turn_before_the_observation(tokenize
 def test_warmup_examples_skip_the_excluded_instructions(tokenizer):
     from rl360cli.tasks.warmup import examples
 
-    excluded = [arith.instruction(arith.random_program(__import__("random").Random(f"warmup-3")))]
+    excluded = [arith.instruction(arith.random_program(__import__("random").Random("warmup-3")))]
     stream = examples(tokenizer, 3, exclude=excluded)
     prompts = {tokenizer.decode(ids[: ids.index(tokenizer.convert_tokens_to_ids("<|assistant|>"))]) for ids, _ in
                (next(stream) for _ in range(50))}  # fmt: skip
