@@ -88,7 +88,9 @@ def test_an_engine_that_dies_under_a_request_is_an_engine_error(start_engine, ti
     victim = start_engine(tiny_model)[0]
 
     async def go():
-        async with EngineClient(victim.url) as client:
+        # The cut is sent once more if the server is back within reconnect_wait_s (the health tests cover
+        # that); this one never comes back, so a short wait keeps the test from idling for the default.
+        async with EngineClient(victim.url, reconnect_wait_s=2.0) as client:
             task = asyncio.ensure_future(client.generate([1, 2], {"max_new_tokens": 5000, "ignore_eos": True}))
             while (await client.request("GET", "/get_load"))[0]["num_reqs"] == 0:
                 await asyncio.sleep(0.01)
