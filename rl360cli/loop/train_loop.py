@@ -75,6 +75,8 @@ class LoopParts:
     ledger_path: Path | None = None
     # Held-out evaluation (`[eval]`): its figures join the rows of the steps it follows. None: off.
     evaluation: Evaluation | None = None
+    # The scale figures of each step's row, asked of the session actors (rl360cli/rollout/gauges.py).
+    scale_figures: bool = True
 
     def ledger(self) -> StepLedger:
         return StepLedger(self.ledger_path or self.checkpoint_dir.parent / LEDGER)
@@ -96,7 +98,7 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
     sampler = sampler_identity(seed=rollouts.seed, task_ids=list(rollouts.task_ids))
     ledger = parts.ledger()
     ledger.restore(resumed_ledger(parts.checkpoint_dir, start_step, sampler, ledger) if start_step else [])
-    gauges = StepGauges(getattr(rollouts, "actors", []))  # the scale figures of each step's row (stand-ins: none)
+    gauges = StepGauges(rollouts.actors) if parts.scale_figures else None  # the first interval starts here
     generation: Generation | None = (rollouts.submit(start_step, policy_version=trainer.version)
                                      if start_step < num_steps else None)
     last: dict = {}
@@ -143,7 +145,8 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
             # After the update's broadcast and before the next: every eval sample comes from this
             # step's policy. Its samples go nowhere near build_batch or the ledger.
             last.update(parts.evaluation.run(rollouts, step=step, policy_version=trainer.version))
-        last.update(gauges.take())
+        if gauges is not None:
+            last.update(gauges.take())
         parts.log(step, last)
         if (step + 1) % parts.checkpoint_every == 0 or step + 1 == num_steps:
             trainer.save_checkpoint(parts.checkpoint_dir / f"step_{step + 1:06d}",

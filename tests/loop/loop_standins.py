@@ -124,7 +124,8 @@ def loop_parts(run_dir: Path, trainer, *, steps: int, checkpoint_every: int, max
                      loop=LoopConfig(num_steps=steps, num_tasks_per_step=4, num_samples_per_task=4,
                                      max_generation_rounds=1, max_steps_without_signal=max_steps_without_signal),
                      grpo=GRPOConfig(), checkpoint_every=checkpoint_every, checkpoint_dir=run_dir / "checkpoints",
-                     log=lambda step, values: None, on_step=lambda step, version, values: None)
+                     log=lambda step, values: None, on_step=lambda step, version, values: None,
+                     scale_figures=False)  # no session actors to ask
 
 
 def tiny_trainer(model_dir: Path):

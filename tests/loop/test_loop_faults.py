@@ -1,6 +1,6 @@
-"""The loop under faults: injected sandbox failures are masked, never rewards of 0; an engine
-killed mid-run costs only its in-flight attempts, and the run goes on (here with restarts off,
-`max_restarts = 0`: with fewer engines; tests/loop/test_engine_restart.py has it come back)."""
+"""The loop under faults, together in one run: injected sandbox failures are masked, never rewards of
+0; an engine killed mid-run costs only its in-flight attempts, and the run goes on (here with restarts
+off, `max_restarts = 0`: with fewer engines; tests/loop/test_engine_restart.py has it come back)."""
 
 from __future__ import annotations
 
@@ -38,35 +38,14 @@ max_restarts = 0
 """
 
 
-def test_injected_failures_are_masked_and_counted(run_folder, state_path):
-    recipe = write_run_files(run_folder, recipe_body=SMALL.format(steps=3, engines=1))
-    up = run_cli("up", "--recipe", str(recipe), "--inject-failures", "0.25", state=state_path, cwd=run_folder,
-                 timeout=600)
-    assert up.returncode == 0, up.stdout + up.stderr
-    rows = metrics_of(state_path)
-    assert len(rows) == 3
-    injected_total = 0
-    for row in rows:
-        batch = row["batch"]
-        injected_total += row["injected_failures"]
-        # Every injected failure is masked with its cause, and every sample is in exactly one bucket.
-        assert batch.get("masked/injected", 0) == row["injected_failures"]
-        assert batch["total"] == row["samples"]
-        assert batch["kept"] + batch["masked"] + batch["filtered_zero_std"] + batch["dropped_stale"] \
-            + batch["dropped_too_few_valid"] == batch["total"]
-        assert row["infra_failures_by_cause"].get("injected", 0) == row["injected_failures"]
-    # 3 steps x 24 samples at 25% (starts and execs both draw): some were injected.
-    assert injected_total > 0
-    doc = json.loads(state_path.read_text())
-    run = doc["runs"][doc["current_run"]]
-    assert run["status"] == "finished"
-    assert set(run["engine_versions"].values()) == {run["policy_version"]}
-    assert run_cli("down", state=state_path, cwd=run_folder).returncode == 0
-
-
-def test_killing_an_engine_mid_run(run_folder, state_path):
+def test_injected_failures_and_an_engine_killed_mid_run_are_masked_and_the_run_goes_on(run_folder, state_path):
+    """Two faults in one run: sandbox failures injected at 25% from the start, then one of the two
+    engines killed after step 1 (restarts off). Every injected failure is masked with its cause, never
+    a reward of 0; the kill costs only `engine_error` attempts; the survivor serves on and follows
+    every weight update."""
     recipe = write_run_files(run_folder, recipe_body=SMALL.format(steps=5, engines=2))
-    up = run_cli("up", "--recipe", str(recipe), "--detach", state=state_path, cwd=run_folder, timeout=600)
+    up = run_cli("up", "--recipe", str(recipe), "--detach", "--inject-failures", "0.25", state=state_path,
+                 cwd=run_folder, timeout=600)
     assert up.returncode == 0, up.stdout + up.stderr
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -87,9 +66,22 @@ def test_killing_an_engine_mid_run(run_folder, state_path):
     assert run["status"] == "finished" and run["step"] == 5
 
     rows = metrics_of(state_path)
+    assert len(rows) == 5
+    for row in rows:
+        batch = row["batch"]
+        # Every injected failure is masked with its cause, and every sample is in exactly one bucket.
+        assert batch.get("masked/injected", 0) == row["injected_failures"]
+        assert row["infra_failures_by_cause"].get("injected", 0) == row["injected_failures"]
+        assert batch["total"] == row["samples"]
+        assert batch["kept"] + batch["masked"] + batch["filtered_zero_std"] + batch["dropped_stale"] \
+            + batch["dropped_too_few_valid"] == batch["total"]
+        assert batch["masked"] == sum(row["infra_failures_by_cause"].values())
+    # 5 steps x 24 samples at 25% (starts and execs both draw): some were injected.
+    assert sum(row["injected_failures"] for row in rows) > 0
+    # Before the kill only what was injected failed; after it, the kill's engine_error attempts too.
+    assert {cause for row in rows[:killed_at_step] for cause in row["infra_failures_by_cause"]} <= {"injected"}
     after = rows[killed_at_step:]
-    causes = {cause for row in after for cause in row["infra_failures_by_cause"]}
-    assert causes <= {"engine_error"}
+    assert {cause for row in after for cause in row["infra_failures_by_cause"]} <= {"engine_error", "injected"}
     assert sum(row["infra_failures_by_cause"].get("engine_error", 0) for row in after) >= 1
     # The surviving engine serves on and follows every weight update.
     survivors = {url: v for url, v in run["engine_versions"].items() if v is not None}

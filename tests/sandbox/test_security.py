@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 import threading
 import uuid
+import zlib
 from pathlib import Path
 
 import pytest
@@ -224,23 +225,30 @@ n = 0
 try:
     while n < 1000:
         if os.fork() == 0:
-            os.close(1); os.close(2); time.sleep(60); os._exit(0)
+            os.close(1); os.close(2); time.sleep(SECONDS); os._exit(0)
         n += 1
 except OSError as e:
     print("forked", n, "then", e.strerror, flush=True)
 '"""
 
 
+def unique_seconds(tmp_path, whole: int) -> str:
+    """`whole`.NNNNNN, different for each test and parameter: the host-wide search for leftovers must
+    not find the processes of the same test running for the other provider at the same time."""
+    return f"{whole}.{zlib.crc32(str(tmp_path).encode()) % 10**6:06d}"
+
+
 def test_a_fork_bomb_stops_at_the_process_limit_and_leaves_nothing(provider_of, tmp_path):
     provider = provider_of(pids_limit=64)
-    result, (python_bomb, shell_bomb) = attempt(provider, hostile_task(tmp_path), FORK,
+    seconds = unique_seconds(tmp_path, 60)
+    result, (python_bomb, shell_bomb) = attempt(provider, hostile_task(tmp_path), FORK.replace("SECONDS", seconds),
                                                  "bomb() { bomb | bomb & }; bomb; sleep 8", timeout_s=6)
     words = python_bomb.output.split()
     assert words[0] == "forked" and int(words[1]) < 64, python_bomb.output
     assert python_bomb.limit == "processes" or "Resource temporarily unavailable" in python_bomb.output
     assert shell_bomb.timed_out or shell_bomb.limit == "processes"
     assert result.outcome == Outcome.MODEL_FAILURE and result.reward == 0.0
-    assert not sandbox_processes("time.sleep(60)")
+    assert not sandbox_processes(f"time.sleep({seconds})")
 
 
 def test_allocating_past_its_memory_fails_the_command_not_the_node(provider_of, tmp_path):
@@ -263,7 +271,7 @@ def test_a_huge_file_stops_at_the_file_size_limit(provider_of, tmp_path):
 
 
 def test_a_background_child_is_killed_at_the_timeout(provider_of, tmp_path):
-    marker = "300.4242"
+    marker = unique_seconds(tmp_path, 300)
     result, (seen, listing) = attempt(
         provider_of(), hostile_task(tmp_path),
         f"(sleep {marker} &); setsid sleep {marker} & sleep {marker}",
