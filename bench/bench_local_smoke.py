@@ -2,11 +2,11 @@
 
 Runs the recipe as the README does (its own profile, cluster/local.toml), once clean and once with
 `--inject-failures 0.2` (and with `--slurm` once more with its tiers on the dev Slurm, three fake
-nodes), each in a fresh state file, and records the wall time of the whole command
+nodes; with `--seeds`, the clean run once per run seed, `--set run.seed=N`), each in a fresh state file, and records the wall time of the whole command
 (policy preparation included), the reward curve, and for the faulty run that every injected failure
 was masked (never a reward of 0) — the acceptance figures of the local loop.
 
-    .venv/bin/python bench/bench_local_smoke.py [--inject 0.2] [--slurm]
+    .venv/bin/python bench/bench_local_smoke.py [--inject 0.2] [--slurm] [--seeds 7 13]
     # writes the "Local smoke" section of docs/benchmarks.md
 """
 
@@ -63,10 +63,15 @@ def main() -> None:
     parser.add_argument("--inject", type=float, default=0.2, help="failure rate of the second run (0: no second run)")
     parser.add_argument("--slurm", action="store_true",
                         help="a third run with the tiers on the dev Slurm (start it: bash cluster/dev/slurm.sh up)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="clean runs with these run seeds (the policy stays the recipe's: [model] warmup_seed)")
     args = parser.parse_args()
     # An empty cache for the first run: it pays for the policy's warm-up, as on a fresh machine.
     cache = Path(tempfile.mkdtemp(prefix="rl360-cache-"))
-    runs = {"clean": run([], cache=cache)}
+    if args.seeds:
+        runs = {f"clean, run seed {seed}": run(["--set", f"run.seed={seed}"], cache=cache) for seed in args.seeds}
+    else:
+        runs = {"clean": run([], cache=cache)}
     if args.inject > 0:
         runs[f"{args.inject:.0%} injected failures"] = run(["--inject-failures", str(args.inject)], cache=cache)
     if args.slurm:

@@ -19,6 +19,7 @@ went from <= 0.45 to >= 0.90; `--out` writes them as JSON.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -35,7 +36,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     recipe = load_recipe(REPO / "recipes" / "local-smoke.toml")
     m, t, g, loop, r = recipe.model, recipe.trainer, recipe.grpo, recipe.loop, recipe.rollout
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[recipe.run.seed])
+    p.add_argument("--seeds", type=int, nargs="+", default=[recipe.run.seed],
+                   help="sampling seeds; each also builds its own policy v0 unless --policy-seed is given")
+    p.add_argument("--policy-seed", type=int, default=None,
+                   help="build policy v0 with this seed for every run (as [model] warmup_seed does)")
     p.add_argument("--tasks", type=Path, default=Path(recipe.tasks.path))
     p.add_argument("--hidden", type=int, default=m.hidden_size)
     p.add_argument("--layers", type=int, default=m.num_layers)
@@ -44,6 +48,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup-lr", type=float, default=m.warmup_lr)
     p.add_argument("--from-policy", type=Path, default=None, help="start from this saved policy instead")
     p.add_argument("--lr", type=float, default=t.lr)
+    p.add_argument("--lr-schedule", choices=("constant", "cosine"), default=t.lr_schedule)
+    p.add_argument("--lr-warmup-steps", type=int, default=t.lr_warmup_steps)
+    p.add_argument("--lr-decay-steps", type=int, default=t.lr_decay_steps)
+    p.add_argument("--lr-min-ratio", type=float, default=t.lr_min_ratio)
+    p.add_argument("--clip-high", type=float, default=g.clip_high, help="DAPO's upper clip (clip_low stays)")
     p.add_argument("--grad-clip", type=float, default=t.grad_clip)
     p.add_argument("--num-epochs", type=int, default=t.num_epochs)
     p.add_argument("--temperature", type=float, default=r.temperature)
@@ -60,9 +69,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--policy-root", type=Path, default=None, help="keep prepared policies here (reused)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
-    args.grpo = g
-    args.micro_batch_tokens = t.micro_batch_tokens
+    args.grpo = dataclasses.replace(g, clip_high=args.clip_high)
+    args.trainer = dataclasses.replace(
+        t, lr=args.lr, lr_schedule=args.lr_schedule, lr_warmup_steps=args.lr_warmup_steps,
+        lr_decay_steps=args.lr_decay_steps, lr_min_ratio=args.lr_min_ratio, grad_clip=args.grad_clip, num_epochs=args.num_epochs)
     return args
+
+
+def token_logprobs(model, micro):
+    """log pi(token t+1 | tokens <= t), [B, T-1], as TorchTrainer.logprobs computes it."""
+    import torch
+
+    logits = model(input_ids=micro.input_ids, attention_mask=micro.attention_mask).logits
+    return torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, micro.input_ids[:, 1:, None])[..., 0]
 
 
 def run_seed(args: argparse.Namespace, seed: int, root: Path) -> dict:
@@ -70,23 +89,26 @@ def run_seed(args: argparse.Namespace, seed: int, root: Path) -> dict:
 
     import torch
 
-    from rl360cli.rl.batch import build_batch
-    from rl360cli.rl.grpo import policy_loss
     from rl360cli.outcome import Outcome
+    from rl360cli.rl.batch import build_batch
     from rl360cli.rl.trajectory import Trajectory
     from rl360cli.tasks.arith_rollout import load_tasks, run_tasks
     from rl360cli.trainer.config import ModelConfig
     from rl360cli.trainer.model import load_policy, prepare_policy
+    from rl360cli.trainer.step import train_step
 
     config = ModelConfig(kind="tiny", hidden_size=args.hidden, num_layers=args.layers, num_heads=args.heads,
                          warmup_steps=args.warmup_steps, warmup_lr=args.warmup_lr)  # fmt: skip
     started = time.perf_counter()
-    name = f"h{args.hidden}-l{args.layers}-w{args.warmup_steps}-wlr{args.warmup_lr:g}-s{seed}"
-    path = args.from_policy or prepare_policy(config, tasks_dir=args.tasks, out_dir=root / name, seed=seed)
+    policy_seed = seed if args.policy_seed is None else args.policy_seed
+    name = f"h{args.hidden}-l{args.layers}-w{args.warmup_steps}-wlr{args.warmup_lr:g}-s{policy_seed}"
+    path = args.from_policy or prepare_policy(config, tasks_dir=args.tasks, out_dir=root / name, seed=policy_seed)
     prepare_s = time.perf_counter() - started
     model, tok = load_policy(path)
     tasks = load_tasks(args.tasks)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    trainer = args.trainer
+    optimizer = torch.optim.AdamW(model.parameters(), lr=trainer.lr, betas=tuple(trainer.betas),
+                                  weight_decay=trainer.weight_decay)  # fmt: skip
     generator = torch.Generator().manual_seed(1000 + seed)
     grpo = args.grpo
     batch_kwargs = grpo.batch_kwargs() | {"max_staleness": None}
@@ -133,38 +155,35 @@ def run_seed(args: argparse.Namespace, seed: int, root: Path) -> dict:
             pending = generate(step + 1, behaviour, step)
         batch, report = build_batch(trajectories, current_version=step, **batch_kwargs)
         t0 = time.perf_counter()
-        figures = {"grad_norm": 0.0, "clip_frac": 0.0}
+        figures = {"grad_norm": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "lr": trainer.lr_at(step), "update": 0.0}
         if batch is not None:
             model.train()
-            for _ in range(args.num_epochs):
-                optimizer.zero_grad(set_to_none=True)
-                clipped = tokens = 0.0
-                for micro in batch.split(max_tokens=args.micro_batch_tokens):
-                    logits = model(input_ids=micro.input_ids, attention_mask=micro.attention_mask).logits
-                    logp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, micro.input_ids[:, 1:, None])[..., 0]
-                    loss, stats = policy_loss(logp, micro.old_logprobs, micro.advantages, micro.loss_mask,
-                                              denominator=micro.loss_denominator(grpo.aggregation, norm_tokens=grpo.norm_tokens),
-                                              **grpo.loss_kwargs())  # fmt: skip
-                    loss.backward()
-                    clipped += stats.clip_frac * stats.num_tokens
-                    tokens += stats.num_tokens
-                clip = args.grad_clip if args.grad_clip > 0 else float("inf")
-                figures["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
-                figures["clip_frac"] = clipped / max(tokens, 1.0)
-                optimizer.step()
+            before = torch.cat([p.detach().flatten() for p in model.parameters()])
+            clip = trainer.grad_clip if trainer.grad_clip > 0 else float("inf")
+            stats = train_step(  # what TorchTrainer.train_step runs
+                batch.split(max_tokens=trainer.micro_batch_tokens), grpo=grpo, num_epochs=trainer.num_epochs,
+                optimizer=optimizer, lr=trainer.lr_at(step),
+                logprobs=lambda micro: token_logprobs(model, micro),
+                clip_grads=lambda: float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)),
+            )
+            after = torch.cat([p.detach().flatten() for p in model.parameters()])
+            # How far the update moved the weights, relative to their size.
+            stats["update"] = float((after - before).norm() / before.norm())
+            figures = {name: stats[name] for name in figures}
         train_s = time.perf_counter() - t0
         if not args.staleness and step + 1 < args.num_steps:
             pending = generate(step + 1, model, step + 1)
         row = {"step": step, "reward": reward, "groups_kept": report.num_groups_kept,
                "samples": len(trajectories), "tokens": int(sum(t.num_tokens for t in trajectories)), "generate_s": round(gen_s, 2),
-               "train_s": round(train_s, 2), **{k: round(v, 4) for k, v in figures.items()}}  # fmt: skip
+               "train_s": round(train_s, 2), **{k: round(v, 6) for k, v in figures.items()}}  # fmt: skip
         rows.append(row)
         print(f"seed {seed} step {step:2d} reward {row['reward']:.3f} groups {row['groups_kept']:2d} "
               f"samples {row['samples']:3d} "
-              f"gen {gen_s:5.2f}s train {train_s:5.2f}s grad {figures['grad_norm']:.3f}", flush=True)  # fmt: skip
+              f"gen {gen_s:5.2f}s train {train_s:5.2f}s grad {figures['grad_norm']:.3f} "
+              f"kl {figures['approx_kl']:.4f} clip {figures['clip_frac']:.3f} update {figures['update']:.2e}", flush=True)  # fmt: skip
     curve = [row["reward"] for row in rows]
     return {
-        "seed": seed, "prepare_s": round(prepare_s, 1),
+        "seed": seed, "policy_seed": policy_seed, "prepare_s": round(prepare_s, 1),
         "warmup": json.loads((path / "warmup.json").read_text()) if (path / "warmup.json").is_file() else None,
         "curve": curve, "rows": rows, "start": curve[0], "best": max(curve), "final": curve[-1],
         "steps_to_090": next((i for i, r in enumerate(curve) if r >= 0.9), None),
@@ -177,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    settings = {k: v for k, v in vars(args).items() if k not in ("grpo", "out", "policy_root", "tasks")}
+    settings = {k: v for k, v in vars(args).items() if k not in ("grpo", "trainer", "out", "policy_root", "tasks")}
     print("settings:", json.dumps(settings, default=str))
     with tempfile.TemporaryDirectory() as tmp:
         root = args.policy_root or Path(tmp)

@@ -159,6 +159,11 @@ class Recipe:
             raise ValueError("loop.over_sample carries groups into later steps: set grpo.max_staleness "
                              "(e.g. 2) to bound how old a trained sample may be, or over_sample = 0")
 
+    @property
+    def policy_seed(self) -> int:
+        """The seed policy v0 is built with: `[model] warmup_seed`, else the run's seed."""
+        return self.run.seed if self.model.warmup_seed is None else self.model.warmup_seed
+
 
 def load_recipe(path: Path | str, *, base_dir: Path | str | None = None,
                 overrides: Sequence[Override] = ()) -> Recipe:

@@ -277,7 +277,7 @@ def loop(plan: Plan, work: Path) -> dict:
     recipe = load_recipe(REPO / "recipes" / "local-smoke.toml")
     tasks = load_tasks(Path(recipe.tasks.path))[:plan.loop_tasks]
     policy = prepare_policy(recipe.model, tasks_dir=Path(recipe.tasks.path), out_dir=work / "policy-v0",
-                            seed=recipe.run.seed)
+                            seed=recipe.policy_seed)
     tokenizer = AutoTokenizer.from_pretrained(policy)
     server = EngineServer(policy, plan, max_batch_size=plan.loop_tasks * plan.loop_samples,
                           log=work / "engine-loop.log", dtype="float32")

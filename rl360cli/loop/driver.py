@@ -223,6 +223,8 @@ def start_ray_and_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_
     import ray
 
     started = time.monotonic()
+    # Ray reports usage to its makers unless told not to: a run talks to its own cluster only.
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # "local" starts a private Ray instance even when another one runs on this machine.
     ray.init(address=ray_address or "local", num_cpus=None if ray_address else max(2, os.cpu_count() or 2),
              include_dashboard=False, log_to_driver=True, configure_logging=False)

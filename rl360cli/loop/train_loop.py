@@ -132,7 +132,11 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
                                  trained_tasks=[t.task_id for t in trained],
                                  generated_groups=[t.group_id for t in trajectories],
                                  carried_groups=sorted(set(gen_report.carried_out) - set(cancelled_at_end)),
-                                 cancelled_groups=[*gen_report.cancelled, *cancelled_at_end]))
+                                 cancelled_groups=[*gen_report.cancelled, *cancelled_at_end],
+                                 trained_samples=[_sample_id(t) for t in trained],
+                                 masked_samples={_sample_id(t): t.cause.value if t.cause else "no_reward"
+                                                 for t in trajectories if not t.is_valid},
+                                 generated_samples=[_sample_id(t) for t in trajectories]))
         last = step_metrics(
             trajectories, report.to_dict(), gen_report, train_stats, sync,
             waited_s=waited_s, train_s=train_s, busy_s=train_done - train_started, hidden_s=hidden_s,
@@ -155,6 +159,11 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
         parts.on_step(step + 1, trainer.version, last)
         guard_against_spinning(ledger, parts.loop.max_steps_without_signal, step=step)
     return last
+
+
+def _sample_id(trajectory: Trajectory) -> str:
+    """A sample as the ledger names it: its attempt's id (rl360cli/rollout/session_actor.py)."""
+    return f"{trajectory.group_id}-{trajectory.sample_index}"
 
 
 def guard_against_spinning(ledger: StepLedger, limit: int, *, step: int) -> None:

@@ -154,7 +154,7 @@ def apply(ctx: Context) -> list[dict]:
     ctx.say(f"policy v0: preparing ({recipe.model.kind})")
     with _quiet_transformers():
         prepare_policy(recipe.model, tasks_dir=Path(recipe.tasks.path), out_dir=policy_dir(ctx),
-                       seed=recipe.run.seed)
+                       seed=recipe.policy_seed)
     ctx.event(NAME, "prepare", "policy v0", path=str(policy_dir(ctx)))
     # Before any engine starts: each one reads it as it starts. An existing key is kept (engines may run).
     key = read_api_key(create_api_key(ctx.run_dir))

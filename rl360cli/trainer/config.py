@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -26,6 +27,9 @@ class ModelConfig:
     warmup_lr: float = 3e-3
     # Conversations per warm-up step.
     warmup_batch_size: int = 32
+    # The warm-up's seed, when the policy should not change with `[run] seed` (a fixed base model
+    # that runs of several seeds start from); unset: the run's seed.
+    warmup_seed: int | None = None
     dtype: Literal["float32", "bfloat16"] = "float32"
 
     def __post_init__(self) -> None:
@@ -68,6 +72,15 @@ class TrainerConfig:
     # `simulated`: a stand-in that takes each batch in a set time and only bumps the policy version.
     kind: Literal["torch", "megatron", "simulated"] = "torch"
     lr: float = 1e-3
+    # The learning rate over training steps: `lr_warmup_steps` steps rising linearly to `lr` (Adam's
+    # first steps move every weight by about lr whatever its gradient, so a fresh optimizer at full
+    # lr knocks a policy back before it climbs), then `constant`, or `cosine` down to
+    # lr x `lr_min_ratio` at step `lr_decay_steps` (and that after it). A ratio, not a rate, so that
+    # `--set trainer.lr=...` moves the whole schedule.
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    lr_warmup_steps: int = 0
+    lr_decay_steps: int = 0
+    lr_min_ratio: float = 0.0
     weight_decay: float = 0.0
     betas: tuple[float, ...] = (0.9, 0.999)
     grad_clip: float = 1.0
@@ -87,6 +100,13 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         if not self.lr > 0:
             raise ValueError(f"lr must be positive (got {self.lr})")
+        if self.lr_warmup_steps < 0:
+            raise ValueError(f"lr_warmup_steps must be >= 0 (got {self.lr_warmup_steps})")
+        if not 0 <= self.lr_min_ratio <= 1:
+            raise ValueError(f"lr_min_ratio must be between 0 and 1 (got {self.lr_min_ratio:g})")
+        if self.lr_schedule == "cosine" and self.lr_decay_steps <= self.lr_warmup_steps:
+            raise ValueError(f"lr_schedule 'cosine' needs lr_decay_steps > lr_warmup_steps "
+                             f"({self.lr_warmup_steps}) (got {self.lr_decay_steps})")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ValueError(f"betas must be two numbers in [0, 1) (got {list(self.betas)})")
         if self.grad_clip < 0:
@@ -95,3 +115,13 @@ class TrainerConfig:
                      "pipeline_parallel", "sync_bucket_mb"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of training step `step` (0 for the first)."""
+        if step < self.lr_warmup_steps:
+            return self.lr * (step + 1) / (self.lr_warmup_steps + 1)
+        if self.lr_schedule == "constant":
+            return self.lr
+        progress = min(1.0, (step - self.lr_warmup_steps) / (self.lr_decay_steps - self.lr_warmup_steps))
+        lowest = self.lr * self.lr_min_ratio
+        return lowest + (self.lr - lowest) * 0.5 * (1 + math.cos(math.pi * progress))

@@ -435,6 +435,7 @@ class MegatronTrainer:
         stats = train_step(
             micro_batches.shard(self.dp_rank, self.dp),  # dealt round robin over the DP ranks
             grpo=self.grpo, num_epochs=self.config.num_epochs, optimizer=self.optimizer,
+            lr=self.config.lr_at(self.version),
             logprobs=lambda micro: self._forward_logprobs(micro.input_ids),
             forward_backward=pipelined if self.pp > 1 else None,
             clip_grads=self._clip_grads, reduce_grads=self._reduce_grads, reduce_sums=sum_over_dp,

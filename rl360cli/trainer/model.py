@@ -45,7 +45,10 @@ def prepare_policy(model: ModelConfig, *, tasks_dir: Path, out_dir: Path, seed: 
     """Write policy version 0 to `out_dir` (once) and return `out_dir`."""
     out_dir = Path(out_dir)
     tasks_dir = Path(tasks_dir)
-    recipe = {"format": FORMAT, "model": dataclasses.asdict(model), "seed": seed,
+    # `seed` is the one the policy is built with: where it came from (`warmup_seed` or the run's) does
+    # not change the policy, so it stays out of the marker and the cache key.
+    settings = {name: value for name, value in dataclasses.asdict(model).items() if name != "warmup_seed"}
+    recipe = {"format": FORMAT, "model": settings, "seed": seed,
               "tasks": tiny_policy.tasks_digest(tasks_dir) if model.kind == "tiny" else None}  # fmt: skip
     marker = out_dir / MARKER
     if marker.is_file():

@@ -1,6 +1,6 @@
 """One GRPO policy update, as both trainers run it: epochs over micro-batches, the loss, statistics.
 
-    stats = train_step(micro_batches, grpo=grpo, num_epochs=2, optimizer=opt,
+    stats = train_step(micro_batches, grpo=grpo, num_epochs=2, optimizer=opt, lr=config.lr_at(step),
                        logprobs=lambda micro: model_logprobs(micro.input_ids, micro.attention_mask),
                        clip_grads=lambda: clip(params, 1.0))
 
@@ -23,8 +23,8 @@ from rl360cli.rl.config import GRPOConfig
 from rl360cli.rl.grpo import policy_loss
 from rl360cli.rl.train_batch import MicroBatch
 
-STAT_KEYS = ("loss", "pg_loss", "kl_loss", "grad_norm", "clip_frac", "ratio_mean", "approx_kl")
-"""What `train_step` returns (and `metrics.jsonl` holds under `train`)."""
+STAT_KEYS = ("loss", "pg_loss", "kl_loss", "grad_norm", "clip_frac", "ratio_mean", "approx_kl", "lr")
+"""What `train_step` returns (and `metrics.jsonl` holds under `train`): `lr` is the step's learning rate."""
 
 # Summed over micro-batches (and DP ranks): the losses as they are (each is its share of the whole),
 # the token means weighted by their token counts, and the token count that undoes the weighting.
@@ -38,6 +38,7 @@ def train_step(
     grpo: GRPOConfig,
     num_epochs: int,
     optimizer: torch.optim.Optimizer,
+    lr: float,
     logprobs: Callable[[MicroBatch], torch.Tensor],
     clip_grads: Callable[[], float],
     reduce_grads: Callable[[], None] = lambda: None,
@@ -47,6 +48,8 @@ def train_step(
 ) -> dict[str, float]:
     """`num_epochs` optimizer steps over `micro_batches` (this rank's share of the batch); the figures
     of `STAT_KEYS`: losses averaged over epochs, token means over every loss token, the last grad norm.
+    Every parameter group of `optimizer` takes the learning rate `lr` for this step (the schedule's
+    value: `TrainerConfig.lr_at`).
 
     `logprobs(micro)` is the policy's [B, T-1] logprobs with gradient; `clip_grads()` clips the
     gradients and returns their norm before clipping; `reduce_grads()` runs between backward and
@@ -72,6 +75,8 @@ def train_step(
         for micro in micros:
             loss_of(micro, logprobs(micro)).backward()
 
+    for group in optimizer.param_groups:
+        group["lr"] = lr
     grad_norm = 0.0
     for _ in range(num_epochs):
         optimizer.zero_grad(set_to_none=True)
@@ -83,5 +88,6 @@ def train_step(
     tokens = max(figures[-1], 1.0)
     out = {name: figures[i] / num_epochs for i, name in enumerate(_SUMMED)}
     out["grad_norm"] = grad_norm
+    out["lr"] = lr
     out.update({name: figures[len(_SUMMED) + i] / tokens for i, name in enumerate(_TOKEN_MEANS)})
     return {name: out[name] for name in STAT_KEYS}

@@ -43,7 +43,7 @@ class TorchTrainer:
         clip = self.config.grad_clip if self.config.grad_clip > 0 else float("inf")
         stats = train_step(
             batch.split(max_tokens=self.config.micro_batch_tokens), grpo=self.grpo,
-            num_epochs=self.config.num_epochs, optimizer=self.optimizer,
+            num_epochs=self.config.num_epochs, optimizer=self.optimizer, lr=self.config.lr_at(self.version),
             logprobs=lambda micro: self.logprobs(micro.input_ids, micro.attention_mask),
             clip_grads=lambda: float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)),
         )

@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from rl360cli.backends import procinfo
 from rl360cli.config import load_recipe
 from tests.conftest import REPO
 
 TASKS = REPO / "recipes" / "tasks" / "arith-32"
-# recipes/local-smoke.toml's [run] seed: tests that warm up as it does share its cached policy v0.
-LOCAL_SMOKE_SEED = load_recipe(REPO / "recipes" / "local-smoke.toml").run.seed
+# The seed of recipes/local-smoke.toml's policy v0 ([model] warmup_seed): tests that warm up as it does,
+# with this as their run seed, share its cached policy v0.
+LOCAL_SMOKE_SEED = load_recipe(REPO / "recipes" / "local-smoke.toml").policy_seed
 
 
 def free_port_block(count: int) -> int:
@@ -73,3 +75,11 @@ def metrics_of(state_path: Path) -> list[dict]:
 @pytest.fixture
 def run_folder(tmp_path: Path) -> Path:
     return tmp_path
+
+
+def assert_nothing_left(state_path) -> None:
+    """No component of the state still runs: what `down` stopped is gone, and what `up` started after it
+    (the early stop) `up` stopped itself."""
+    for cid, rec in json.loads(state_path.read_text())["components"].items():
+        assert rec["status"] in ("stopped", "exited", "failed"), (cid, rec["status"])
+        assert not procinfo.is_alive(rec["pid"], rec.get("pid_start")), cid

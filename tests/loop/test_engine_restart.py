@@ -1,11 +1,14 @@
-"""An engine killed mid-run comes back: a real run on the local backend (real engine processes behind the
-real sglang-router, Ray session actors, the gloo weight broadcast), one engine killed by its pid, then the router.
+"""Faults together in one real run on the local backend (real engine processes behind the real
+sglang-router, Ray session actors, the gloo weight broadcast): sandbox failures injected at 25% from the
+start, then one engine killed by its pid, then the router.
 
-The trainer's health watcher (rl360cli/inference/health.py) starts it again from its record, takes it back
-into the weight-update group at the trainer's version and registers it with the router again; the
-attempts it was serving end as `engine_error` infra failures (masked); the run ends with every engine on
-the trainer's version, and `rl360 status` says so, with the restart counted. How long the engine took to be
-back is printed (and kept in docs/reliability.md), not asserted.
+Every injected failure is masked with its cause, never a reward of 0. The trainer's health watcher
+(rl360cli/inference/health.py) starts the engine again from its record, takes it back into the
+weight-update group at the trainer's version and registers it with the router again; the attempts it was
+serving end as `engine_error` infra failures (masked); the run ends with every engine on the trainer's
+version, and `rl360 status` says so, with the restart counted. How long the engine took to be back is
+printed (and kept in docs/reliability.md), not asserted. (`[engine] max_restarts = 0`, an engine that
+stays failed, is tests/inference/test_health.py's.)
 """
 
 from __future__ import annotations
@@ -73,13 +76,14 @@ def current_run(state_path) -> tuple[dict, dict]:
     return doc, doc["runs"][doc["current_run"]]
 
 
-def test_an_engine_killed_mid_run_is_back_at_the_trainers_version(run_folder, state_path):
+def test_injected_failures_are_masked_and_a_killed_engine_is_back_at_the_trainers_version(run_folder, state_path):
     recipe = write_run_files(run_folder, recipe_body=RECIPE, seed=LOCAL_SMOKE_SEED)
     profile = run_folder / "profile.toml"
     base = private_port_block()
     text = re.sub(r"base_port = \d+", f"base_port = {base}", profile.read_text())
     profile.write_text(re.sub(r"sync_port = \d+", f"sync_port = {base + 15}", text))
-    up = run_cli("up", "--recipe", str(recipe), "--detach", state=state_path, cwd=run_folder, timeout=600)
+    up = run_cli("up", "--recipe", str(recipe), "--detach", "--inject-failures", "0.25", state=state_path,
+                 cwd=run_folder, timeout=600)
     assert up.returncode == 0, up.stdout + up.stderr
     deadline = time.monotonic() + 600
     while True:
@@ -138,14 +142,28 @@ def test_an_engine_killed_mid_run_is_back_at_the_trainers_version(run_folder, st
     text = run_cli("status", state=state_path, cwd=run_folder).stdout
     assert f"serves v{run['policy_version']}, 1 restart" in text
 
-    # What the kills cost: only engine_error infra failures (a request the router restart cut is sent again
-    # once; one that finds no router in time is one of them), every one masked, none trained on.
     rows = metrics_of(state_path)
+    assert len(rows) == 6
+    for row in rows:
+        batch = row["batch"]
+        # Every injected failure is masked with its cause, and every sample is in exactly one bucket.
+        assert batch.get("masked/injected", 0) == row["injected_failures"]
+        assert row["infra_failures_by_cause"].get("injected", 0) == row["injected_failures"]
+        assert batch["total"] == row["samples"]
+        assert batch["kept"] + batch["masked"] + batch["filtered_zero_std"] + batch["dropped_stale"] \
+            + batch["dropped_too_few_valid"] == batch["total"]
+        assert batch["masked"] == sum(row["infra_failures_by_cause"].values())
+    # 6 steps x 24 samples at 25% (starts and execs both draw): some were injected.
+    assert sum(row["injected_failures"] for row in rows) > 0
+    # What the kills cost: only engine_error infra failures besides the injected ones (a request the
+    # router restart cut is sent again once; one that finds no router in time is one of them), every
+    # one masked, none trained on.
+    assert {cause for row in rows[:killed_at_step - 1] for cause in row["infra_failures_by_cause"]} <= {"injected"}
     after = rows[killed_at_step - 1:]
-    assert {cause for row in after for cause in row["infra_failures_by_cause"]} <= {"engine_error"}
+    assert {cause for row in after for cause in row["infra_failures_by_cause"]} <= {"engine_error", "injected"}
+    assert sum(row["infra_failures_by_cause"].get("engine_error", 0) for row in after) >= 1
     for row in after:
-        lost = row["infra_failures_by_cause"].get("engine_error", 0)
-        assert row["batch"].get("masked/engine_error", 0) == lost
+        assert row["batch"].get("masked/engine_error", 0) == row["infra_failures_by_cause"].get("engine_error", 0)
 
     families = [procinfo.family(rec["supervisor_pid"], rec["pgid"]) for rec in status["components"].values()
                 if rec.get("supervisor_pid")]

@@ -1,5 +1,8 @@
 """A CI-sized local-smoke: the real recipe's policy and settings, fewer steps; the reward rises by a
-clear margin, and the trainer and every engine end on the same policy version."""
+clear margin, and the trainer and every engine end on the same policy version. The same run evaluates
+three held-out tasks through its engines and sandboxes twice (`[eval]`; its unit tests are
+tests/loop/test_eval.py): the figures land in the rows of the steps they follow, and no eval sample or
+held-out task ever reaches the trainer."""
 
 from __future__ import annotations
 
@@ -10,12 +13,17 @@ from pathlib import Path
 
 import pytest
 
+from rl360cli.loop.ledger import read_ledger
 from tests.conftest import REPO, run_cli
 from tests.loop.conftest import TASKS, metrics_of, write_run_files
+from tests.loop.test_eval import EVAL_KEYS, HELDOUT
 
-pytestmark = pytest.mark.slow
+# 10 steps take ~3 minutes on 2 quiet cores; the suite-wide 300 s limit is too close on a loaded machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
-NUM_STEPS = 12
+NUM_STEPS = 10
+HELD = ("arith-heldout-00", "arith-heldout-06", "arith-heldout-09")
+EVAL_EVERY = NUM_STEPS // 2
 
 
 def ci_sized_recipe(folder: Path) -> Path:
@@ -26,8 +34,9 @@ def ci_sized_recipe(folder: Path) -> Path:
     text = re.sub(r"(?m)^num_tasks_per_step = \d+", "num_tasks_per_step = 16", text)
     text = text.replace('profile = "../cluster/local.toml"', 'profile = "profile.toml"')
     text = text.replace('path = "tasks/arith-32"', f'path = "{TASKS}"')
-    # Held-out evaluation has its own test (tests/loop/test_eval.py): here it would only add minutes.
-    text = text.replace('path = "tasks/arith-heldout"', 'path = ""')
+    # Three of the held-out tasks, 3 samples each, half way and at the end: the whole set would add minutes.
+    text = text[:text.index("[eval]")] + (f'[eval]\npath = "{HELDOUT}"\ninclude = {list(HELD)}\n'
+                                          f"every = {EVAL_EVERY}\nnum_samples_per_task = 3\nk = 2\n")
     recipe.write_text(text)
     return recipe
 
@@ -36,7 +45,8 @@ def test_a_ci_sized_local_smoke_learns(run_folder, state_path):
     recipe = ci_sized_recipe(run_folder)
     up = run_cli("up", "--recipe", str(recipe), state=state_path, cwd=run_folder, timeout=1200)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-    rewards = [row["reward_mean"] for row in metrics_of(state_path)]
+    rows = metrics_of(state_path)
+    rewards = [row["reward_mean"] for row in rows]
     assert len(rewards) == NUM_STEPS
     start, end = statistics.mean(rewards[:2]), statistics.mean(rewards[-3:])
     assert end >= start + 0.15, rewards
@@ -45,6 +55,21 @@ def test_a_ci_sized_local_smoke_learns(run_folder, state_path):
     run = doc["runs"][doc["current_run"]]
     assert run["status"] == "finished"
     assert set(run["engine_versions"].values()) == {run["policy_version"]} and run["policy_version"] > 0
+    # Held-out evaluation: half way and after the last step, through the same engines, at the version just trained.
+    evaluated = [row for row in rows if EVAL_KEYS <= row.keys()]
+    assert [row["step"] for row in evaluated] == [EVAL_EVERY - 1, NUM_STEPS - 1]
+    assert not any(key.startswith("eval/") for row in rows if row not in evaluated for key in row)
+    for row in evaluated:
+        assert row["eval/num_tasks"] == 3 and row["eval/k"] == 2 and row["eval/num_samples"] == 9
+        assert row["eval/policy_version"] == row["policy_version"]
+        assert 0.0 <= row["eval/pass@1"] <= row["eval/pass@k"] <= 1.0
+        assert row["eval/infra_failures"] == sum(row["eval/infra_failures_by_cause"].values())
+    run_dir = Path(run["run_dir"])
+    for entry in read_ledger(run_dir / "ledger.jsonl"):
+        assert not set(HELD) & set(entry["tasks"])
+        assert not [g for g in entry["groups"] + entry["generated"] if g.startswith("eval")]
+    kept = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines() if line.strip()]
+    assert kept and not [s for s in kept if s["task"] in HELD]
     # W&B ran offline and left its files in the run folder; every step is in metrics.jsonl too.
-    assert list((Path(run["run_dir"]) / "wandb").glob("offline-run-*"))
+    assert list((run_dir / "wandb").glob("offline-run-*"))
     assert run_cli("down", state=state_path, cwd=run_folder).returncode == 0

@@ -1,9 +1,13 @@
 """`rl360 up --resume`: a run whose trainer was killed, and then brought down mid-way, continues each time
-from its last checkpoint, each step trained once (the step ledger)."""
+from its last checkpoint, each step trained once (the step ledger). Stopping is not failing: the `rl360
+up --resume` that followed the run `rl360 down` stopped says so and exits 4."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -12,7 +16,7 @@ from rl360cli.loop.ledger import read_ledger
 from rl360cli.loop.train_loop import latest_checkpoint
 from rl360cli.trainer.fault_points import FAULT_ENV
 from tests.conftest import run_cli
-from tests.loop.conftest import metrics_of, write_run_files
+from tests.loop.conftest import assert_nothing_left, metrics_of, write_run_files
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +58,8 @@ def test_a_trainer_killed_then_a_run_brought_down_both_resume_and_each_step_is_t
     rl360cli/trainer/fault_points.py) after step 1's update and broadcast, before any checkpoint: its
     engines, still up, serve version 2. The first resume starts over from version 0, sends those
     weights to the same engines first, and is brought down with `rl360 down` after its checkpoint at
-    step 2. The second resume continues from that checkpoint on new engines and finishes. Every step
+    step 2: the run is `stopped`, not failed, and the `up --resume` following it says so and exits 4.
+    The second resume continues from that checkpoint on new engines and finishes. Every step
     is trained once, on its own groups, and keeps one metrics row."""
     recipe = write_run_files(run_folder, recipe_body=RECIPE)
     up = run_cli("up", "--recipe", str(recipe), "--detach", state=state_path, cwd=run_folder, timeout=600,
@@ -70,21 +75,36 @@ def test_a_trainer_killed_then_a_run_brought_down_both_resume_and_each_step_is_t
     assert latest_checkpoint(run_dir / "checkpoints") is None
 
     # The first resume: the same run, the same engine processes (corrected first), down after step 2's checkpoint.
-    resumed = run_cli("up", "--recipe", str(recipe), "--resume", "--detach", state=state_path, cwd=run_folder,
-                      timeout=600)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    deadline = time.monotonic() + 600
-    while True:  # the state file itself, not `status`: the window before the run's end is a few seconds
-        doc = json.loads(state_path.read_text())
-        if doc["runs"][run_id].get("step", 0) >= 3 or doc["runs"][run_id]["status"] == "finished":
-            break
-        assert time.monotonic() < deadline, doc["runs"][run_id]
-        time.sleep(0.2)
-    assert doc["current_run"] == run_id
-    assert {cid: doc["components"][cid]["pid"] for cid in engines_before} == engines_before
-    assert run_cli("down", "--grace", "5", state=state_path, cwd=run_folder).returncode == 0
+    follower = subprocess.Popen([sys.executable, "-m", "rl360cli", "up", "--recipe", str(recipe), "--resume"],
+                                cwd=run_folder, env={**os.environ, "RL360_STATE": str(state_path), "COLUMNS": "200"},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while True:  # the state file itself, not `status`: the window before the run's end is a few seconds
+            doc = json.loads(state_path.read_text())
+            if doc["runs"][run_id].get("step", 0) >= 3 or doc["runs"][run_id]["status"] == "finished":
+                break
+            assert follower.poll() is None, follower.communicate()
+            assert time.monotonic() < deadline, doc["runs"][run_id]
+            time.sleep(0.2)
+        assert doc["current_run"] == run_id
+        assert {cid: doc["components"][cid]["pid"] for cid in engines_before} == engines_before
+        down = run_cli("down", "--grace", "5", state=state_path, cwd=run_folder)
+        assert down.returncode == 0, down.stderr
+        assert f"run {run_id}: stopped by rl360 down" in down.stderr
+        stdout, stderr = follower.communicate(timeout=120)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            run_cli("down", "--grace", "1", state=state_path, cwd=run_folder)
     stopped = json.loads(state_path.read_text())["runs"][run_id]
     assert stopped["status"] == "stopped" and 3 <= stopped["step"] < STEPS
+    assert stopped["reason"] == "stopped by rl360 down" and stopped["ended_at"]
+    assert follower.returncode == 4, stdout + stderr
+    last = stdout.strip().splitlines()[-1]
+    assert last.startswith(f"run {run_id} stopped after ") and last.endswith("; stopped by rl360 down"), last
+    assert "Traceback" not in stderr
+    assert_nothing_left(state_path)
     log = (run_dir / "logs" / "training.trainer.log").read_text()
     assert f"{FAULT_ENV}=after_update@1: exiting" in log
 

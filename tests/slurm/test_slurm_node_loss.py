@@ -43,25 +43,27 @@ def test_killed_slurmd_means_node_lost_then_requeue_and_resume(rl360, tmp_path):
     rec = start_component(rl360.state, name="trainer", tier="training", kind="trainer",
                           argv=[sys.executable, str(COUNTER), str(checkpoint)])
     assert rec["node"] == victim
-    wait_for(lambda: read_checkpoint(checkpoint).get("step", 0) >= 10, 30, "the trainer to checkpoint")
+    wait_for(lambda: read_checkpoint(checkpoint).get("step", 0) >= 10, 120, "the trainer to checkpoint")
 
     dev_slurm("kill-node", victim)
     try:
         step_at_loss = read_checkpoint(checkpoint)["step"]
-        # `rl360 status` once per poll interval: node_lost within two of them.
+        # `rl360 status` once per poll interval: node_lost within two of them on a quiet machine (the
+        # holder's heartbeats stop; docs/slurm.md); under load a late heartbeat can take a few more.
         polls = []
-        for _ in range(2):
+        for _ in range(10):
             time.sleep(interval)
             trainer = rl360.status()["components"]["training/trainer"]
             polls.append((trainer["status"], trainer["reason"]))
             if trainer["reason"] == "node_lost":
                 break
         assert ("failed", "node_lost") in polls, polls
+        print(f"\nnode_lost seen at poll {len(polls)} (every {interval:g}s)")
 
         report = rl360.wait_status(
             lambda r: r["tiers"]["training"]["status"] == "ready"
             and r["components"]["training/trainer"]["status"] == "running"
-            and r["tiers"]["training"]["nodes"] != [victim], timeout_s=90, interval_s=interval)
+            and r["tiers"]["training"]["nodes"] != [victim], timeout_s=240, interval_s=interval)
         training = report["tiers"]["training"]
         assert training["requeues"] == 1 and training["lost_nodes"] == [victim]
         assert training["job_id"] != tiers["training"]["job_id"]
@@ -72,7 +74,7 @@ def test_killed_slurmd_means_node_lost_then_requeue_and_resume(rl360, tmp_path):
         # The other tiers were not touched.
         assert {t: report["tiers"][t]["job_id"] for t in ("service", "rollout")} == \
             {t: tiers[t]["job_id"] for t in ("service", "rollout")}
-        resumed = wait_for(lambda: (c := read_checkpoint(checkpoint)).get("node") == new_node and c, 60,
+        resumed = wait_for(lambda: (c := read_checkpoint(checkpoint)).get("node") == new_node and c, 120,
                            "the restarted trainer to checkpoint on its new node")
         assert resumed["step"] > step_at_loss
         log = Path(rec["log_path"]).read_text()

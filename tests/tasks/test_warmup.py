@@ -29,7 +29,7 @@ def attempts(tmp_path_factory):
 
     recipe = load_recipe(RECIPE)
     path = prepare_policy(recipe.model, tasks_dir=Path(recipe.tasks.path), out_dir=tmp_path_factory.mktemp("run") / "v0",
-                          seed=recipe.run.seed)  # fmt: skip
+                          seed=recipe.policy_seed)  # fmt: skip
     model, tok = load_policy(path)
     torch.set_num_threads(1)
     return run_tasks(model, tok, load_tasks(Path(recipe.tasks.path)), num_samples=recipe.loop.num_samples_per_task,

@@ -33,9 +33,10 @@ LR = 1e-3
 def trainer_config(tp: int):
     from rl360cli.trainer.config import TrainerConfig
 
-    # Small micro-batches: a step has several, so DP ranks share them and sums are tested.
-    return TrainerConfig(kind="megatron", lr=LR, weight_decay=0.01, grad_clip=1.0, micro_batch_tokens=64,
-                         tensor_parallel=tp)  # fmt: skip
+    # Small micro-batches: a step has several, so DP ranks share them and sums are tested. One step of
+    # lr warm-up: step 1 runs at LR / 2, step 2 (and its replay from the checkpoint) at LR.
+    return TrainerConfig(kind="megatron", lr=LR, lr_warmup_steps=1, weight_decay=0.01, grad_clip=1.0,
+                         micro_batch_tokens=64, tensor_parallel=tp)  # fmt: skip
 
 
 def grpo_config():
@@ -165,6 +166,7 @@ def test_a_train_step_matches_the_torch_trainer(world, case, kind, tp):
     assert list(got_stats) == list(expected_stats) == list(STAT_KEYS)
     for key in ("loss", "pg_loss", "grad_norm", "clip_frac", "ratio_mean", "approx_kl"):
         assert got_stats[key] == pytest.approx(expected_stats[key], rel=2e-4, abs=1e-6), key
+    assert got_stats["lr"] == expected_stats["lr"] == LR / 2  # the schedule's first step, in both
     assert expected_stats["grad_norm"] > 1.0  # so clipping by the global norm was active
     assert set(got) == set(expected)
     moved = 0.0
@@ -172,9 +174,9 @@ def test_a_train_step_matches_the_torch_trainer(world, case, kind, tp):
         delta_torch = expected[name] - before[name]
         delta_megatron = got[name] - before[name]
         # Adam's first step is about lr * sign(grad): compare the updates in units of lr.
-        torch.testing.assert_close(delta_megatron / LR, delta_torch / LR, atol=2e-2, rtol=0, msg=name)
+        torch.testing.assert_close(delta_megatron / LR, delta_torch / LR, atol=1e-2, rtol=0, msg=name)
         moved = max(moved, float(delta_torch.abs().max()))
-    assert moved > 0.5 * LR
+    assert moved > 0.5 * LR / 2
 
 
 @pytest.mark.slow
@@ -206,6 +208,7 @@ def test_a_checkpoint_resumes_bit_exactly(world, case, kind, tp):
     assert results["loaded_state"] == {"next_step": 1, "version": 1}
     assert results["version_after_replay"] == 2
     assert results["stats2"] == results["stats2_replayed"]
+    assert results["stats2"]["lr"] == LR  # the version came back with the checkpoint, and the schedule with it
     first, replayed = results["named2"], results["named2_replayed"]
     assert list(first) == list(replayed)
     for name in first:

@@ -34,7 +34,7 @@ def run(micro_batches, *, shift: float = 0.1, num_epochs: int = 1, **hooks):
 
     stats = train_step(
         micro_batches, grpo=GRPO, num_epochs=num_epochs,
-        optimizer=torch.optim.SGD([parameter], lr=0.0),  # lr 0: every epoch sees the same policy
+        optimizer=torch.optim.SGD([parameter], lr=1.0), lr=0.0,  # lr 0: every epoch sees the same policy
         logprobs=lambda micro: micro.old_logprobs + parameter * micro.loss_mask,
         clip_grads=lambda: float(parameter.grad.abs()), reduce_grads=reduce_grads, **hooks,
     )
