@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import re
 import signal
-import socket
 import time
 
 import pytest
@@ -55,33 +52,13 @@ num_threads = 1
 """
 
 
-def private_port_block(count: int = 20) -> int:
-    """A random block of free loopback ports below the ephemeral range: tests of other sessions that run at
-    the same time scan from the same start (tests/loop/conftest.py), and would pick the same block."""
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 32000 - count)
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no free port block on 127.0.0.1")
-
-
 def current_run(state_path) -> tuple[dict, dict]:
     doc = json.loads(state_path.read_text())
     return doc, doc["runs"][doc["current_run"]]
 
 
 def test_injected_failures_are_masked_and_a_killed_engine_is_back_at_the_trainers_version(run_folder, state_path):
-    recipe = write_run_files(run_folder, recipe_body=RECIPE, seed=LOCAL_SMOKE_SEED)
-    profile = run_folder / "profile.toml"
-    base = private_port_block()
-    text = re.sub(r"base_port = \d+", f"base_port = {base}", profile.read_text())
-    profile.write_text(re.sub(r"sync_port = \d+", f"sync_port = {base + 15}", text))
+    recipe = write_run_files(run_folder, recipe_body=RECIPE, seed=LOCAL_SMOKE_SEED)  # on a random free port block
     up = run_cli("up", "--recipe", str(recipe), "--detach", "--inject-failures", "0.25", state=state_path,
                  cwd=run_folder, timeout=600)
     assert up.returncode == 0, up.stdout + up.stderr
