@@ -28,7 +28,6 @@ import collections
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from bench.chaos_faults import RECOVERY_TIMEOUT_S, SCHEDULE, Fault  # noqa: E402
 from bench.report import write_section  # noqa: E402
 from rl360cli.backends import procinfo  # noqa: E402
 from rl360cli.config import load_recipe  # noqa: E402
+from rl360cli.ports import free_port_block  # noqa: E402
 
 DEV_ROOT = Path(os.environ.get("RL360_DEV_ROOT", "/tmp/rl360-dev"))
 RELIABILITY = REPO / "docs" / "reliability.md"
@@ -126,26 +126,10 @@ mirrors = {{ "docker.io" = "{registry}/hub" }}
 """
 
 
-def free_port_block(count: int = 20) -> int:
-    """A base of `count` free loopback ports, below the ephemeral range, from a random start."""
-    import random
-
-    start = random.randrange(20000, 32000 - count)
-    for base in [*range(start, 32000 - count, 97), *range(20000, start, 97)]:
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no free port block on 127.0.0.1")
-
-
 def write_chaos_files(folder: Path, *, steps: int, tasks_per_step: int = 6) -> Path:
     """The profile (dev Slurm tiers + the dev Docker nodes, free ports) and the recipe; the recipe's path."""
     nodes = json.loads((DEV_ROOT / "docker" / "nodes.json").read_text())
-    base = free_port_block()
+    base = free_port_block(20)
     profile = PROFILE.format(base=base, sync=base + 15, images=REPO / "images" / "images.toml",
                              registry=nodes["registry"])
     for node in nodes["nodes"]:

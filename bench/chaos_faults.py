@@ -135,7 +135,7 @@ def sample_fate(entry: dict, sample: str) -> str | None:
         return "trained"
     if sample in entry.get("masked", {}):
         return f"masked as {entry['masked'][sample]}"
-    if sample in entry.get("filtered", []):
+    if sample.rsplit("-", 1)[0] in entry.get("generated", []):  # collected, then neither trained nor masked
         return "not masked, not trained (filtered: its group without reward variance, or stale)"
     return None
 

@@ -135,8 +135,7 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
                                  cancelled_groups=[*gen_report.cancelled, *cancelled_at_end],
                                  trained_samples=[_sample_id(t) for t in trained],
                                  masked_samples={_sample_id(t): t.cause.value if t.cause else "no_reward"
-                                                 for t in trajectories if not t.is_valid},
-                                 generated_samples=[_sample_id(t) for t in trajectories]))
+                                                 for t in trajectories if not t.is_valid}))
         last = step_metrics(
             trajectories, report.to_dict(), gen_report, train_stats, sync,
             waited_s=waited_s, train_s=train_s, busy_s=train_done - train_started, hidden_s=hidden_s,

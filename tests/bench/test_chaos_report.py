@@ -22,7 +22,7 @@ class LedgerOnly:
 def entry(step: int, *, trained: list[str], masked: dict[str, str], generated: list[str]) -> dict:
     return step_entry(step, policy_version=step + 1, trained_groups=[s.rsplit("-", 1)[0] for s in trained],
                       trained_tasks=[], generated_groups=[s.rsplit("-", 1)[0] for s in generated],
-                      trained_samples=trained, masked_samples=masked, generated_samples=generated)
+                      trained_samples=trained, masked_samples=masked)
 
 
 def killed(victim: str, at: float) -> SandboxKilled:
@@ -33,7 +33,7 @@ def killed(victim: str, at: float) -> SandboxKilled:
 
 def test_the_ledger_names_every_sample_once():
     e = entry(3, trained=["g-0", "g-1"], masked={"g-2": "sandbox_lost"}, generated=["g-0", "g-1", "g-2", "h-0", "h-1"])
-    assert e["samples"] == ["g-0", "g-1"] and e["masked"] == {"g-2": "sandbox_lost"} and e["filtered"] == ["h-0", "h-1"]
+    assert e["samples"] == ["g-0", "g-1"] and e["masked"] == {"g-2": "sandbox_lost"} and e["generated"] == ["g", "h"]
     assert sample_fate(e, "g-1") == "trained"
     assert sample_fate(e, "g-2") == "masked as sandbox_lost"
     assert sample_fate(e, "h-0").startswith("not masked, not trained")

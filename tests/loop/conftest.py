@@ -4,8 +4,6 @@ actors, process sandboxes, the torch trainer and the gloo weight broadcast, all 
 from __future__ import annotations
 
 import json
-import random
-import socket
 import textwrap
 from pathlib import Path
 
@@ -13,28 +11,13 @@ import pytest
 
 from rl360cli.backends import procinfo
 from rl360cli.config import load_recipe
+from rl360cli.ports import free_port_block
 from tests.conftest import REPO
 
 TASKS = REPO / "recipes" / "tasks" / "arith-32"
 # The seed of recipes/local-smoke.toml's policy v0 ([model] warmup_seed): tests that warm up as it does,
 # with this as their run seed, share its cached policy v0.
 LOCAL_SMOKE_SEED = load_recipe(REPO / "recipes" / "local-smoke.toml").policy_seed
-
-
-def free_port_block(count: int) -> int:
-    """A base port with `count` free ports after it (loopback), below the kernel's ephemeral range
-    (32768-60999), where outgoing connections take their ports, and from a random start, so that two
-    test runs at once rarely probe the same block."""
-    start = random.randrange(10000, 30000)
-    for base in [*range(start, 32768 - count, 97), *range(10000, start, 97)]:
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no free port block on 127.0.0.1")
 
 
 def write_run_files(folder: Path, *, recipe_body: str, name: str = "e2e", seed: int = 0) -> Path:

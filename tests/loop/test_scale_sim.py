@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from rl360cli.ports import free_port_block
 from tests.conftest import REPO, run_cli
-from tests.loop.conftest import free_port_block, metrics_of
+from tests.loop.conftest import metrics_of
 
 pytestmark = pytest.mark.slow
 
