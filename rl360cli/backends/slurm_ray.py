@@ -17,6 +17,12 @@ node sees; every Ray process gets `RAY_AUTH_MODE=token` and
 state file or a command line. Each Ray node carries a custom resource
 `tier_<name>` (1 per node) so that actors can be pinned to a tier.
 
+Each Ray node keeps its sockets and logs in a temp dir of its own
+(`/tmp/ray/<node>`): Ray names a second node's sockets in a shared temp dir by
+counting what is there, so two nodes started at once on one host (the dev
+cluster's fake nodes) took the same plasma socket and one raylet died with
+"Address already in use".
+
     python -m pytest tests/slurm/test_slurm_ray.py      # slow: a head and a worker on two dev Slurm nodes
 """
 
@@ -32,6 +38,7 @@ from rl360cli.backends.base import ComponentSpec
 from rl360cli.state import StateDoc
 
 HEAD_PORT = 6379
+RAY_TEMP_ROOT = "/tmp/ray"
 
 
 def ensure_token(path: Path) -> Path:
@@ -84,8 +91,8 @@ def ray_cluster_specs(*, doc: StateDoc, run: str | None, token_path: Path, stage
     address = ray_address(doc, head_tier=head_tier, port=port)
     common = ["--block", "--disable-usage-stats"]
 
-    def extra(tier: str) -> list[str]:
-        args = [f"--resources={json.dumps({f'tier_{tier}': 1})}"]
+    def extra(tier: str, node: str) -> list[str]:
+        args = [f"--temp-dir={RAY_TEMP_ROOT}/{node}", f"--resources={json.dumps({f'tier_{tier}': 1})}"]
         if num_cpus and tier in num_cpus:
             args.append(f"--num-cpus={num_cpus[tier]}")
         return args
@@ -94,13 +101,13 @@ def ray_cluster_specs(*, doc: StateDoc, run: str | None, token_path: Path, stage
         name="ray-head", tier=head_tier, stage=stage, kind="ray-head", run=run, node=head, env=env,
         ports={"gcs": port},
         argv=(ray, "start", "--head", f"--port={port}", f"--node-ip-address={_address(doc, head)}",
-              "--include-dashboard=false", *common, *extra(head_tier)),
+              "--include-dashboard=false", *common, *extra(head_tier, head)),
     )]
     for tier in worker_tiers:
         for node in doc["tiers"].get(tier, {}).get("nodes") or []:
             specs.append(ComponentSpec(
                 name=f"ray-worker-{node}", tier=tier, stage=stage, kind="ray-worker", run=run, node=node, env=env,
                 argv=(ray, "start", f"--address={address}", f"--node-ip-address={_address(doc, node)}", *common,
-                      *extra(tier)),
+                      *extra(tier, node)),
             ))
     return specs
