@@ -32,12 +32,17 @@ class RolloutConfig:
     # How long the session actors may take to start (Ray places them on the rollout tier's nodes and
     # each loads its tokenizer and tasks): a tier whose Ray worker never joined fails the run here.
     actor_start_timeout_s: float = 300.0
+    # How many times Ray starts a session actor again after its process or node died (a lost rollout
+    # node, an OOM kill), each time running the groups it held again; past it the run fails.
+    actor_max_restarts: int = 3
 
     def __post_init__(self) -> None:
         for name in ("max_turns", "max_new_tokens", "max_total_tokens", "num_session_actors",
                      "max_concurrent_sessions", "max_observation_chars"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
+        if self.actor_max_restarts < 0:
+            raise ValueError(f"actor_max_restarts must be >= 0 (got {self.actor_max_restarts})")
         for name in ("generate_timeout_s", "session_timeout_s", "actor_start_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be a positive number of seconds (got {getattr(self, name)})")

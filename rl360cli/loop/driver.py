@@ -256,7 +256,11 @@ def start_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_
                        sandbox=recipe.sandbox, nodes=profile.nodes if profile else (), node_images=node_images,
                        registry=profile.registry if profile else RegistrySpec(),
                        cpu_list=profile.tiers["rollout"].cpu_list if pinned else (), api_key_file=api_key_file)
-    actors = [remote_actor.options(num_cpus=0, max_concurrency=10_000, **placement)
+    # A dead actor (its node lost, its process killed) is started again by Ray on the rollout tier,
+    # and the groups it held run again there: what they had generated died with it, none was trained.
+    restarts = recipe.rollout.actor_max_restarts
+    actors = [remote_actor.options(num_cpus=0, max_concurrency=10_000, max_restarts=restarts,
+                                   max_task_retries=restarts, **placement)
               .remote(dataclasses.replace(setup, actor_index=i))
               for i in range(recipe.rollout.num_session_actors)]
     # Ray waits for resources without end: an actor no node can take (the rollout tier's Ray worker

@@ -1,13 +1,20 @@
-"""A few decoded trajectories of every step, for people to read: `samples.jsonl` in the run folder."""
+"""What people read of a step's samples: `samples.jsonl` in the run folder.
+
+The first few trajectories of every step, decoded, and every sample whose infrastructure failed,
+with its cause and detail (no text): a masked sample is otherwise only a count by cause in
+metrics.jsonl and a cause in the ledger, and an `unknown` one needs its detail to be looked at.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from rl360cli.outcome import Outcome
+
 
 class SampleKeeper:
-    """Writes the first few trajectories of every step, decoded, to samples.jsonl."""
+    """Appends a step's first `per_step` trajectories (decoded) and its infra failures to samples.jsonl."""
 
     def __init__(self, path: Path, tokenizer_dir: Path, per_step: int = 4):
         from transformers import AutoTokenizer
@@ -18,10 +25,13 @@ class SampleKeeper:
 
     def __call__(self, step: int, trajectories: list) -> None:
         with open(self.path, "a") as f:
-            for t in trajectories[: self.per_step]:
+            for i, t in enumerate(trajectories):
+                decoded = i < self.per_step
+                if not decoded and t.outcome != Outcome.INFRA_FAILURE:
+                    continue
                 f.write(json.dumps({
                     "step": step, "task": t.task_id, "group": t.group_id, "sample": t.sample_index,
                     "outcome": t.outcome.value, "cause": t.cause.value if t.cause else None, "reward": t.reward,
-                    "versions": list(t.versions), "text": self.tokenizer.decode(t.token_ids.tolist()),
-                    "detail": t.metadata.get("detail"),
+                    "versions": list(t.versions), "node": t.metadata.get("node"), "detail": t.metadata.get("detail"),
+                    "text": self.tokenizer.decode(t.token_ids.tolist()) if decoded else None,
                 }) + "\n")

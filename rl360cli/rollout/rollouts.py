@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from rl360cli.errors import RunFailed
 from rl360cli.rl.trajectory import Trajectory
 
 # How long the run's end waits for the actors to confirm the cancellation of carried groups.
@@ -248,9 +249,7 @@ class Rollouts:
         return generation
 
     def collect_eval(self, generation: Generation) -> list[Trajectory]:
-        import ray
-
-        return [t for _, blobs in ray.get(generation.refs) for t in _decode(blobs)]
+        return [t for _, blobs in _get(generation.refs) for t in _decode(blobs)]
 
     def _only_stale(self, group: GroupInFlight, trained_at: int) -> bool:
         """Whether build_batch must drop the carried `group`'s samples whenever they arrive: the step
@@ -294,11 +293,22 @@ def _wait_for(pending: list[GroupInFlight], finished: list[GroupInFlight], count
 
 def _fetch(groups: list[GroupInFlight]) -> None:
     """Fetch the results of finished groups that were not fetched yet, in one call."""
+    missing = [g for g in groups if g.result is None]
+    for group, result in zip(missing, _get([g.ref for g in missing]) if missing else []):
+        group.result = result
+
+
+def _get(refs: list) -> list:
+    """`ray.get`, with a session actor that died for good (Ray started it again
+    `[rollout] actor_max_restarts` times, or could not) told in one line."""
     import ray
 
-    missing = [g for g in groups if g.result is None]
-    for group, result in zip(missing, ray.get([g.ref for g in missing]) if missing else []):
-        group.result = result
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayActorError as e:
+        raise RunFailed(f"a session actor died and was not started again ({type(e).__name__})",
+                        fix="see `rl360 logs` for why (its node lost, its process killed), or raise "
+                            "[rollout] actor_max_restarts") from e
 
 
 def _unfinished(groups: list[GroupInFlight]) -> set:

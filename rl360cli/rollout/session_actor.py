@@ -23,6 +23,7 @@ import dataclasses
 import os
 import re
 import resource
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,7 +80,13 @@ class SessionActor:
         from rl360cli.sandbox.providers import make_provider
         from rl360cli.sandbox.task import load_task_set
 
+        import ray
+
         self.setup = setup
+        if ray.get_runtime_context().was_current_actor_reconstructed:
+            # To the driver's log (Ray forwards an actor's output): the groups it held run again.
+            print(f"session actor {setup.actor_index} started again after its process or node died: "
+                  "the groups it held run again", file=sys.stderr, flush=True)
         if setup.cpu_list:
             os.sched_setaffinity(0, set(setup.cpu_list))
         self.tasks = {t.id: t for t in load_task_set(Path(setup.tasks_path), include=setup.tasks_include)}

@@ -59,7 +59,7 @@ from daytona.common.errors import DaytonaAuthenticationError, DaytonaConnectionE
 
 from rl360cli.sandbox.config import DaytonaSandboxConfig, SandboxConfig
 from rl360cli.sandbox.provider import MANAGED_LABEL, ExecResult, NodeCapacity, OutputBuffer, Sandbox, \
-    SandboxProvider, sandbox_labels
+    SandboxProvider, own_command_failed, sandbox_labels
 from rl360cli.sandbox.task import resolve_env
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 
@@ -306,8 +306,7 @@ class DaytonaSandbox(Sandbox):
         result = await self.exec(f"mkdir -p {path} && find {path} -mindepth 1 -maxdepth 1 -exec rm -rf {{}} +",
                                  timeout_s=60)
         if result.exit_code != 0:
-            raise SandboxError(Event.PROVIDER_FAILED, f"cannot reset {remote_path}: {result.output.strip()[:200]}",
-                               node=NODE)
+            raise own_command_failed(result, f"cannot reset {remote_path}", node=NODE)
 
     # ------------------------------------------------------------------ files
 

@@ -58,7 +58,7 @@ from rl360cli.images.config import RegistrySpec
 from rl360cli.images.mirrors import MirrorRefused, rewrite_dockerfile, through_mirrors
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.provider import ExecResult, NodeCapacity, OutputBuffer, Sandbox, SandboxProvider, \
-    sandbox_labels
+    own_command_failed, sandbox_labels
 from rl360cli.sandbox.task import resolve_env
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 from rl360cli.sandbox.warm_pool import PoolStats, WarmPool
@@ -642,15 +642,13 @@ class DockerSandbox(Sandbox):
         # A read-only root's /tests is a mount point: emptied, since it cannot be removed.
         result = await self.exec(reset_command(remote_path), timeout_s=60, user="root")
         if result.exit_code != 0:
-            raise SandboxError(Event.PROVIDER_FAILED, f"cannot reset {remote_path}: {_one_line(result.output)}",
-                               node=self.node)
+            raise own_command_failed(result, f"cannot reset {remote_path}", node=self.node)
 
     async def prepare_verifier(self) -> None:
         """One exec: kill what the agent left running, then empty /tests and /logs/verifier."""
         result = await self.exec(PREPARE_VERIFIER, timeout_s=60, user="root")
         if result.exit_code != 0:
-            raise SandboxError(Event.PROVIDER_FAILED, f"cannot prepare the verifier in {self.id}: "
-                               f"{_one_line(result.output)}", node=self.node)
+            raise own_command_failed(result, f"cannot prepare the verifier in {self.id}", node=self.node)
 
     async def _new_oom(self) -> bool:
         """True when the daemon reported an OOM kill in this container since the last look."""
@@ -693,9 +691,13 @@ class DockerSandbox(Sandbox):
         if await self._node_gone(grace_s=2.0):
             return SandboxError(Event.NODE_UNREACHABLE, f"node {self.node}: its Docker daemon went away",
                                 node=self.node)
-        oom = ", after an OOM kill in it" if state.get("OOMKilled") else ""
+        how = f"exit {state.get('ExitCode')}, status {state.get('Status')}"
+        if state.get("OOMKilled"):
+            # Its init is the smallest process in it: killed for memory only when nothing else frees any.
+            return SandboxError(Event.SANDBOX_OOM, f"container {self.id} on {self.node} died after an OOM kill in "
+                                f"it ({how}): its memory is full", node=self.node)
         return SandboxError(Event.SANDBOX_KILLED, f"container {self.id} on {self.node} was killed from outside "
-                            f"(exit {state.get('ExitCode')}, status {state.get('Status')}{oom})", node=self.node)
+                            f"({how})", node=self.node)
 
     async def _node_gone(self, *, grace_s: float) -> bool:
         deadline = time.monotonic() + grace_s

@@ -55,6 +55,16 @@ class ExecResult:
     truncated_chars: int = 0
 
 
+def own_command_failed(result: ExecResult, what: str, *, node: str | None) -> SandboxError:
+    """The error for one of rl360's own commands in a sandbox (not the agent's) that failed: out of
+    memory when the kernel killed it (a tmpfs filled the sandbox's memory), else a provider error."""
+    output = " ".join(result.output.split())[:200]
+    if result.oom_killed:
+        return SandboxError(Event.SANDBOX_OOM, f"{what}: the command was OOM-killed, the sandbox's memory is full "
+                                               f"({output or 'no output'})", node=node)
+    return SandboxError(Event.PROVIDER_FAILED, f"{what}: {output}", node=node)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NodeCapacity:
     """What a node offers sandboxes: the admission controller never reserves more than this."""
@@ -178,8 +188,7 @@ class Sandbox(abc.ABC):
         result = await self.exec(f"rm -rf {_quote(remote_path)} && mkdir -p {_quote(remote_path)}",
                                  timeout_s=60, user="root")
         if result.exit_code != 0:
-            raise SandboxError(Event.PROVIDER_FAILED, f"cannot reset {remote_path}: {result.output.strip()[:200]}",
-                               node=self.node)
+            raise own_command_failed(result, f"cannot reset {remote_path}", node=self.node)
 
     async def end_agent_processes(self) -> None:
         """Stop whatever the agent left running, so it cannot touch the verifier's files."""

@@ -39,6 +39,7 @@ class Event(StrEnum):
     START_TIMEOUT = "start_timeout"
     NODE_UNREACHABLE = "node_unreachable"
     SANDBOX_KILLED = "sandbox_killed"
+    SANDBOX_OOM = "sandbox_oom"
     PROVIDER_FAILED = "provider_failed"
     VERIFIER_NO_REWARD = "verifier_no_reward"
     VERIFIER_BAD_REWARD = "verifier_bad_reward"
@@ -93,6 +94,9 @@ TABLE: tuple[Rule, ...] = (
          meaning="the node's Docker daemon stopped answering (stopped, crashed, unreachable)"),
     Rule(event=Event.SANDBOX_KILLED, outcome=_INFRA, cause=InfraCause.SANDBOX_LOST, retriable=True,
          meaning="the sandbox was killed or removed from outside while the attempt ran"),
+    Rule(event=Event.SANDBOX_OOM, outcome=_INFRA, cause=InfraCause.OOM_KILLED, retriable=False,
+         meaning="the sandbox's memory filled with what no process holds (a tmpfs): rl360's own command in "
+                 "it (clearing the verifier's folders) or the container itself was OOM-killed"),
     Rule(event=Event.PROVIDER_FAILED, outcome=_INFRA, cause=InfraCause.PROVIDER_ERROR, retriable=True,
          meaning="the provider returned an error (daemon API error, upload or download failed)"),
     Rule(event=Event.VERIFIER_NO_REWARD, outcome=_INFRA, cause=InfraCause.VERIFIER_ERROR, retriable=False,

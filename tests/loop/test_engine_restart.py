@@ -1,6 +1,7 @@
 """Faults together in one real run on the local backend (real engine processes behind the real
 sglang-router, Ray session actors, the gloo weight broadcast): sandbox failures injected at 25% from the
-start, then one engine killed by its pid, then the router.
+start, then one engine killed by its pid, then one of the two session actors (as when its node is
+lost), then the router.
 
 Every injected failure is masked with its cause, never a reward of 0. The trainer's health watcher
 (rl360cli/inference/health.py) starts the engine again from its record, takes it back into the
@@ -8,15 +9,18 @@ weight-update group at the trainer's version and registers it with the router ag
 serving end as `engine_error` infra failures (masked); the run ends with every engine on the trainer's
 version, and `rl360 status` says so, with the restart counted. How long the engine took to be back is
 printed (and kept in docs/reliability.md), not asserted. (`[engine] max_restarts = 0`, an engine that
-stays failed, is tests/inference/test_health.py's.)
+stays failed, is tests/inference/test_health.py's.) Ray starts the session actor again
+(`[rollout] actor_max_restarts`) and the groups it held run again on it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -38,18 +42,34 @@ warmup_steps = 140
 warmup_lr = 3e-3
 warmup_batch_size = 32
 [rollout]
-num_session_actors = 1
+num_session_actors = 2
 max_turns = 4
 max_new_tokens = 48
 max_total_tokens = 512
+[trainer]
+# local-smoke's warm-up: few samples a step survive the injected failures, and a fresh Adam at full lr on
+# them took the policy to a reward of 0 by step 3 (then the spinning guard ends the run).
+lr_warmup_steps = 4
 [loop]
-num_steps = 6
+num_steps = 8
 num_tasks_per_step = 6
 num_samples_per_task = 4
 [engine]
 num_engines = 2
 num_threads = 1
 """
+
+
+def session_actor_pids(driver_pid: int) -> list[int]:
+    """The run's Ray session actor processes: below its driver, titled by Ray after their class."""
+    pids = []
+    for pid in procinfo.family(driver_pid):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::SessionActor"):
+                pids.append(pid)
+        except OSError:
+            continue
+    return pids
 
 
 def current_run(state_path) -> tuple[dict, dict]:
@@ -88,7 +108,23 @@ def test_injected_failures_are_masked_and_a_killed_engine_is_back_at_the_trainer
     assert rec["pid"] != victim["pid"] and rec["restarts"] == 1
     assert rec["served_version"] >= version_then
 
+    # Then one of the two session actors (as when its node is lost): Ray starts it again, and the
+    # groups it held run again on it.
+    driver_log = Path(run["run_dir"]) / "logs" / "training.trainer.log"
+    actor_pids = session_actor_pids(doc["components"]["training/trainer"]["pid"])
+    assert len(actor_pids) == 2, actor_pids
+    os.kill(actor_pids[0], signal.SIGKILL)
+    actor_killed_at = time.monotonic()
+    while not re.search(r"session actor \d started again", driver_log.read_text()):
+        doc, run = current_run(state_path)
+        assert run["status"] in ("starting", "running"), run
+        assert time.monotonic() < actor_killed_at + 120, "the session actor was not started again"
+        time.sleep(0.2)
+    print(f"session actor started again {time.monotonic() - actor_killed_at:.1f}s after its kill "
+          f"(at step {run['step']})")
+
     # Then the router: it comes back with both engines, and the run goes on through it.
+    doc, run = current_run(state_path)
     router = doc["components"]["service/router"]
     os.kill(router["pid"], signal.SIGKILL)
     router_killed_at = time.monotonic()
@@ -107,7 +143,9 @@ def test_injected_failures_are_masked_and_a_killed_engine_is_back_at_the_trainer
     assert follow.returncode == 0, follow.stdout[-3000:]
     status = json.loads(run_cli("status", "--json", state=state_path, cwd=run_folder).stdout)
     run = status["runs"][status["current_run"]]
-    assert run["status"] == "finished" and run["step"] == 6
+    assert run["status"] == "finished" and run["step"] == 8
+    assert len(re.findall(r"session actor \d started again", driver_log.read_text())) == 1
+    assert session_actor_pids(status["components"]["training/trainer"]["pid"]) == []  # all ended with the run
     # Every engine ends on the trainer's version: the restarted one too; status asks them and says so.
     assert run["engine_versions"] == {e["url"]: run["policy_version"] for cid, e in status["components"].items()
                                       if cid.startswith("rollout/engine-")}
@@ -120,7 +158,7 @@ def test_injected_failures_are_masked_and_a_killed_engine_is_back_at_the_trainer
     assert f"serves v{run['policy_version']}, 1 restart" in text
 
     rows = metrics_of(state_path)
-    assert len(rows) == 6
+    assert len(rows) == 8
     for row in rows:
         batch = row["batch"]
         # Every injected failure is masked with its cause, and every sample is in exactly one bucket.
@@ -130,7 +168,7 @@ def test_injected_failures_are_masked_and_a_killed_engine_is_back_at_the_trainer
         assert batch["kept"] + batch["masked"] + batch["filtered_zero_std"] + batch["dropped_stale"] \
             + batch["dropped_too_few_valid"] == batch["total"]
         assert batch["masked"] == sum(row["infra_failures_by_cause"].values())
-    # 6 steps x 24 samples at 25% (starts and execs both draw): some were injected.
+    # 8 steps x 24 samples at 25% (starts and execs both draw): some were injected.
     assert sum(row["injected_failures"] for row in rows) > 0
     # What the kills cost: only engine_error infra failures besides the injected ones (a request the
     # router restart cut is sent again once; one that finds no router in time is one of them), every
