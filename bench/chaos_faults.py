@@ -152,10 +152,13 @@ class SandboxKilled(_SandboxFault):
             container.pause()
         except Exception:  # noqa: BLE001 — gone already
             return False
-        if run.has_any_file(node, container, ANSWER_FILES):
-            container.unpause()
+        try:
+            if run.has_any_file(node, container, ANSWER_FILES):
+                container.unpause()
+                return False
+            container.kill()
+        except Exception:  # noqa: BLE001 — its attempt ended and rl360 removed it meanwhile: not a victim
             return False
-        container.kill()
         return True
 
 
@@ -169,6 +172,9 @@ class SandboxOOM(_SandboxFault):
     def damage(self, run: ChaosRun, node: str, container) -> bool:
         code, output = run.container_exec_output(node, container, FILL_MEMORY)
         if "answered" in output:
+            return False
+        if code is None:  # the daemon refused the exec (the container stopping, its attempt done): untouched
+            self.notes.append(f"a fill not run: {output.strip()[:120]}")
             return False
         # Asked at once: the daemon keeps only its last 256 events, a step's worth of sandboxes.
         oom = run.oom_events(node, container.id, time.time() - 60)

@@ -154,7 +154,7 @@ def cli(state_path: Path):
 # dockerd), which would fail the other worker's tests on that node. The rest spread over both.
 SERVICES_GROUP = "dev-services"
 SERVICE_MARKERS = ("docker", "slurm", "sshd")
-SERVICE_PATHS = ("tests/slurm/", "tests/dev/", "tests/images/", "tests/loop/test_loop_slurm.py")
+SERVICE_PATHS = ("tests/slurm/", "tests/dev/", "tests/images/", "tests/loop/test_chaos_ci.py")
 SERVICE_FIXTURES = {"docker_nodes", "docker_node_specs", "slurm_cluster", "slurm", "ssh_nodes", "spare_node"}
 
 

@@ -35,10 +35,26 @@ import sys
 from pathlib import Path
 
 from rl360cli.backends.base import ComponentSpec
+from rl360cli.errors import Rl360Error
 from rl360cli.state import StateDoc
 
 HEAD_PORT = 6379
 RAY_TEMP_ROOT = "/tmp/ray"
+# Ray's workers listen on a range of their own (10002-19999 by default). `ray start --head` refuses a
+# GCS port inside it, and a worker could take an engine's port before its restart: the range is the
+# first of these that misses the profile's ports (the second stops short of the default sync_port 29600).
+WORKER_PORT_RANGES = ((10002, 19999), (20002, 29499), (40002, 49999))
+PROFILE_PORTS = 100  # base_port .. base_port + 99: router, engines, the Ray head, the trainer's rendezvous
+
+
+def worker_ports(base_port: int, sync_port: int) -> tuple[int, int]:
+    """Ray's worker port range for a profile: one that holds none of its ports."""
+    for low, high in WORKER_PORT_RANGES:
+        if (high < base_port or low >= base_port + PROFILE_PORTS) and not low <= sync_port <= high:
+            return low, high
+    raise Rl360Error(f"base_port {base_port} and sync_port {sync_port} leave Ray's workers none of the port ranges "
+                     f"{', '.join(f'{a}-{b}' for a, b in WORKER_PORT_RANGES)}",
+                     "move base_port or sync_port in the cluster profile")
 
 
 def ensure_token(path: Path) -> Path:
@@ -61,8 +77,6 @@ def ray_env(token_path: Path) -> dict[str, str]:
 def head_node(doc: StateDoc, head_tier: str = "service") -> str:
     nodes = doc["tiers"][head_tier]["nodes"]
     if not nodes:
-        from rl360cli.errors import Rl360Error
-
         raise Rl360Error(f"tier {head_tier} has no nodes for the Ray head", "provision the tiers first")
     return nodes[0]
 
@@ -80,16 +94,19 @@ def _address(doc: StateDoc, node: str) -> str:
 def ray_cluster_specs(*, doc: StateDoc, run: str | None, token_path: Path, stage: str = "train",
                       head_tier: str = "service", worker_tiers: tuple[str, ...] = ("training", "rollout"),
                       port: int = HEAD_PORT, ray_bin: str | None = None,
-                      num_cpus: dict[str, int] | None = None) -> list[ComponentSpec]:
+                      num_cpus: dict[str, int] | None = None,
+                      worker_port_range: tuple[int, int] = WORKER_PORT_RANGES[0]) -> list[ComponentSpec]:
     """The head (first node of `head_tier`) and one worker per node of `worker_tiers`, as components.
 
-    `num_cpus` caps the CPUs Ray advertises per tier (default: what Ray detects on the node).
+    `num_cpus` caps the CPUs Ray advertises per tier (default: what Ray detects on the node);
+    `worker_port_range` is where Ray's workers listen (`worker_ports`).
     """
     ray = ray_bin or str(Path(sys.executable).with_name("ray"))
     env = ray_env(ensure_token(token_path))
     head = head_node(doc, head_tier)
     address = ray_address(doc, head_tier=head_tier, port=port)
-    common = ["--block", "--disable-usage-stats"]
+    low, high = worker_port_range
+    common = ["--block", "--disable-usage-stats", f"--min-worker-port={low}", f"--max-worker-port={high}"]
 
     def extra(tier: str, node: str) -> list[str]:
         args = [f"--temp-dir={RAY_TEMP_ROOT}/{node}", f"--resources={json.dumps({f'tier_{tier}': 1})}"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import socket
 import sys
 import threading
 import time
@@ -223,6 +224,9 @@ def start_ray_and_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_
     import ray
 
     started = time.monotonic()
+    if ray_address:
+        # ray.init waits for a head that never answers without end (its `ray start` failed, say).
+        wait_for_ray_head(ray_address, recipe.rollout.actor_start_timeout_s)
     # Ray reports usage to its makers unless told not to: a run talks to its own cluster only.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # "local" starts a private Ray instance even when another one runs on this machine.
@@ -233,6 +237,21 @@ def start_ray_and_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_
                                   api_key_file=api_key_file)
     log(f"Ray and {len(actors)} session actors ready in {time.monotonic() - started:.1f}s")
     return actors
+
+
+def wait_for_ray_head(address: str, timeout_s: float) -> None:
+    """Return once the Ray head's GCS at `host:port` takes connections; `RunFailed` after `timeout_s`."""
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+            return
+        except OSError as e:
+            if time.monotonic() > deadline:
+                raise RunFailed(f"the Ray head at {address} does not answer after {timeout_s:g}s ({e})",
+                                fix="see `rl360 logs` for service/ray-head") from None
+            time.sleep(0.5)
 
 
 def start_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_id: str, policy_dir: Path,

@@ -86,12 +86,14 @@ def apply(ctx: Context, *, resume: bool = False) -> ComponentRecord:
     if ctx.profile.backend == "slurm":
         # The session actors live on the rollout tier: a Ray cluster across the allocations
         # (head on the service tier), which the trainer joins as the driver.
-        from rl360cli.backends.slurm_ray import ray_address, ray_cluster_specs, ray_env
+        from rl360cli.backends.slurm_ray import ray_address, ray_cluster_specs, ray_env, worker_ports
 
         doc = ctx.state.read()
         token = ctx.run_dir / "ray" / "auth_token"
         port = ray_port(ctx)
-        for ray_spec in ray_cluster_specs(doc=doc, run=ctx.run_id, token_path=token, port=port):
+        for ray_spec in ray_cluster_specs(doc=doc, run=ctx.run_id, token_path=token, port=port,
+                                          worker_port_range=worker_ports(ctx.profile.base_port,
+                                                                         ctx.profile.sync_port)):
             start_component(ctx, ray_spec)
         spec = dataclasses.replace(spec, argv=(*spec.argv, "--ray-address", ray_address(doc, port=port)),
                                    env={**spec.env, **ray_env(token)})
