@@ -554,7 +554,8 @@ plus trained samples a step recorded as infra-failed (`ledger.jsonl` `samples` a
 The CI-sized chaos test is `tests/loop/test_chaos_ci.py`: the same code on 8 steps with 4 of the
 faults (the lock held 5 s, a sandbox killed, the router killed, 16 concurrent `status`), 2 min 15 s on
 the quiet dev machine; every fault recovered, 0 unearned, 0 left after `down`. The sandbox kill is
-masked as `sandbox_lost`, or as `provider_error` when it cuts a call to the daemon (an upload).
+masked as `sandbox_lost`, or as `provider_error` when the attempt's next call met the container paused
+(the bench pauses it while it looks for the attempt's answer, and the daemon refuses an exec then).
 `tests/bench/test_chaos_report.py` checks the bench's accounting on ledger entries
 written by the real `step_entry`.
 

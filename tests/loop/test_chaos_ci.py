@@ -39,7 +39,8 @@ def test_a_run_on_the_dev_slurm_tiers_recovers_from_four_faults_and_leaves_nothi
         assert row["ok"] and row["recovered_s"] is not None, row
     lock, killed, router, status = report["faults"]
     assert None not in (lock["detected_s"], killed["detected_s"], router["detected_s"])
-    # Masked: as sandbox_lost, or as provider_error when the kill cut a call to the daemon (an upload).
+    # Masked: as sandbox_lost, or as provider_error when the attempt's next call met the container paused
+    # (the bench pauses it to look for an answer before the kill; the daemon refuses an exec then).
     assert re.search(r"masked as (sandbox_lost|provider_error)", " ".join(killed["notes"])), killed
     assert status["notes"] == ["all 16 answered (exit 0)"], status
     assert report["unearned_total"] == 0
