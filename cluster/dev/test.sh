@@ -27,9 +27,9 @@ bash cluster/dev/all.sh up
 
 set +e
 # RL360_TEST_WORKERS=2 runs the suite on two pytest-xdist workers, the tests of the shared dev services
-# on one of them (tests/conftest.py): 972 s against 1,026 s serial, not yet the default: two of the
-# services' tests fail there (a stopped spare Docker node still answered one prewarm; one Slurm
-# allocation waited past 120 s behind the previous test's jobs).
+# on one of them (tests/conftest.py): 972 s against 1,026 s serial (serial is 1,180 s since the CI chaos
+# test), not yet the default: two of the services' tests fail there (a stopped spare Docker node still
+# answered one prewarm; one Slurm allocation waited past 120 s behind the previous test's jobs).
 workers=()
 if [ "${RL360_TEST_WORKERS:-1}" -gt 1 ]; then workers=(-n "$RL360_TEST_WORKERS" --dist loadgroup); fi
 .venv/bin/python -m pytest -q -ra "${workers[@]}" "$@"
