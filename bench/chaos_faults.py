@@ -486,10 +486,14 @@ def _pause_quietly(container) -> None:
 
 
 def _kill_quietly(container) -> None:
-    try:
-        container.kill()
-    except Exception:  # noqa: BLE001
-        pass
+    """SIGKILL a container the look paused: the signal first (it waits in the frozen cgroup), then the
+    thaw, so that no process of it runs in between. A paused container left behind made stop-node's own
+    `docker kill` hang for good (cgroup v1 freezer)."""
+    for call in (container.kill, container.unpause):
+        try:
+            call()
+        except Exception:  # noqa: BLE001 — it ended meanwhile, or was not paused
+            pass
 
 
 def _is_json(text: str) -> bool:

@@ -182,6 +182,10 @@ stop_node() { # NODE [GRACE] [SIGNAL]
         # dockerd stops running containers one by one with each one's stop
         # timeout (10 s default, --shutdown-timeout does not cap it): kill
         # them first so that a stop takes ~1 s.
+        # A paused container is thawed first: `docker kill` of a frozen one can hang for good (cgroup v1).
+        ids=$(dk "$n" ps -q --filter status=paused 2>/dev/null || true)
+        # shellcheck disable=SC2086
+        [ -z "$ids" ] || timeout 30 "$DOCKER_CLI" -H "unix://$(node_sock "$n")" unpause $ids >/dev/null 2>&1 || true
         ids=$(dk "$n" ps -q 2>/dev/null || true)
         if [ -n "$ids" ]; then
             # shellcheck disable=SC2086
