@@ -277,9 +277,10 @@ def start_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_
                        cpu_list=profile.tiers["rollout"].cpu_list if pinned else (), api_key_file=api_key_file)
     # A dead actor (its node lost, its process killed) is started again by Ray on the rollout tier,
     # and the groups it held run again there: what they had generated died with it, none was trained.
-    restarts = recipe.rollout.actor_max_restarts
-    actors = [remote_actor.options(num_cpus=0, max_concurrency=10_000, max_restarts=restarts,
-                                   max_task_retries=restarts, **placement)
+    # Its tasks are retried without a count of their own (-1): every call that finds it restarting
+    # counts as a retry, and three ran out while a lost Slurm node's actors came back (chaos bench).
+    actors = [remote_actor.options(num_cpus=0, max_concurrency=10_000,
+                                   max_restarts=recipe.rollout.actor_max_restarts, max_task_retries=-1, **placement)
               .remote(dataclasses.replace(setup, actor_index=i))
               for i in range(recipe.rollout.num_session_actors)]
     # Ray waits for resources without end: an actor no node can take (the rollout tier's Ray worker
