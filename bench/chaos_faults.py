@@ -152,13 +152,13 @@ class SandboxKilled(_SandboxFault):
             container.pause()
         except Exception:  # noqa: BLE001 — gone already
             return False
-        try:
-            if run.has_any_file(node, container, ANSWER_FILES):
+        if run.has_any_file(node, container, ANSWER_FILES):
+            try:
                 container.unpause()
-                return False
-            container.kill()
-        except Exception:  # noqa: BLE001 — its attempt ended and rl360 removed it meanwhile: not a victim
+            except Exception:  # noqa: BLE001 — its attempt ended and rl360 removed it meanwhile
+                pass
             return False
+        container.kill()
         return True
 
 
