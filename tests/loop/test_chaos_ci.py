@@ -1,8 +1,9 @@
 """The chaos bench at CI size (bench/chaos.py, the same code): one `rl360 up` on the dev Slurm tiers
 (service, training, rollout each on its own fake node; Docker rollout nodes behind the loopback
 registry) under four faults in a row — the state file's lock held by a stuck process, a sandbox killed
-from outside, the router killed, 16 concurrent `rl360 status` — then `rl360 down`. Every fault is detected and recovered, no sample is trained on a reward it did not earn, the
-run finishes in sync, and nothing of it is left (processes, containers, Ray, Slurm jobs).
+from outside, the router killed, 16 concurrent `rl360 status` — then `rl360 down`. Every fault is
+detected and recovered, no sample is trained on a reward it did not earn, the run finishes in sync,
+and nothing of it is left (processes, containers, Ray, Slurm jobs).
 
 The faults that take minutes (a node's dockerd, the rollout node's slurmd, the trainer with
 `--resume`, the engine) are the bench's (`python bench/chaos.py`, docs/reliability.md); they have
