@@ -694,8 +694,8 @@ class DockerSandbox(Sandbox):
         how = f"exit {state.get('ExitCode')}, status {state.get('Status')}"
         if state.get("OOMKilled"):
             # Its init is the smallest process in it: killed for memory only when nothing else frees any.
-            return SandboxError(Event.SANDBOX_OOM, f"container {self.id} on {self.node} died after an OOM kill in "
-                                f"it ({how}): its memory is full", node=self.node)
+            return SandboxError(Event.SANDBOX_OOM, f"container {self.id} on {self.node} was OOM-killed "
+                                f"({how}): its memory is full", node=self.node)
         return SandboxError(Event.SANDBOX_KILLED, f"container {self.id} on {self.node} was killed from outside "
                             f"({how})", node=self.node)
 

@@ -210,7 +210,8 @@ def test_row_sandbox_killed(process_provider, tmp_path):
 @pytest.mark.docker
 def test_row_sandbox_oom(docker_provider, tmp_path):
     # The agent's files fill the container's tmpfs (counted against its memory) past its 128 MB: the
-    # command clearing /tests before the verifier is OOM-killed, which no process of the agent's holds.
+    # command clearing /tests before the verifier is OOM-killed, which no process of the agent's holds,
+    # or, when the kernel picks it first, the container's init (and with it the container).
     task = load_task(write_task(tmp_path, "t"))
 
     async def agent(sandbox):
