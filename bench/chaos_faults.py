@@ -158,8 +158,7 @@ class SandboxKilled(_SandboxFault):
             except Exception:  # noqa: BLE001 — its attempt ended and rl360 removed it meanwhile
                 pass
             return False
-        container.kill()
-        return True
+        return _kill_quietly(container)
 
 
 class SandboxOOM(_SandboxFault):
@@ -485,15 +484,20 @@ def _pause_quietly(container) -> None:
         pass
 
 
-def _kill_quietly(container) -> None:
+def _kill_quietly(container) -> bool:
     """SIGKILL a container the look paused: the signal first (it waits in the frozen cgroup), then the
-    thaw, so that no process of it runs in between. A paused container left behind made stop-node's own
-    `docker kill` hang for good (cgroup v1 freezer)."""
-    for call in (container.kill, container.unpause):
-        try:
-            call()
-        except Exception:  # noqa: BLE001 — it ended meanwhile, or was not paused
-            pass
+    thaw, so that no process of it runs in between; also thawed when the kill fails. A paused container
+    left behind made stop-node's own `docker kill` hang for good (cgroup v1 freezer). True if killed."""
+    killed = True
+    try:
+        container.kill()
+    except Exception:  # noqa: BLE001 — it ended meanwhile
+        killed = False
+    try:
+        container.unpause()
+    except Exception:  # noqa: BLE001 — it ended, or was not paused
+        pass
+    return killed
 
 
 def _is_json(text: str) -> bool:

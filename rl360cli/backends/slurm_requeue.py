@@ -27,6 +27,7 @@ import contextlib
 import fcntl
 import os
 import time
+import urllib.parse
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
 LOCK_NAME = "slurm-heal.lock"
 REQUEUED = "tier requeued after node_lost"
+RESUMING = "trainer restarting after"
 
 
 class TierRecovery:
@@ -96,6 +98,9 @@ class TierRecovery:
             self._fail_group(group, old_ids, lost, reason)
             return [f"tier {names}: lost {lost_text}; no requeue left (max_requeues = {opts.max_requeues})"]
         exclude = tuple(sorted(set(lost) | {n for t in group for n in tiers[t].get("lost_nodes") or []}))
+        # Marked before the cancel ends them: the run's health watcher must not start them again meanwhile.
+        with self.backend.state.update() as doc:
+            mark_for_restart(doc, group, old_ids, lost)
         try:
             self.backend.cancel_jobs(old_ids, confirm=False)
             sub = self.backend.submit_group(group, exclude=exclude)
@@ -108,7 +113,6 @@ class TierRecovery:
                 tier.update(status=TierStatus.REQUEUEING, requeues=used + 1, lost_nodes=list(exclude),
                             requeued_at=now_iso(), replaced_nodes=list(tier["nodes"]), pending=sub,
                             previous_job_ids=sorted(set(tier.get("previous_job_ids") or []) | set(old_ids)))
-            mark_for_restart(doc, group, old_ids, lost)
         events.record(self.backend.state, stage="status", action="requeue", subject=f"tier {names}", outcome="requeued",
                       lost_nodes=lost, old_jobs=old_ids, job=sub["job_id"], requeue=used + 1)
         return [f"tier {names}: lost {lost_text}; requeued as job {sub['job_id']} "
@@ -125,8 +129,12 @@ class TierRecovery:
                 if rec["backend"] == "slurm" and rec["tier"] in group and rec["status"] not in COMPONENT_FINAL:
                     on_lost = any(n in lost for n in rec.get("nodes") or [rec["node"]])
                     rec.update(status=ComponentStatus.FAILED, reason=NODE_LOST if on_lost else f"tier failed: {reason}")
-                if rec["tier"] in group:
-                    rec.pop("restart", None)
+                if rec["tier"] not in group:
+                    continue
+                rec.pop("restart", None)
+                run = component_run(doc, rec) if rec.get("kind") == "trainer" else None
+                if run and run["status"] == RunStatus.RUNNING and str(run.get("reason") or "").startswith(RESUMING):
+                    run.update(status=RunStatus.FAILED, reason=f"trainer {NODE_LOST}; {reason}")
         events.record(self.backend.state, stage="status", action="requeue", subject=f"tier {'+'.join(group)}",
                       outcome="failed", reason=reason)
 
@@ -205,8 +213,9 @@ class TierRecovery:
                 old = d["components"].get(cid)
                 if old is None:
                     continue  # brought down meanwhile
-                keep = {k: old.get(k) for k in ("stage", "tier", "name", "kind", "run", "ports", "url", "health_url")}
-                new.update(keep, command=list(spec.argv), started_at=now_iso(), exit_code=None, reason=None,
+                keep = {k: old.get(k) for k in ("stage", "tier", "name", "kind", "run", "ports")}
+                new.update(keep, command=list(spec.argv), url=spec.url, health_url=spec.health_url,
+                           started_at=now_iso(), exit_code=None, reason=None,
                            status=ComponentStatus.STARTING if spec.health_url else ComponentStatus.RUNNING,
                            restart=False, restarts=int(old.get("restarts") or 0) + 1)
                 d["components"][cid] = new
@@ -247,7 +256,7 @@ def mark_for_restart(doc: StateDoc, group: tuple[str, ...], old_ids: list[str], 
         run = component_run(doc, rec)
         if rec["kind"] == "trainer" and run and run["status"] == RunStatus.FAILED and \
                 NODE_LOST in str(run.get("reason") or ""):
-            run.update(status=RunStatus.RUNNING, reason=f"trainer restarting after {NODE_LOST}")
+            run.update(status=RunStatus.RUNNING, reason=f"{RESUMING} {NODE_LOST}")
 
 
 def restart_spec(rec: ComponentRecord, node_map: dict[str, str]) -> ComponentSpec:
@@ -259,7 +268,19 @@ def restart_spec(rec: ComponentRecord, node_map: dict[str, str]) -> ComponentSpe
     return ComponentSpec(name=rec["name"], tier=rec["tier"], stage=rec.get("stage") or "serve",
                          kind=rec.get("kind") or "service", argv=tuple(argv), env=dict(rec.get("env") or {}),
                          ports=dict(rec.get("ports") or {}), run=rec.get("run"), node=",".join(nodes),
-                         url=rec.get("url"), health_url=rec.get("health_url"))
+                         url=moved_url(rec.get("url"), node_map), health_url=moved_url(rec.get("health_url"), node_map))
+
+
+def moved_url(url: str | None, node_map: dict[str, str]) -> str | None:
+    """`url` on the node that replaced its host (an engine's URL names its node: `http://n3:30000`)."""
+    if not url:
+        return url
+    parts = urllib.parse.urlsplit(url)
+    new_host = node_map.get(parts.hostname or "")
+    if new_host is None:
+        return url
+    netloc = new_host if parts.port is None else f"{new_host}:{parts.port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 @contextlib.contextmanager

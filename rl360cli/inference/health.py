@@ -27,6 +27,13 @@ A dead router is started again with the engines that are live now as its `--work
 request it cut retry that request once (inference/client.py). Each component has `max_restarts`; past it,
 it stays failed and the run goes on without it (the engines left serve on).
 
+A component whose node was lost is the backend's to start again (Slurm requeues its tier and starts it
+on the node that replaced the lost one: backends/slurm_requeue.py): while its record is marked `restart`,
+its node is lost, or its tier is requeueing, the watcher only takes it out of the router and the weight
+syncs and counts no restart of its own. Once it was started again by someone else (its `started_at`
+changed), the watcher adopts it: its new URL, a `ready_timeout_s` grace to come up, then the rejoin and
+the router as after a restart of its own. A restart that fails waits 2, 4, 8 ... seconds before the next.
+
 A watcher never restarts anything of a run that is no longer running, nor a component `rl360 down` stopped.
 The record keeps `restarts`, `restarted_at`, `restart_reason` and `served_version`; `rl360 status` shows
 them. `rl360 serve --restart COMPONENT` (stages/serve.py) restarts one by hand through `relaunch_component`.
@@ -50,13 +57,16 @@ from typing import Any, Protocol
 
 from rl360cli import events
 from rl360cli.backends.base import ComponentSpec, Observation
+from rl360cli.backends.slurm_observe import NODE_LOST
 from rl360cli.errors import Rl360Error
 from rl360cli.state import (
     COMPONENT_FINAL,
     RUN_ACTIVE,
     ComponentRecord,
     ComponentStatus,
+    StateDoc,
     StateFile,
+    TierStatus,
     now_iso,
 )
 
@@ -286,6 +296,26 @@ class Watched:
     needs_rejoin: bool = False
     given_up: bool = False
     restarts: int = 0
+    # The `started_at` of the process it watches: another one means someone else started it again.
+    started_at: str | None = None
+    # Its node was lost: the backend starts it again (it was taken out of the router and the syncs).
+    moving: bool = False
+    # Until then a starting process's unanswered probes do not count (monotonic seconds; adopted ones).
+    grace_until: float = 0.0
+    # No restart of its own before then (monotonic seconds): failed restarts back off.
+    next_restart_at: float = 0.0
+
+
+def restarted_by_backend(doc: StateDoc, rec: ComponentRecord, seen: Observation | None) -> str | None:
+    """Why the backend, not the watcher, starts this component again (its node was lost), else None."""
+    tier = doc["tiers"].get(rec["tier"]) or {}
+    if rec.get("restart"):
+        return f"{rec.get('reason') or NODE_LOST}: the {rec['tier']} tier's recovery starts it again"
+    if tier.get("status") == TierStatus.REQUEUEING:
+        return f"the {rec['tier']} tier is requeued after {NODE_LOST}"
+    if seen is not None and seen.reason == NODE_LOST and rec["status"] != ComponentStatus.STOPPED:
+        return f"{NODE_LOST}: its tier's recovery starts it again"
+    return None
 
 
 @dataclass
@@ -332,16 +362,17 @@ class HealthWatcher:
         if not self._run_is_active():
             return []
         done: list[str] = []
-        problems = self._probe_all()
+        problems, healthy = self._probe_all()
         order = sorted(self._watched.values(), key=lambda w: (w.kind != "router", w.cid))
         for watched in order:
             dead = problems.get(watched.cid)
-            if watched.given_up:
+            if watched.given_up or watched.moving:
                 continue
-            if dead is None and watched.needs_rejoin:
-                done += self._bring_back_engine(watched, reason=None)
-            elif dead is not None:
+            if dead is not None:
                 done += self._restart(watched, dead)
+            elif watched.cid in healthy and watched.needs_rejoin:
+                done += self._bring_back_engine(watched, reason=None) if watched.kind == "engine" \
+                    else self._router_takes_engines(watched)
         return done
 
     @property
@@ -365,15 +396,17 @@ class HealthWatcher:
             if kind is None or (kind == "engine" and rec["kind"] == "engine-simulated"):
                 continue  # simulated engines share processes: one restart would be many
             self._watched[cid] = Watched(cid=cid, kind=kind, url=rec["url"].rstrip("/"),
-                                         restarts=int(rec.get("restarts") or 0))
+                                         restarts=int(rec.get("restarts") or 0), started_at=rec.get("started_at"))
 
     def _run_is_active(self) -> bool:
         run = self.state.read()["runs"].get(self.run_id)
         return run is not None and run.get("status") in RUN_ACTIVE
 
-    def _probe_all(self) -> dict[str, str]:
-        """cid -> why it is dead, for those that are (their process ended, or it hangs)."""
-        records = self.state.read()["components"]
+    def _probe_all(self) -> tuple[dict[str, str], set[str]]:
+        """cid -> why it is dead, for those that are (their process ended, or it hangs); and the cids whose
+        /health answered. A component the backend starts again itself is neither (see `_moving`)."""
+        doc = self.state.read()
+        records = doc["components"]
         live = {cid: records[cid] for cid in self._watched if cid in records}
         seen = self.backend.observe({cid: rec for cid, rec in live.items() if rec["status"] not in COMPONENT_FINAL})
         # Liveness is `/health` for engines and the router alike (the router's `/readiness`, its start-up
@@ -382,12 +415,20 @@ class HealthWatcher:
         answers = dict(zip(health_urls, self._pool.map(
             lambda u: probe(u, timeout_s=self.policy.probe_timeout_s), health_urls.values())))
         dead: dict[str, str] = {}
+        healthy: set[str] = set()
         for cid, watched in self._watched.items():
             rec = live.get(cid)
             if rec is None or rec["status"] == ComponentStatus.STOPPED:
                 watched.given_up = True  # gone from the state or stopped by `rl360 down`: not ours to restart
                 continue
             obs = seen.get(cid)
+            why_moving = restarted_by_backend(doc, rec, obs)
+            if why_moving is not None:
+                self._moving(watched, why_moving)
+                continue
+            if rec.get("started_at") != watched.started_at:
+                self._adopt(watched, rec)
+                continue  # probed at its old URL this round
             if rec["status"] in COMPONENT_FINAL or (obs is not None and obs.status in COMPONENT_FINAL):
                 dead[cid] = (obs.reason if obs is not None and obs.status in COMPONENT_FINAL else rec.get("reason")) \
                     or "its process ended"
@@ -395,17 +436,52 @@ class HealthWatcher:
             problem = answers.get(cid)
             if problem is None:
                 watched.failures = 0
+                healthy.add(cid)
+                if rec["status"] == ComponentStatus.STARTING:
+                    set_component(self.state, cid, status=ComponentStatus.RUNNING)
                 continue
+            if time.monotonic() < watched.grace_until:
+                continue  # started again by the backend a moment ago: still loading
             watched.failures += 1
             watched.last_problem = problem
             if watched.failures >= self.policy.num_failures:
                 dead[cid] = f"hung: /health {problem}, {watched.failures} probes in a row"
-        return dead
+        return dead, healthy
+
+    def _moving(self, watched: Watched, why: str) -> None:
+        """Its node was lost: out of the router and the syncs until the backend has started it again."""
+        if watched.moving:
+            return
+        watched.moving = True
+        self._note(watched.cid, f"{why}; not restarted here")
+        events.record(self.state, stage="serve", action="health", subject=watched.cid, outcome="moving", reason=why)
+        if watched.kind == "engine":
+            if self.forget is not None:
+                self.forget(watched.url)
+            self._leave_router(watched)
+            watched.needs_rejoin = True
+
+    def _adopt(self, watched: Watched, rec: ComponentRecord) -> None:
+        """Started again by someone else (the backend's recovery, `rl360 serve --restart`): watch the new
+        process at its (maybe new) URL; an engine rejoins and a router takes the live engines once it answers."""
+        if not watched.moving and watched.kind == "engine":  # not seen dead: it may still be in the router
+            if self.forget is not None:
+                self.forget(watched.url)
+            self._leave_router(watched)
+        watched.url = (rec.get("url") or watched.url).rstrip("/")
+        watched.started_at = rec.get("started_at")
+        watched.moving = False
+        watched.failures = 0
+        watched.needs_rejoin = True
+        watched.grace_until = time.monotonic() + self.policy.ready_timeout_s
+        self._note(watched.cid, f"started again by its backend on {rec.get('node')} ({watched.url})")
 
     # ------------------------------------------------------------------ restarts
 
     def _restart(self, watched: Watched, why: str) -> list[str]:
         if not self._run_is_active():  # `rl360 down` (or the run's end) came during this round
+            return []
+        if time.monotonic() < watched.next_restart_at:
             return []
         if watched.restarts >= self.policy.max_restarts:
             watched.given_up = True
@@ -421,14 +497,16 @@ class HealthWatcher:
                 self.forget(watched.url)
             self._leave_router(watched)
         argv = self._router_argv(watched) if watched.kind == "router" else None
+        watched.restarts += 1
         try:
             relaunch_component(self.backend, self.state, watched.cid, reason=why, argv=argv,
                                ready_timeout_s=self.policy.ready_timeout_s, while_run_active=True)
         except Rl360Error as e:
-            watched.restarts += 1
+            watched.next_restart_at = time.monotonic() + 2.0 ** watched.restarts
             self._note(watched.cid, f"restart failed: {e}")
             return []
-        watched.restarts += 1
+        finally:  # its own restart, not one to adopt
+            watched.started_at = (self.state.read()["components"].get(watched.cid) or {}).get("started_at")
         watched.failures = 0
         if watched.kind == "router":
             return self._router_back(watched)
@@ -454,6 +532,23 @@ class HealthWatcher:
         self._note(watched.cid, f"back at policy version {version}")
         return [watched.cid]
 
+    def _router_takes_engines(self, router: Watched) -> list[str]:
+        """A router started again by its backend (with its recorded engines): it gets the live engines."""
+        engines = self._live_engines()
+        try:
+            for url in engines:
+                router_register(self._url_of(router), url, api_key=self.api_key)
+        except (Rl360Error, urllib.error.URLError, OSError, ValueError) as e:
+            self._note(router.cid, f"back, but not with every engine: {e}")
+            return []
+        router.needs_rejoin = False
+        self._note(router.cid, f"back with {len(engines)} engines")
+        return [router.cid]
+
+    def _live_engines(self) -> list[str]:
+        return [w.url for w in self._watched.values() if w.kind == "engine" and not w.needs_rejoin
+                and not w.given_up and not w.moving and w.failures == 0]
+
     def _leave_router(self, watched: Watched) -> None:
         router = self.router
         if router is None:
@@ -470,8 +565,7 @@ class HealthWatcher:
         rec = self.state.read()["components"].get(router.cid)
         if rec is None:
             return None
-        live = [w.url for w in self._watched.values()
-                if w.kind == "engine" and not w.needs_rejoin and not w.given_up and w.failures == 0]
+        live = self._live_engines()
         if not live:
             return None
         return with_worker_urls(rec["command"], live)
@@ -479,8 +573,7 @@ class HealthWatcher:
     def _router_back(self, router: Watched) -> list[str]:
         from rl360cli.inference.router import wait_router_workers
 
-        engines = [w.url for w in self._watched.values() if w.kind == "engine" and not w.needs_rejoin
-                   and not w.given_up and w.failures == 0]
+        engines = self._live_engines()
         try:
             wait_router_workers(self._url_of(router), engines, api_key=self.api_key, timeout_s=ROUTER_WORKER_TIMEOUT_S)
         except Rl360Error as e:

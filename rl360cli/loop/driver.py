@@ -149,7 +149,8 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
             watcher.stop()  # a restart under way completes: the run ends with every engine back
         # Megatron: release the follower ranks (on failure torchrun ends them when rank 0 exits).
         trainer.close()
-        versions = engine_versions(engines, api_key=api_key)
+        # Every engine of the run where it is now (one its backend moved has a new URL; a dead one says None).
+        versions = engine_versions(run_engine_urls(state.read(), run_id), api_key=api_key)
     finally:
         if watcher is not None:
             watcher.stop(timeout_s=5)
@@ -320,6 +321,12 @@ def engine_urls(doc: StateDoc, run_id: str) -> tuple[list[str], str]:
     if not engines or router is None:
         raise RuntimeError(f"run {run_id} has no running engines or router; start them with `rl360 serve`")
     return sorted(engines), router
+
+
+def run_engine_urls(doc: StateDoc, run_id: str) -> list[str]:
+    """The URLs of every engine of the run, live or not."""
+    return sorted(rec["url"] for rec in doc["components"].values()
+                  if rec.get("run") == run_id and rec["kind"].startswith("engine") and rec.get("url"))
 
 
 def engine_versions(urls: list[str], *, api_key: str | None = None) -> dict[str, int | None]:

@@ -52,6 +52,7 @@ class Cluster:
         self.state = StateFile(folder / "state.json")
         self.backend = LocalBackend(None)
         self.rejoined: list[str] = []
+        self.forgotten: list[str] = []
         self.fail_rejoins = 0
         with self.state.update() as doc:
             doc["runs"][RUN] = {"name": "t", "recipe": "-", "run_dir": str(folder), "metrics_path": "-",
@@ -85,7 +86,7 @@ class Cluster:
 
     def watcher(self, policy: HealthPolicy = FAST) -> HealthWatcher:
         return HealthWatcher(state=self.state, run_id=RUN, backend=self.backend, rejoin=self.rejoin, policy=policy,
-                             log=lambda message: None)
+                             forget=self.forgotten.append, log=lambda message: None)
 
     def stop_all(self) -> None:
         self.backend.stop(self.state.read()["components"], grace_s=2.0)
@@ -219,6 +220,50 @@ def test_the_watcher_thread_restarts_on_its_own(cluster):
     finally:
         watcher.stop()
     assert [what for _, c, what in watcher.history if c == cid][-1] == "back at policy version 7"
+
+
+def test_a_component_whose_node_was_lost_is_left_to_its_backend_then_adopted(cluster):
+    # Slurm's requeue marks a lost node's components `restart` and starts them on the node that replaced it,
+    # at a URL naming that node. The watcher must not start them on the lost node itself, and must bring
+    # the one the backend started back to the trainer's version before it serves.
+    cid = cluster.start("engine-0")
+    old = cluster.record(cid)
+    watcher = cluster.watcher()
+    os.kill(old["pid"], signal.SIGKILL)
+    with cluster.state.update() as doc:  # what backends/slurm_requeue.py `mark_for_restart` leaves
+        doc["components"][cid].update(status="failed", reason="node_lost", restart=True)
+    assert [watcher.check_once() for _ in range(5)] == [[]] * 5
+    assert cluster.forgotten == [old["url"]] and cluster.rejoined == []
+    assert "restarts" not in cluster.record(cid) and cluster.record(cid)["status"] == "failed"
+
+    # The backend starts it again elsewhere (here: another port on this machine), as `_restart_components`.
+    moved = cluster.start("engine-0")
+    new = cluster.record(moved)
+    assert moved == cid and new["url"] != old["url"]
+    with cluster.state.update() as doc:
+        doc["components"][cid].update(status="starting", restarts=1)
+    wait_until(lambda: watcher.check_once() == [cid])
+    assert cluster.rejoined == [new["url"]] and cluster.record(cid)["served_version"] == 7
+    assert cluster.record(cid)["status"] == "running" and cluster.record(cid)["pid"] == new["pid"]
+    assert watcher.check_once() == []  # in sync: nothing more to do
+
+
+def test_a_restart_that_fails_waits_longer_each_time(cluster):
+    cid = cluster.start("engine-0")
+    watcher = cluster.watcher(HealthPolicy(interval_s=0.1, probe_timeout_s=0.5, num_failures=2, ready_timeout_s=10,
+                                           max_restarts=3))
+    with cluster.state.update() as doc:  # its next start fails at once
+        doc["components"][cid]["command"] = [sys.executable, "-c", "raise SystemExit(3)"]
+    os.kill(cluster.record(cid)["pid"], signal.SIGKILL)
+
+    def failures() -> list[tuple[float, str]]:
+        return [(t, what) for t, c, what in watcher.history if c == cid and what.startswith("restart failed")]
+
+    wait_until(lambda: (watcher.check_once(), len(failures()) == 2)[1])
+    (first, why), (second, _) = failures()
+    assert "ended as it restarted" in why
+    assert second - first >= 2.0  # 2 s after the first failure, not the next round's 0.1 s
+    assert cluster.record(cid)["restarts"] == 2
 
 
 def test_serve_restart_starts_one_again_by_hand_through_the_same_path(cluster):

@@ -56,6 +56,33 @@ def test_components_marked_for_restart_and_the_run_resumes(tmp_path):
     assert spec.argv == ("python", "train.py", "--resume") and spec.node == "n4" and spec.kind == "trainer"
     assert slurm_requeue.restart_spec({**trainer, "kind": "engine"}, {}).argv == ("python", "train.py")
     json.dumps(doc)  # still one JSON document
+    # An engine's URL names its node: on the node that replaced it, it names that one.
+    engine = {**trainer, "kind": "engine", "url": "http://n7:30000", "health_url": "http://n7:30000/health"}
+    moved = slurm_requeue.restart_spec(engine, {"n7": "n4"})
+    assert (moved.url, moved.health_url) == ("http://n4:30000", "http://n4:30000/health")
+    assert slurm_requeue.restart_spec(engine, {"n8": "n4"}).url == "http://n7:30000"
+
+
+def test_a_requeue_that_cannot_submit_fails_the_tier_and_the_run(tmp_path):
+    from rl360cli.errors import Rl360Error
+
+    state = StateFile(tmp_path / "state.json")
+    seed(state, requeues=0)
+    backend = SlurmBackend(load_profile(write_profile(tmp_path, "dev-sub")), state)
+
+    def cannot_submit(*args, **kwargs):
+        raise Rl360Error("sbatch: error: invalid partition", "fix the profile's partition")
+
+    backend.submit_group = cannot_submit  # the one failure injected; the bookkeeping around it is real
+    backend.cancel_jobs = lambda ids, confirm: None  # no Slurm here to cancel job 999990 with
+    messages = backend.recovery.requeue(("training",), ["n7"])
+    assert messages == ["tier training: lost n7; requeue failed: sbatch: error: invalid partition; "
+                        "fix the profile's partition"]
+    doc = state.read()
+    assert doc["tiers"]["training"]["status"] == "failed"
+    assert "restart" not in doc["components"]["training/trainer"]
+    # Marked to resume before the cancel, the run is failed again once no replacement comes.
+    assert doc["runs"]["r1"]["status"] == "failed" and "requeue failed" in doc["runs"]["r1"]["reason"]
 
 
 def test_a_stale_heartbeat_means_a_lost_node_only_while_the_allocation_runs(tmp_path):
