@@ -248,10 +248,12 @@ def mark_for_restart(doc: StateDoc, group: tuple[str, ...], old_ids: list[str], 
         if rec["backend"] != "slurm" or rec["tier"] not in group or str(rec.get("job_id")) not in old_ids:
             continue
         status = rec["status"]
-        was_live = status not in COMPONENT_FINAL or (status == ComponentStatus.FAILED and rec["reason"] == NODE_LOST)
+        on_lost = any(n in lost for n in rec.get("nodes") or [rec["node"]])
+        # A failure on a node now lost is the loss seen first (the health watcher's probes can beat Slurm's).
+        was_live = status not in COMPONENT_FINAL or (status == ComponentStatus.FAILED and
+                                                     (rec.get("reason") == NODE_LOST or on_lost))
         if not was_live:
             continue  # it had ended on its own before the loss: leave it be
-        on_lost = any(n in lost for n in rec.get("nodes") or [rec["node"]])
         rec.update(status=ComponentStatus.FAILED, reason=NODE_LOST if on_lost else REQUEUED, restart=True)
         run = component_run(doc, rec)
         if rec["kind"] == "trainer" and run and run["status"] == RunStatus.FAILED and \

@@ -30,7 +30,10 @@ from pathlib import Path
 from rl360cli.config import RUN_RECIPE, ClusterProfile, Recipe, load_profile, load_run_recipe, run_policy_dir
 from rl360cli.errors import RunFailed
 from rl360cli.ports import free_port
-from rl360cli.state import RunStatus, StateDoc, StateFile, live_components, now_iso, profile_path
+from rl360cli.state import RunStatus, StateDoc, StateError, StateFile, live_components, now_iso, profile_path
+
+# How long the run's end waits for a state file a stuck command holds locked (one lock timeout each try).
+FINAL_RECORD_PATIENCE_S = 600.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
             log(f"run {args.run} was stopped ({type(e).__name__} as its components went)")
             return 0
         traceback.print_exc()
-        set_run(state, args.run, status=RunStatus.FAILED, reason=f"{type(e).__name__}: {e}"[:300], ended_at=now_iso())
+        set_run_patiently(state, args.run, status=RunStatus.FAILED, reason=f"{type(e).__name__}: {e}"[:300],
+                          ended_at=now_iso())
         return 3
-    set_run(state, args.run, status=RunStatus.FINISHED, ended_at=now_iso(), **summary)
+    set_run_patiently(state, args.run, status=RunStatus.FINISHED, ended_at=now_iso(), **summary)
     return 0
 
 
@@ -127,7 +131,7 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
                             config={"recipe": str(run_dir / RUN_RECIPE)}, use_wandb=recipe.metrics.wandb)
 
     def on_step(step: int, version: int, values: dict) -> None:
-        set_run(state, run_id, step=step, policy_version=version, reward_mean=values.get("reward_mean"))
+        record_progress(state, run_id, step=step, policy_version=version, reward_mean=values.get("reward_mean"))
         log(f"step {step}/{recipe.loop.num_steps}: reward {_fmt(values.get('reward_mean'))} "
             f"pass {_fmt(values.get('pass_rate'))} infra {values['infra_failures']} "
             f"train {values['train_s']:.2f}s sync {_fmt(values.get('weight_sync_s'))}s "
@@ -357,6 +361,32 @@ def set_run(state: StateFile, run_id: str, **fields) -> None:
             for key in ("status", "reason", "ended_at"):
                 fields.pop(key, None)
         run.update(fields)
+
+
+def record_progress(state: StateFile, run_id: str, **fields) -> bool:
+    """`set_run` for a step's progress, which the next step records again: a state file locked past its
+    timeout (a stuck command holds it) is said in the log and does not end the run. True if recorded."""
+    try:
+        set_run(state, run_id, **fields)
+        return True
+    except StateError as e:
+        log(f"progress not recorded in the state file ({e.problem}); the run goes on")
+        return False
+
+
+def set_run_patiently(state: StateFile, run_id: str, *, patience_s: float = FINAL_RECORD_PATIENCE_S,
+                      **fields) -> None:
+    """`set_run` for the run's end, which nothing records later: a locked state file is waited for
+    (`patience_s`, one lock timeout after the other) before it fails."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            set_run(state, run_id, **fields)
+            return
+        except StateError as e:
+            if time.monotonic() >= deadline:
+                raise
+            log(f"the run's end is not recorded yet ({e.problem}); trying again")
 
 
 def was_stopped(state: StateFile, run_id: str) -> bool:

@@ -78,6 +78,10 @@ INIT = ("mkdir -p /tests /logs/verifier /logs/agent && chmod 777 /logs /logs/ver
 AWAIT_INIT = "while [ ! -e /run/rl360-ready ] && [ ! -e /tmp/rl360-ready ]; do sleep 0.01; done; "
 SHELL = ["/bin/sh", "-c", 'if [ -x /bin/bash ]; then exec /bin/bash -c "$1"; else exec /bin/sh -c "$1"; fi', "sh"]
 KILL_ALL = "kill -9 -1 2>/dev/null; true"
+# How long a command waits for a container paused from outside to go on, before it is a provider error.
+PAUSE_WAIT_S = 30.0
+# A command SIGKILLed by no OOM: how long its container gets to show it was killed from outside.
+KILL_SETTLE_S = 0.5
 
 
 def reset_command(path: str) -> str:
@@ -570,13 +574,19 @@ class DockerSandbox(Sandbox):
         if self._stopped:
             raise SandboxError(Event.SANDBOX_KILLED, f"sandbox {self.id} was stopped", node=self.node)
         owner, node = self.owner, self.node
-        try:
-            exec_id = (await owner.call(lambda: owner.api(node).exec_create(
-                self.container_id, [*SHELL, AWAIT_INIT + command], environment=dict(env or {}),
-                user=user or owner.image_users.get((node, self.image), ""),
-                workdir=self.task.workdir)))["Id"]
-        except Exception as e:  # noqa: BLE001
-            raise await self._lost(e) from None
+        paused_until = time.monotonic() + PAUSE_WAIT_S
+        while True:
+            try:
+                exec_id = (await owner.call(lambda: owner.api(node).exec_create(
+                    self.container_id, [*SHELL, AWAIT_INIT + command], environment=dict(env or {}),
+                    user=user or owner.image_users.get((node, self.image), ""),
+                    workdir=self.task.workdir)))["Id"]
+                break
+            except Exception as e:  # noqa: BLE001
+                # Paused from outside (`docker pause`, a look at its files): a pause is no failure, wait it out.
+                if "is paused" not in str(e) or time.monotonic() > paused_until:
+                    raise await self._lost(e) from None
+                await asyncio.sleep(0.2)
         buffer = OutputBuffer(self.config.max_output_chars)
         started = time.monotonic()
 
@@ -610,6 +620,9 @@ class DockerSandbox(Sandbox):
             # Killed: by the OOM killer (the command hit the reservation), or the container is gone.
             await self._check_alive()
             oom = await self._new_oom()
+            if not oom:  # a SIGKILL from outside: the container goes down a moment after its command
+                await asyncio.sleep(KILL_SETTLE_S)
+                await self._check_alive()
         limit = "memory" if oom else buffer.first_limit()
         if code == 153 and limit is None:
             limit = "file_size"
@@ -619,6 +632,8 @@ class DockerSandbox(Sandbox):
             await self._check_alive()
             if await self._pids_full():
                 limit = "processes"
+            elif await self._new_oom():  # its memory is full: runc's setns process found none either
+                limit = "memory"
         return ExecResult(exit_code=None if timed_out else code, output=output, timed_out=timed_out,
                           oom_killed=oom or limit == "memory", duration_s=duration,
                           limit=None if timed_out else limit, truncated_chars=cut)
@@ -777,6 +792,7 @@ class DockerSandbox(Sandbox):
             stream, stat = await owner.call(lambda: owner.api(node).get_archive(self.container_id, remote_path))
             data = await owner.call(lambda: b"".join(stream))
         except docker.errors.NotFound:
+            await self._check_alive()  # no file in a container that is gone is a lost sandbox, not a missing file
             return None
         except Exception as e:  # noqa: BLE001
             raise await self._lost(e) from None

@@ -143,3 +143,46 @@ def test_a_warm_pool_hands_each_container_to_one_attempt_and_starts_become_looku
     stats = provider.pool_stats()
     assert stats.hits + stats.misses == 16 and stats.hits >= 8, stats
     assert most <= 1.0 + 1e-9  # live + pooled never over the node's CPU
+
+
+def _outside(sandbox) -> tuple[docker.APIClient, str]:
+    """The node's daemon and the container, as someone outside rl360 (an operator, the chaos bench) sees them."""
+    info = sandbox.info()
+    return docker.APIClient(base_url=info["docker_host"], version="auto"), info["container_id"]
+
+
+def test_a_command_in_a_container_paused_from_outside_waits_for_the_unpause(docker_provider, tmp_path):
+    import threading
+
+    from rl360cli.outcome import Outcome
+    from rl360cli.sandbox.attempt import run_attempt
+
+    task = load_task(write_task(tmp_path, "t"))
+    seen = []
+
+    async def agent(sandbox):
+        api, cid = _outside(sandbox)
+        api.pause(cid)
+        threading.Timer(1.0, api.unpause, args=(cid,)).start()
+        seen.append(await sandbox.exec("echo still here", timeout_s=30))
+
+    result = run(run_attempt(docker_provider(), task, agent, attempt_id="paused", labels={}))
+    assert seen[0].exit_code == 0 and "still here" in seen[0].output and seen[0].duration_s < 30
+    assert (result.outcome, result.reward) == (Outcome.OK, 1.0), result.detail
+
+
+def test_a_container_killed_while_its_verifier_runs_is_a_lost_sandbox_not_a_verifier_error(docker_provider, tmp_path):
+    import threading
+
+    from rl360cli.outcome import InfraCause, Outcome
+    from rl360cli.sandbox.attempt import run_attempt
+
+    task = load_task(write_task(tmp_path, "t", test_sh="sleep 6; echo 1 > /logs/verifier/reward.txt\n"))
+
+    async def agent(sandbox):
+        api, cid = _outside(sandbox)
+        threading.Timer(2.5, api.kill, args=(cid,)).start()  # the agent is done by then: its verifier runs
+
+    result = run(run_attempt(docker_provider(), task, agent, attempt_id="killed", labels={}))
+    assert (result.outcome, result.cause) == (Outcome.INFRA_FAILURE, InfraCause.SANDBOX_LOST), result.detail
+    assert "killed from outside" in result.detail or "removed from outside" in result.detail

@@ -45,8 +45,13 @@ def test_components_marked_for_restart_and_the_run_resumes(tmp_path):
     state = StateFile(tmp_path / "state.json")
     seed(state, requeues=0)
     with state.update() as doc:
+        # Seen failing by the health watcher's probes before Slurm told the node lost: the loss all the same.
+        doc["components"]["training/engine-0"] = {
+            "backend": "slurm", "tier": "training", "name": "engine-0", "kind": "engine", "run": "r1",
+            "status": "failed", "reason": "hung: /health unreachable", "job_id": "999990", "node": "n7"}
         slurm_requeue.mark_for_restart(doc, ("training",), ["999990"], ["n7"])
     doc = state.read()
+    assert doc["components"]["training/engine-0"]["restart"] is True
     trainer = doc["components"]["training/trainer"]
     assert (trainer["status"], trainer["reason"], trainer["restart"]) == ("failed", "node_lost", True)
     # A component that had ended on its own before the loss is left alone.
