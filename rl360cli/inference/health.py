@@ -292,7 +292,8 @@ class Watched:
     url: str
     failures: int = 0
     last_problem: str = ""
-    # Restarted, but not yet back at the trainer's version (its rejoin failed): kept out of the router.
+    # An engine started again but not yet at the trainer's version (kept out of the router); a router
+    # started again by its backend that has not yet been given the live engines.
     needs_rejoin: bool = False
     given_up: bool = False
     restarts: int = 0
