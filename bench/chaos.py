@@ -552,42 +552,43 @@ reward: the fault's victims (sandboxes hit before their verifier wrote a reward)
 plus trained samples a step recorded as infra-failed (`ledger.jsonl` `samples` and `masked`).
 
 The CI-sized chaos test is `tests/loop/test_chaos_ci.py`: the same code on 8 steps with 4 of the
-faults (the lock held 5 s, a sandbox killed, the router killed, 16 concurrent `status`), 2 min 15 s on
-the quiet dev machine; every fault recovered, 0 unearned, 0 left after `down`. The sandbox kill is
-masked as `sandbox_lost`, or as `provider_error` when the attempt's next call met the container paused
-(the bench pauses it while it looks for the attempt's answer, and the daemon refuses an exec then).
+faults (the lock held 5 s, a sandbox killed, the router killed, 16 concurrent `status`), 2 min 30 s on
+the dev machine; every fault recovered, 0 unearned, 0 left after `down`.
 `tests/bench/test_chaos_report.py` checks the bench's accounting on ledger entries
 written by the real `step_entry`.
 
-What it found:
-- **The rollout node lost is not recovered by itself.** Slurm's side works: the lost node is seen
-  within seconds, the rollout tier is requeued on the free node and its engine and Ray worker are
-  started again there. But the session actors lived on the lost node's Ray worker, and the driver
-  does not start them again: the trainer fails (`ActorUnavailableError`) and the run ends `failed`
-  until someone runs `rl360 up --resume`, which the bench does (the row's time includes it). Since
-  this run, Ray starts a dead session actor again on the tier's new worker and runs the groups it held
-  again ("Session actors come back"); shown on one machine, not yet re-run here on a lost Slurm node.
-- **An OOM inside a sandbox was masked under another cause** (fixed since, not re-run here). With the
-  memory full the next command dies, and so does the verifier's preparation (`kill` + `rm` in one exec,
-  OOM-killed) or the container's init: the attempt ended `provider_error` or `sandbox_lost`, masked,
-  never `oom_killed`, because `prepare_verifier` raised `PROVIDER_FAILED` without looking at the exec's
-  OOM flag. Both now end `sandbox_oom` (cause `oom_killed`): rl360's own commands in a sandbox look at
-  the flag, and a dead container's `OOMKilled` is read (`tests/sandbox/test_taxonomy.py::test_row_sandbox_oom`).
-  Open: in a CI-sized try (8 steps) a fill that OOM-killed itself left the attempt room to finish; its
-  verifier wrote a reward and the sample was trained, which the bench counts as unearned. The ledger
-  cannot say whether it was: it does not record whether one of the attempt's own commands then hit the
-  memory limit (an agent command's OOM is the policy's, `agent_limit`), nor the sample's reward.
+What it found, and what changed since the run before (which failed at step 20):
+- **A lost rollout node now recovers by itself** (37.8 s). Slurm requeues the rollout tier on the
+  free node, Ray starts both session actors again there (`max_task_retries = -1`: with a count of 3
+  the retries ran out while the actors came back), and the engine comes back at the trainer's
+  version. Before, the health watcher saw the engine dead before Slurm saw the node lost, started it
+  again on the lost node ("node n3 is not in tier rollout"), spent its 5 restarts in a second, and
+  the requeue skipped the engine as one that had ended on its own: 480 samples masked
+  `engine_error`, the engine left at v0. Now a failure on a node that is lost is the requeue's to
+  restart. The watcher leaves to it any component marked `restart`, on a lost node or in a
+  requeueing tier; it adopts the component once it runs on the new node (at the URL naming that
+  node) and rejoins it to the weight syncs. A failed restart of its own backs off 2, 4, 8 s
+  (`rl360cli/inference/health.py`).
+- **A sandbox kill is `sandbox_lost`**, no longer `provider_error` or `verifier_error`. An exec in a
+  container paused from outside waits for the unpause (the bench pauses a container while it looks
+  for the attempt's answer); a command SIGKILLed without an OOM looks at its container again a moment
+  later; a reward file missing in a container that is gone is a lost sandbox, not a verifier that wrote
+  none (`tests/sandbox/test_docker_provider.py`). In the run before, 2 of 4 kills read `provider_error`
+  and 2 `verifier_error`.
+- **The OOM fault is still counted once as unearned.** The fill OOM-killed itself, the attempt went on,
+  its verifier wrote a reward and the sample was trained. Whether that reward was the agent's is not
+  known: the ledger does not keep rewards, and a sandbox whose memory filled and whose verifier still
+  ran is, by rl360's rule, scored (an agent that fills its own memory is the policy's failure, and a
+  written reward under the task's own reservation stands). When rl360's own command then fails
+  (`prepare_verifier`, an exec runc cannot start for lack of memory), the attempt ends `sandbox_oom`.
 - **The state lock.** A holder stuck for less than the 30 s lock timeout only delays the run's writes
-  (the row); a holder stuck for longer would fail the run: the driver's `set_run` after a step raises
-  the `StateError` naming the holder, and the failure itself cannot be recorded while the lock is
-  held (read from `rl360cli/state.py` and `loop/driver.py`, not run here).
-- **Session actors that did not start on the Slurm tiers' Ray were not the load** (fixed since). The
-  fake nodes share one host and its /tmp/ray, and Ray names a second node's sockets in a shared temp
-  dir by counting what is there: two Ray workers started at once took the same plasma socket, one
-  raylet died with "Address already in use", and its `ray start` gave up after 60 s. The same failure
-  failed CI's `test_loop_slurm` and reproduced on a quiet machine. Each Ray node now has a temp dir of
-  its own (`--temp-dir=/tmp/ray/<node>`, `rl360cli/backends/slurm_ray.py`), and the bench no longer
-  waits longer than Ray's defaults (it set `RAY_raylet_start_wait_time_s=180` for the run above)."""
+  (the row). A holder stuck for longer no longer fails the run: a step's progress is left out of the
+  state file (the next step records it again) and the run's end waits up to 10 minutes for the lock
+  (`tests/loop/test_state_locked.py`; not yet run here with a holder past 30 s).
+- **Ray on the fake nodes.** They share one host and its /tmp/ray, and Ray names a second node's
+  sockets in a shared temp dir by counting what is there: two Ray workers started at once took the
+  same plasma socket. Each Ray node now has a temp dir of its own (`--temp-dir=/tmp/ray/<node>`,
+  `rl360cli/backends/slurm_ray.py`), and Ray's worker ports miss the profile's ports."""
 
 
 if __name__ == "__main__":

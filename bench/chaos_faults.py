@@ -384,9 +384,10 @@ class StateLockHeld(Fault):
     writer stuck mid-update would, then killed.
 
     Detected: a writer that gives up after 2 s names the stuck holder's pid (StateError). Recovered:
-    the run writes the state file again after the holder is gone (its next step recorded)."""
+    the run writes the state file again after the holder is gone (its next step recorded). Held past
+    the run's own 30 s lock timeout by default: the run must go on without recording its steps."""
 
-    def __init__(self, hold_s: float = 20.0):
+    def __init__(self, hold_s: float = 45.0):
         super().__init__()
         self.hold_s = hold_s
         self.what = f"flock on state.json.lock by a stopped process, killed after {hold_s:g} s"
