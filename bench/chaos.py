@@ -43,6 +43,7 @@ from bench.chaos_faults import RECOVERY_TIMEOUT_S, SCHEDULE, Fault  # noqa: E402
 from bench.report import write_section  # noqa: E402
 from rl360cli.backends import procinfo  # noqa: E402
 from rl360cli.config import load_recipe  # noqa: E402
+from rl360cli.loop.ledger import trained_rewards  # noqa: E402
 from rl360cli.ports import free_port_block  # noqa: E402
 
 DEV_ROOT = Path(os.environ.get("RL360_DEV_ROOT", "/tmp/rl360-dev"))
@@ -434,7 +435,7 @@ def wait_for_next_step(run: ChaosRun, steps: int) -> bool:
 def fault_rows(run: ChaosRun, faults: list[Fault]) -> list[dict]:
     """Each fault's row, with the masked causes and the unearned rewards of its window."""
     seen = run.ledger_seen()
-    trained = {s for _, entry in seen for s in entry.get("samples", [])}
+    trained = {s: r for _, entry in seen for s, r in trained_rewards(entry).items()}
     rows = []
     fired = [f.fired_at for f in faults if f.fired_at is not None]
     for fault in faults:
@@ -445,7 +446,7 @@ def fault_rows(run: ChaosRun, faults: list[Fault]) -> list[dict]:
             window = [entry for at, entry in seen if fault.fired_at < at <= until]
             row["masked_by_cause"] = dict(collections.Counter(c for e in window for c in e.get("masked", {}).values()))
             in_window_trained_masked = sum(len(set(e.get("samples", [])) & set(e.get("masked", {}))) for e in window)
-            row["unearned"] = len(fault.victims & trained) + in_window_trained_masked
+            row["unearned"] = len(fault.unearned(trained)) + in_window_trained_masked
         else:
             row["masked_by_cause"], row["unearned"] = {}, 0
         rows.append(row)
@@ -456,9 +457,9 @@ def unearned_total(run: ChaosRun, faults: list[Fault]) -> int:
     """The whole run's: every fault's victims that were trained, and every trained sample a step recorded
     as infra-failed (in a fault's window or not)."""
     seen = [entry for _, entry in run.ledger_seen()]
-    trained = {s for entry in seen for s in entry.get("samples", [])}
-    victims = {v for fault in faults for v in fault.victims}
-    return len(victims & trained) + sum(len(set(e.get("samples", [])) & set(e.get("masked", {}))) for e in seen)
+    trained = {s: r for entry in seen for s, r in trained_rewards(entry).items()}
+    unearned = {v for fault in faults for v in fault.unearned(trained)}
+    return len(unearned) + sum(len(set(e.get("samples", [])) & set(e.get("masked", {}))) for e in seen)
 
 
 def render(report: dict) -> str:
@@ -549,7 +550,9 @@ finished since (slurmd); a step trained past the kill by `up --resume` (trainer)
 write after the holder was killed (lock); the slowest of the 16 answers (status). Masked by cause:
 the infra failures of the steps finished between the fault and the next one. Trained on an unearned
 reward: the fault's victims (sandboxes hit before their verifier wrote a reward) that a step trained,
-plus trained samples a step recorded as infra-failed (`ledger.jsonl` `samples` and `masked`).
+plus trained samples a step recorded as infra-failed (`ledger.jsonl` `samples` and `masked`). An
+OOM victim trained with a passing reward earned it (a full memory makes tests fail, never pass); one
+trained with a failing reward is counted (`ledger.jsonl` `rewards`).
 
 The CI-sized chaos test is `tests/loop/test_chaos_ci.py`: the same code on 8 steps with 4 of the
 faults (the lock held 5 s, a sandbox killed, the router killed, 16 concurrent `status`), 2 min 30 s on
@@ -575,16 +578,20 @@ What it found, and what changed since the run before (which failed at step 20):
   later; a reward file missing in a container that is gone is a lost sandbox, not a verifier that wrote
   none (`tests/sandbox/test_docker_provider.py`). In the run before, 2 of 4 kills read `provider_error`
   and 2 `verifier_error`.
-- **The OOM fault is still counted once as unearned.** The fill OOM-killed itself, the attempt went on,
-  its verifier wrote a reward and the sample was trained. Whether that reward was the agent's is not
-  known: the ledger does not keep rewards, and a sandbox whose memory filled and whose verifier still
-  ran is, by rl360's rule, scored (an agent that fills its own memory is the policy's failure, and a
-  written reward under the task's own reservation stands). When rl360's own command then fails
-  (`prepare_verifier`, an exec runc cannot start for lack of memory), the attempt ends `sandbox_oom`.
+- **The OOM fault was counted once as unearned.** The fill OOM-killed itself, the attempt went on,
+  its verifier wrote a reward and the sample was trained. By rl360's rule that is right: a sandbox
+  whose memory filled and whose verifier still ran is scored (an agent that fills its own memory is
+  the policy's failure, and a reward written under the task's own reservation stands). When rl360's
+  own command fails instead (`prepare_verifier`, an exec runc cannot start for lack of memory), the
+  attempt ends `sandbox_oom`. The ledger did not keep rewards, so the bench could not tell a passing
+  reward (the agent's) from a failing one (maybe the memory's). It keeps them now, and the bench
+  counts only the failing ones. The row above predates that change.
 - **The state lock.** A holder stuck for less than the 30 s lock timeout only delays the run's writes
   (the row). A holder stuck for longer no longer fails the run: a step's progress is left out of the
   state file (the next step records it again) and the run's end waits up to 10 minutes for the lock
-  (`tests/loop/test_state_locked.py`; not yet run here with a holder past 30 s).
+  (`tests/loop/test_state_locked.py`). The fault now holds 45 s. Alone (`--faults lock --steps 8`),
+  the run logged "progress not recorded in the state file (... locked ... for over 30s); the run goes
+  on", finished 8 of 8 with its engine at the trainer's version, and recovered 45.6 s after the fire.
 - **Ray on the fake nodes.** They share one host and its /tmp/ray, and Ray names a second node's
   sockets in a shared temp dir by counting what is there: two Ray workers started at once took the
   same plasma socket. Each Ray node now has a temp dir of its own (`--temp-dir=/tmp/ray/<node>`,

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rl360cli.loop.ledger import trained_rewards
+
 if TYPE_CHECKING:
     from bench.chaos import ChaosRun
 
@@ -72,6 +74,11 @@ class Fault:
 
     def restore(self, run: ChaosRun) -> None:
         """Put back what the fault took away (a node); a no-op for most."""
+
+    def unearned(self, trained: dict[str, float | None]) -> set[str]:
+        """Of the samples trained (sample -> reward), the victims whose reward the fault may have made:
+        for most faults every trained victim (hit before its verifier wrote a reward)."""
+        return self.victims & set(trained)
 
     def _detected(self, when: float | None = None) -> None:
         if self.detected_at is None:
@@ -122,7 +129,7 @@ class _SandboxFault(Fault):
         for seen_at, entry in run.ledger_seen():
             fate = sample_fate(entry, victim)
             if fate is not None:
-                if fate == "trained":
+                if self.unearned(trained_rewards(entry)):
                     self.ok = False
                 self.notes.append(f"{victim}: {fate} (step {entry['step']})")
                 self._recovered(seen_at)
@@ -131,7 +138,10 @@ class _SandboxFault(Fault):
 
 def sample_fate(entry: dict, sample: str) -> str | None:
     """What the ledger entry of a step says became of one of its samples (None: not this step's)."""
-    if sample in entry.get("samples", []):
+    rewards = trained_rewards(entry)
+    if sample in rewards:
+        return f"trained, reward {rewards[sample]:g}"
+    if sample in entry.get("samples", []):  # an entry from before rewards were kept
         return "trained"
     if sample in entry.get("masked", {}):
         return f"masked as {entry['masked'][sample]}"
@@ -168,12 +178,19 @@ class SandboxOOM(_SandboxFault):
     name = "OOM inside a sandbox"
     what = "a live attempt's tmpfs filled to its 128 MB limit"
 
+    def unearned(self, trained: dict[str, float | None]) -> set[str]:
+        # The memory filled, yet the verifier ran and wrote a reward. A passing reward is the agent's:
+        # a full memory makes tests fail, never pass. A failing one may be the memory's doing.
+        return {v for v in self.victims & set(trained) if not (trained[v] or 0) > 0}
+
     def damage(self, run: ChaosRun, node: str, container) -> bool:
         code, output = run.container_exec_output(node, container, FILL_MEMORY)
         if "answered" in output:
             return False
-        if code is None:  # the daemon refused the exec (the container stopping, its attempt done): untouched
-            self.notes.append(f"a fill not run: {output.strip()[:120]}")
+        if code is None or (code == 126 and "OCI runtime exec failed" in output):
+            # The daemon refused the exec, or runc could not start it (the container stopping, its attempt
+            # done, or its memory already full): this fill filled nothing.
+            self.notes.append(f"a fill not run: {' '.join(output.split())[:120]}")
             return False
         # Asked at once: the daemon keeps only its last 256 events, a step's worth of sandboxes.
         oom = run.oom_events(node, container.id, time.time() - 60)

@@ -5,7 +5,7 @@ loses work and anyone can check that it did not.
 
     {"step": 3, "policy_version": 4, "tasks": [...], "groups": ["s3-r0-t07", ...], "generated": [...],
      "carried": ["s3-r0-t11", ...], "cancelled": ["s1-r0-t02", ...],
-     "samples": ["s3-r0-t07-0", ...], "masked": {"s3-r0-t02-3": "engine_error"}}
+     "samples": ["s3-r0-t07-0", ...], "rewards": [1.0, ...], "masked": {"s3-r0-t02-3": "engine_error"}}
 
 `groups` are the groups the update trained on (those left after masking and filtering), `tasks`
 their task ids, `generated` every group whose samples the step collected (with `[loop] over_sample`,
@@ -13,9 +13,10 @@ groups carried in from earlier steps among them: a group is recorded in the step
 trained it, never in the step it was started for), `carried` the groups still running at the step's
 end (carried into the next step), `cancelled` the carried groups cancelled when the step was
 submitted (they could only be stale) or at the run's last step, `samples` the samples trained,
-`masked` each infra-failed sample with its cause; a sample of a `generated` group that is in neither
-was filtered (zero-variance group, stale, too few valid). bench/chaos.py checks a fault's victims
-against them. A group carried at a checkpoint
+`rewards` their verifiers' rewards (in the order of `samples`: a float each, so that a fault's
+victims can be judged without a second file), `masked` each infra-failed sample with its cause; a
+sample of a `generated` group that is in neither was filtered (zero-variance group, stale, too few
+valid). bench/chaos.py checks a fault's victims against them. A group carried at a checkpoint
 belongs to no step: a resume does not restart it; the resumed step draws fresh groups instead
 (docs/reliability.md "Lossless resume"). The same entries travel inside each
 checkpoint (`loop_state["ledger"]`); on resume the file is rewritten, atomically, to the newest
@@ -83,14 +84,23 @@ def read_ledger(path: Path) -> list[dict]:
 
 def step_entry(step: int, *, policy_version: int, trained_groups: list[str], trained_tasks: list[str],
                generated_groups: list[str], carried_groups: Sequence[str] = (),
-               cancelled_groups: Sequence[str] = (), trained_samples: Sequence[str] = (),
+               cancelled_groups: Sequence[str] = (), trained_samples: Mapping[str, float] | None = None,
                masked_samples: Mapping[str, str] | None = None) -> dict:
     """Samples are named as their attempts are (`<group>-<index>`, the sandboxes' `rl360.attempt` label),
-    so a fault's victims can be looked up: `samples` trained, `masked` (sample -> infra cause)."""
+    so a fault's victims can be looked up: `trained_samples` (sample -> reward) become `samples` and
+    `rewards`, `masked` (sample -> infra cause)."""
+    trained = sorted((trained_samples or {}).items())
     return {"step": step, "policy_version": policy_version, "groups": sorted(set(trained_groups)),
             "tasks": sorted(set(trained_tasks)), "generated": sorted(set(generated_groups)),
             "carried": sorted(set(carried_groups)), "cancelled": sorted(set(cancelled_groups)),
-            "samples": sorted(set(trained_samples)), "masked": dict(sorted((masked_samples or {}).items()))}
+            "samples": [sample for sample, _ in trained],
+            "rewards": [None if reward is None else float(reward) for _, reward in trained],
+            "masked": dict(sorted((masked_samples or {}).items()))}
+
+
+def trained_rewards(entry: dict) -> dict[str, float]:
+    """sample -> reward of the samples an entry trained (entries written before rewards were kept: none)."""
+    return dict(zip(entry.get("samples", []), entry.get("rewards", [])))
 
 
 def sampler_identity(*, seed: int, task_ids: list[str]) -> dict:

@@ -133,7 +133,7 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
                                  generated_groups=[t.group_id for t in trajectories],
                                  carried_groups=sorted(set(gen_report.carried_out) - set(cancelled_at_end)),
                                  cancelled_groups=[*gen_report.cancelled, *cancelled_at_end],
-                                 trained_samples=[_sample_id(t) for t in trained],
+                                 trained_samples={_sample_id(t): t.reward for t in trained},
                                  masked_samples={_sample_id(t): t.cause.value if t.cause else "no_reward"
                                                  for t in trajectories if not t.is_valid}))
         last = step_metrics(
