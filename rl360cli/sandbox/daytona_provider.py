@@ -3,8 +3,9 @@
     [sandbox]
     provider = "daytona"            # DAYTONA_API_KEY (and DAYTONA_API_URL off the cloud) in the environment
 
-A start creates a sandbox from the task's snapshot when `prewarm_snapshots` made one (`[sandbox.daytona]
-use_snapshots`), else from its image (`docker_image`, or `environment/Dockerfile` with its context, which
+A start creates a sandbox from the task's snapshot when one is active (`[sandbox.daytona] use_snapshots`;
+made by `prewarm_snapshots`, which `rl360 up` runs as its prewarm-snapshots stage; Daytona is asked once
+per snapshot name), else from its image (`docker_image`, or `environment/Dockerfile` with its context, which
 Daytona builds), with the reservation rounded up to Daytona's units (whole CPUs, GiB of memory and disk),
 no network unless the task asks, the labels `rl360.managed=true`, `rl360.run`, `rl360.task`,
 `rl360.attempt` (so `remove_daytona_sandboxes` finds everything a run made), and auto-stop / delete-on-stop,
@@ -132,8 +133,9 @@ class DaytonaProvider(SandboxProvider):
         self.run_id = run_id
         self._client: AsyncDaytona | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
-        # Snapshot names known to be active (made by prewarm_snapshots, or seen there).
+        # Snapshot names known to be active (made by prewarm_snapshots, or seen there), and known missing.
         self.snapshots: set[str] = set()
+        self._no_snapshot: set[str] = set()
 
     def client(self) -> AsyncDaytona:
         """The SDK's async client of the running event loop (its HTTP session belongs to one loop)."""
@@ -199,6 +201,21 @@ class DaytonaProvider(SandboxProvider):
                 self.snapshots.add(name)
         return states
 
+    async def _has_snapshot(self, name: str) -> bool:
+        """Whether snapshot `name` is active; asked of Daytona once per name (`rl360 up`'s prewarm-snapshots
+        stage made them in another process), then remembered."""
+        if name in self.snapshots or name in self._no_snapshot:
+            return name in self.snapshots
+        try:
+            found = await self.client().snapshot.get(name)
+            active = str(getattr(found.state, "value", found.state)) == "active"
+        except DaytonaNotFoundError:
+            active = False
+        except DaytonaError:
+            return False  # not known either way: build from the image this time, ask again next start
+        (self.snapshots if active else self._no_snapshot).add(name)
+        return active
+
     # ------------------------------------------------------------------ start
 
     async def start(self, task, *, attempt_id: str, labels: Mapping[str, str], node: str | None = None) -> Sandbox:
@@ -214,7 +231,7 @@ class DaytonaProvider(SandboxProvider):
             auto_stop_interval=self.settings.auto_stop_minutes, auto_delete_interval=0)
         snapshot = self.snapshot_name(task)
         timeout = self.config.start_timeout_s
-        if self.settings.use_snapshots and snapshot in self.snapshots:
+        if self.settings.use_snapshots and await self._has_snapshot(snapshot):
             params: Any = CreateSandboxFromSnapshotParams(snapshot=snapshot, **common)
         else:
             cpu, memory, disk = self.resources(task)

@@ -10,7 +10,8 @@ from types import ModuleType
 
 
 def up_stages() -> list[ModuleType]:
-    """The stages of `rl360 up`, in dependency order: tiers, node caches, engines and router, trainer."""
-    from rl360cli.stages import prewarm_images, provision, serve, train
+    """The stages of `rl360 up`, in dependency order: tiers, node caches (Docker images or Daytona
+    snapshots), engines and router, trainer."""
+    from rl360cli.stages import prewarm_images, prewarm_snapshots, provision, serve, train
 
-    return [provision, prewarm_images, serve, train]
+    return [provision, prewarm_images, prewarm_snapshots, serve, train]

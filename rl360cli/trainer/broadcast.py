@@ -22,7 +22,9 @@ drops the failed engine, builds a new group with the survivors under a new
 group name (`<name>-g<generation>`: stale store keys never collide) and sends
 the whole sync again. The dropped engines are reported in `SyncStats.failed`
 and `failed_engines`; the loop marks them failed and goes on. Only when no
-engine is left does `broadcast` raise `WeightSyncError`.
+engine is left does `broadcast` raise `WeightSyncError`; when every engine left
+is one the health watcher is restarting, it sends nothing and returns (each
+rejoins with the trainer's weights of then, so no version is lost).
 
 Rejoin: an engine the health watcher restarted (inference/health.py) comes back at the same URL,
 holding policy v0 and no group. `rejoin(url, named_tensors, version)` takes it back: it is no longer
@@ -312,6 +314,12 @@ class WeightBroadcaster:
             restarting = {u: "restarting (health watcher)" for u in list(self._restarting) if u in self.engines}
             self._drop(restarting)
             dropped.update(restarting)
+            if not self.engines and self._restarting:
+                # Every engine is being started again: none to send to now, and each rejoins with the
+                # trainer's weights of then (`rejoin`), so this version is not lost. Not a failed run.
+                await self._teardown(tell=[])
+                return SyncStats(version=version, seconds=time.perf_counter() - t0, bytes=0, buckets=0,
+                                 num_engines=0, failed=dropped, num_restarts=restarts)
             if not self.engines:
                 raise WeightSyncError(f"no engine is left to take weight version {version}",
                                       f"see the engines' logs; dropped: {self.failed_engines}")

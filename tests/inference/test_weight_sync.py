@@ -84,6 +84,21 @@ def test_a_stateless_gloo_group_broadcasts_without_a_default_group():
     assert not dist.is_initialized()  # the global default group was never touched
 
 
+def test_a_sync_while_every_engine_restarts_sends_nothing_and_only_no_engine_at_all_fails():
+    # One engine, being started again by the health watcher: the step's sync must not end the run (the
+    # chaos bench's engine kill failed its run this way); the rejoin brings the engine to the version.
+    weights = [("w", torch.zeros(4))]
+    with WeightBroadcaster(["http://127.0.0.1:9"], master_port=free_port()) as sync:
+        sync.mark_restarting("http://127.0.0.1:9")
+        stats = sync.broadcast(weights, version=3)
+        assert (stats.version, stats.num_engines, stats.bytes) == (3, 0, 0)
+        assert stats.failed == {"http://127.0.0.1:9": "restarting (health watcher)"}
+    # The same engine dead and not being restarted (nothing listens on the port): that is a failure.
+    with WeightBroadcaster(["http://127.0.0.1:9"], master_port=free_port()) as sync, \
+            pytest.raises(WeightSyncError, match="no engine is left"):
+        sync.broadcast(weights, version=3)
+
+
 def test_buckets_split_by_size_and_keep_order():
     named = [(f"t{i}", torch.zeros(n)) for i, n in enumerate([10, 10, 30, 5, 100])]
     buckets = weight_buckets(named, limit=25 * 4)

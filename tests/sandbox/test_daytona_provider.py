@@ -405,3 +405,57 @@ def test_a_daytona_sandbox_table_loads_and_bad_values_name_the_fix():
 
 async def _noop(sandbox):
     return None
+
+
+def test_up_prewarms_the_recipes_snapshots_and_another_process_starts_from_them(daytona_provider, daytona_standin,
+                                                                                 tmp_path, monkeypatch):
+    # `rl360 up`'s prewarm-snapshots stage makes them; a session actor's provider (a fresh one: it
+    # never saw them made) asks Daytona and starts from the snapshot rather than building the image.
+    import dataclasses
+
+    from rl360cli.config import TasksConfig, load_profile, load_recipe
+    from rl360cli.errors import Rl360Error
+    from rl360cli.stages import prewarm_snapshots, up_stages
+    from rl360cli.stages.base import Context
+    from rl360cli.state import StateFile
+
+    monkeypatch.setenv("DAYTONA_API_KEY", "stand-in-key")
+    task = load_task(write_task(tmp_path / "tasks", "t", dockerfile="FROM x\nWORKDIR /opt/tool\n"
+                                "RUN echo built > /opt/tool/mark\n", image=None))
+    sandbox_config = SandboxConfig(provider="daytona", daytona=DaytonaSandboxConfig(api_url=daytona_standin["api_url"]))
+    recipe = dataclasses.replace(load_recipe(REPO / "recipes" / "local-smoke.toml"), sandbox=sandbox_config,
+                                 tasks=TasksConfig(path=str(tmp_path / "tasks")))
+    profile_path = REPO / "cluster" / "local.toml"
+    ctx = Context(state=StateFile(tmp_path / "rl360" / "state.json"), profile=load_profile(profile_path),
+                  profile_path=profile_path, recipe=recipe, run_id="r-snap")
+    names = [stage.NAME for stage in up_stages()]
+    assert names.index("prewarm-snapshots") == names.index("prewarm-images") + 1 < names.index("serve")
+    assert prewarm_snapshots.applies(ctx)
+    assert not prewarm_snapshots.applies(dataclasses.replace(ctx, recipe=dataclasses.replace(
+        recipe, sandbox=dataclasses.replace(sandbox_config, daytona=DaytonaSandboxConfig(use_snapshots=False)))))
+    assert [a.subject for a in prewarm_snapshots.plan(ctx)] == ["1 tasks"]
+
+    # A task whose image cannot be built: one line naming the fix, nothing started.
+    write_task(tmp_path / "broken", "b", dockerfile="FROM x\nRUN exit 3\n", image=None)
+    broken_tasks = TasksConfig(path=str(tmp_path / "broken"))
+    broken = dataclasses.replace(ctx, recipe=dataclasses.replace(recipe, tasks=broken_tasks))
+    with pytest.raises(Rl360Error, match=r"a Daytona snapshot could not be made: .*RUN exited 3") as caught:
+        prewarm_snapshots.apply(broken)
+    assert "use_snapshots = false" in caught.value.fix
+    assert not sandboxes_of(daytona_standin, "r-snap")
+
+    states = prewarm_snapshots.apply(ctx)
+    fresh = daytona_provider()
+    name = fresh.snapshot_name(task)
+    assert states == {name: "active"} and name not in fresh.snapshots
+
+    async def go():
+        sandbox = await start(fresh, task)
+        try:
+            return standin_call(daytona_standin, "GET", f"/api/sandbox/{sandbox.id}"), sandbox.info()
+        finally:
+            await finish(fresh, sandbox)
+
+    seen, info = run(go())
+    assert seen["snapshot"] == name and info["snapshot"] == name
+    standin_call(daytona_standin, "DELETE", f"/api/snapshots/{name}")
