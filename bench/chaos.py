@@ -560,7 +560,8 @@ the dev machine; every fault recovered, 0 unearned, 0 left after `down`.
 `tests/bench/test_chaos_report.py` checks the bench's accounting on ledger entries
 written by the real `step_entry`.
 
-What it found, and what changed since the run before (which failed at step 20):
+What it found, and what changed since the first runs of 2026-12-01 (one failed at step 20 at the
+lost node, one at step 16 at the engine kill):
 - **A lost rollout node now recovers by itself** (37.8 s). Slurm requeues the rollout tier on the
   free node, Ray starts both session actors again there (`max_task_retries = -1`: with a count of 3
   the retries ran out while the actors came back), and the engine comes back at the trainer's
@@ -578,14 +579,18 @@ What it found, and what changed since the run before (which failed at step 20):
   later; a reward file missing in a container that is gone is a lost sandbox, not a verifier that wrote
   none (`tests/sandbox/test_docker_provider.py`). In the run before, 2 of 4 kills read `provider_error`
   and 2 `verifier_error`.
-- **The OOM fault was counted once as unearned.** The fill OOM-killed itself, the attempt went on,
-  its verifier wrote a reward and the sample was trained. By rl360's rule that is right: a sandbox
-  whose memory filled and whose verifier still ran is scored (an agent that fills its own memory is
-  the policy's failure, and a reward written under the task's own reservation stands). When rl360's
-  own command fails instead (`prepare_verifier`, an exec runc cannot start for lack of memory), the
-  attempt ends `sandbox_oom`. The ledger did not keep rewards, so the bench could not tell a passing
-  reward (the agent's) from a failing one (maybe the memory's). It keeps them now, and the bench
-  counts only the failing ones. The row above predates that change.
+- **A weight sync while the only engine restarts** ended a run ("no engine is left to take weight
+  version 16"): the step's sync fell inside the engine's ~10 s restart, and the engines the health
+  watcher is restarting were all there was. Such a sync now sends nothing and returns; the rejoin
+  sends the trainer's weights of then (`tests/inference/test_weight_sync.py`).
+- **The OOM fault.** The fill OOM-kills itself, the attempt goes on, its verifier writes a reward and
+  the sample is trained. By rl360's rule that is right: a sandbox whose memory filled and whose
+  verifier still ran is scored (an agent that fills its own memory is the policy's failure, and a
+  reward written under the task's own reservation stands). When rl360's own command fails instead
+  (`prepare_verifier`, an exec runc cannot start for lack of memory), the attempt ends `sandbox_oom`.
+  The ledger keeps each trained sample's reward now, and the bench counts a trained victim as
+  unearned only when its reward failed (a full memory makes tests fail, never pass): the row's
+  victim passed (reward 1). An earlier run counted such a victim unearned before rewards were kept.
 - **The state lock.** A holder stuck for less than the 30 s lock timeout only delays the run's writes
   (the row). A holder stuck for longer no longer fails the run: a step's progress is left out of the
   state file (the next step records it again) and the run's end waits up to 10 minutes for the lock
