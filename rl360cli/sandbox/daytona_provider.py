@@ -124,6 +124,11 @@ def sandbox_error(error: BaseException, *, what: str, starting: bool = False) ->
     return SandboxError(failed, f"Daytona {what} failed: {message}", node=NODE)
 
 
+def state_of(resource: Any) -> str:
+    """A Daytona snapshot's or sandbox's state as text (the SDK gives an enum, or a plain string)."""
+    return str(getattr(resource.state, "value", resource.state))
+
+
 class DaytonaProvider(SandboxProvider):
     name = "daytona"
 
@@ -185,14 +190,14 @@ class DaytonaProvider(SandboxProvider):
         for name, task in wanted.items():
             try:
                 found = await client.snapshot.get(name)
-                states[name] = str(getattr(found.state, "value", found.state))
+                states[name] = state_of(found)
             except DaytonaNotFoundError:
                 cpu, memory, disk = self.resources(task)
                 try:
                     made = await client.snapshot.create(CreateSnapshotParams(
                         name=name, image=self.image(task), resources=Resources(cpu=cpu, memory=memory, disk=disk)),
                         timeout=task.build_timeout_s)
-                    states[name] = str(getattr(made.state, "value", made.state))
+                    states[name] = state_of(made)
                 except DaytonaError as e:
                     raise sandbox_error(e, what=f"snapshot {name}", starting=True) from None
             except DaytonaError as e:
@@ -208,7 +213,7 @@ class DaytonaProvider(SandboxProvider):
             return name in self.snapshots
         try:
             found = await self.client().snapshot.get(name)
-            active = str(getattr(found.state, "value", found.state)) == "active"
+            active = state_of(found) == "active"
         except DaytonaNotFoundError:
             active = False
         except DaytonaError:
@@ -403,7 +408,7 @@ class DaytonaSandbox(Sandbox):
                                node=NODE) from None
         except DaytonaError as e:
             raise sandbox_error(e, what="get sandbox") from None
-        state = str(getattr(self.remote.state, "value", self.remote.state))
+        state = state_of(self.remote)
         if state != "started":
             reason = getattr(self.remote, "error_reason", None) or ""
             raise SandboxError(Event.SANDBOX_KILLED, f"Daytona sandbox {self.id} is {state} (killed from outside)"
