@@ -1,0 +1,461 @@
+"""Benchmark: rl360 side by side with TRL's GRPOTrainer, same policy, same 32 tasks, same machine.
+
+One invocation trains policy v0 of recipes/local-smoke.toml (built and cached by rl360's own
+`prepare_policy`, so both start from the same weights: the sha256 of model.safetensors is in the
+results) on the recipe's 32 arith tasks twice, one after the other:
+
+1. TRL's `GRPOTrainer`, with the recipe's values: num_generations = [loop] num_samples_per_task,
+   [loop] num_tasks_per_step prompts per generation batch (one generation batch = one "step"),
+   num_iterations = [trainer] num_epochs (each a full-batch optimizer step, as rl360 takes them),
+   epsilon / epsilon_high = [grpo] clip_low / clip_high, temperature, top_p, max_completion_length =
+   [rollout] max_new_tokens, beta 0, loss "dapo" (token mean over the whole batch, rl360's
+   "token-mean"), scale_rewards "group", fp32, the same AdamW (lr, betas, weight decay, grad clip)
+   and rl360's own learning-rate schedule (`TrainerConfig.lr_at`, per step) as a LambdaLR. The
+   prompt is the task's instruction as the one user message through the policy's chat template
+   (the token ids are checked against rl360's `ConversationTokens`). The reward function takes the
+   completion's first ```bash block (rl360's `parse_action`), runs it in a sandbox of rl360's
+   process provider (bubblewrap) and then the task's own tests/test.sh (rl360's `run_attempt`),
+   and gives the verifier's reward; an infra failure gives None (TRL leaves it out).
+2. rl360: `rl360 up --recipe recipes/local-smoke.toml --set run.seed=N` in a fresh state file (a
+   copy of the recipe's profile with other ports, so a run already on this machine is left alone),
+   read back from the run's metrics.jsonl.
+
+The clock starts, for both, when the first step begins with the model loaded: TRL at the first
+optimizer step's `on_step_begin` (the trainer built, nothing generated yet); rl360 at step 0's start
+(its first metrics row's `time - step_s`: engines up, trainer loaded, step 0's generation just
+submitted). A step's time is when its update is done; its reward is the mean over the step's
+first `tasks x samples` samples (rl360's `reward_mean`: the first generation round).
+
+READING: the table gives, per reward level, the wall seconds to the first step at or above it
+("never" within the steps); samples/s counts every sample generated (rl360's dynamic filtering
+generates extra rounds to fill its batch with groups whose rewards differ; TRL trains on the
+first round, zero-advantage groups included). The two differ where they could not be aligned:
+TRL's completion is one turn (the bash block), rl360's agent runs up to [rollout] max_turns turns
+(answer, observation, "done"); TRL generates with `model.generate` in the trainer process and
+recomputes old logprobs, rl360 with its engine (logprobs from the engine) on a share of the cores;
+rl360 filters zero-std groups and runs held-out evaluations and checkpoints inside its clock.
+
+    .venv/bin/python bench/bench_vs_trl.py [--seeds 0] [--steps 30] [--only trl|rl360] [--no-write]
+    # writes bench/results/vs_trl.json and the "rl360 against TRL" section of docs/benchmarks.md
+    # needs the bench extra (pip install -e .[local,bench]: trl) and bubblewrap
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = REPO / "recipes" / "local-smoke.toml"
+RESULTS = REPO / "bench" / "results" / "vs_trl.json"
+LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9)
+SECTION = "rl360 against TRL"
+
+
+# ----------------------------------------------------------------------------- pure parts (tests/bench)
+
+
+def bash_block(completion: str) -> str | None:
+    """The command of a completion's first fenced bash block (what rl360's agent runs), else None."""
+    from rl360cli.agent.conversation import parse_action
+
+    action = parse_action(completion)
+    return action.command if action.kind == "bash" else None
+
+
+def first_reaching(curve: list[dict], level: float) -> dict | None:
+    """The first row of `curve` (rows with `reward` and `wall_s`) whose reward is at least `level`."""
+    return next((row for row in curve if row["reward"] is not None and row["reward"] >= level), None)
+
+
+def level_table(curves: dict[str, list[dict]], levels: tuple[float, ...] = LEVELS) -> list[str]:
+    """Markdown rows: per level, each run's wall seconds (and step) to its first step at or above it."""
+    names = list(curves)
+    lines = ["| reward level | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for level in levels:
+        cells = []
+        for name in names:
+            row = first_reaching(curves[name], level)
+            cells.append("never" if row is None else f"{row['wall_s']:.0f} s (step {row['step']})")
+        lines.append(f"| {level:.2f} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def summary(curve: list[dict]) -> dict:
+    """First step >= 0.90, best and last reward, mean step seconds, samples/s over the run."""
+    reached = first_reaching(curve, 0.90)
+    rewards = [row["reward"] for row in curve if row["reward"] is not None]
+    wall = curve[-1]["wall_s"] if curve else 0.0
+    samples = sum(row["samples"] for row in curve)
+    return {
+        "steps": len(curve),
+        "first_step_090": reached["step"] if reached else None,
+        "wall_s_090": reached["wall_s"] if reached else None,
+        "levels": {f"{level:.2f}": (None if (row := first_reaching(curve, level)) is None else row["wall_s"])
+                   for level in LEVELS},
+        "reward_first": rewards[0] if rewards else None,
+        "reward_best": max(rewards) if rewards else None,
+        "reward_last": rewards[-1] if rewards else None,
+        "step_s_mean": wall / len(curve) if curve else None,
+        "wall_s": wall,
+        "samples": samples,
+        "samples_per_s": samples / wall if wall > 0 else None,
+    }
+
+
+def rl360_curve(rows: list[dict]) -> list[dict]:
+    """rl360's metrics.jsonl rows as a curve, the clock from step 0's start (`time - step_s` of row 0)."""
+    if not rows:
+        return []
+    start = rows[0]["time"] - rows[0]["step_s"]
+    return [{"step": row["step"], "reward": row["reward_mean"], "wall_s": row["time"] - start,
+             "samples": row["samples"], "step_s": row["step_s"],
+             "split": {key: row.get(key) for key in ("wait_for_generation_s", "generation_s", "train_s",
+                                                      "weight_sync_s", "generation_rounds", "eval/s")}}
+            for row in rows]  # fmt: skip
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def weights_digest(policy_dir: Path) -> str:
+    """sha256 over the policy folder's safetensors files, by name."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(policy_dir).glob("*.safetensors")):
+        digest.update(path.name.encode() + b"\0" + sha256_of(path).encode())
+    return digest.hexdigest()[:16]
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+# ----------------------------------------------------------------------------- TRL
+
+
+def run_trl(recipe, *, seed: int, steps: int, policy_dir: Path) -> dict:
+    import asyncio
+
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rl360cli.agent.conversation import ConversationTokens
+    from rl360cli.outcome import Outcome
+    from rl360cli.sandbox.attempt import run_attempt
+    from rl360cli.sandbox.providers import make_provider
+    from rl360cli.sandbox.task import load_task_set
+
+    tasks = {t.id: t for t in load_task_set(Path(recipe.tasks.path), include=recipe.tasks.include)}
+    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+    model = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32)
+    loop, trainer_cfg, grpo, rollout = recipe.loop, recipe.trainer, recipe.grpo, recipe.rollout
+    prompts = [{"prompt": [{"role": "user", "content": task.instruction}], "task_id": task_id}
+               for task_id, task in tasks.items()]
+    # One generation batch is one rl360 step: every one of its prompts `num_samples_per_task` times.
+    batch = loop.num_tasks_per_step * loop.num_samples_per_task
+    iterations = trainer_cfg.num_epochs
+    out_dir = Path(tempfile.mkdtemp(prefix="rl360-vs-trl-"))
+    args = GRPOConfig(
+        output_dir=str(out_dir), seed=seed, data_seed=seed, max_steps=steps * iterations,
+        per_device_train_batch_size=batch, gradient_accumulation_steps=1, steps_per_generation=1,
+        num_generations=loop.num_samples_per_task, num_iterations=iterations,
+        learning_rate=trainer_cfg.lr, weight_decay=trainer_cfg.weight_decay, max_grad_norm=trainer_cfg.grad_clip,
+        adam_beta1=trainer_cfg.betas[0], adam_beta2=trainer_cfg.betas[1],
+        epsilon=grpo.clip_low, epsilon_high=grpo.clip_high, beta=grpo.kl_coef, loss_type="dapo",
+        scale_rewards="group" if grpo.std_normalize else "none",
+        temperature=rollout.temperature, top_p=rollout.top_p, top_k=0, max_completion_length=rollout.max_new_tokens,
+        bf16=False, fp16=False, gradient_checkpointing=False, use_cpu=True,
+        report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True, dataloader_num_workers=0,
+    )  # fmt: skip
+    optimizer = torch.optim.AdamW(model.parameters(), lr=trainer_cfg.lr, betas=tuple(trainer_cfg.betas),
+                                  weight_decay=trainer_cfg.weight_decay)  # fmt: skip
+    # rl360's schedule, per rl360 step: optimizer step k belongs to step k // num_epochs.
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda k: trainer_cfg.lr_at(k // iterations) / trainer_cfg.lr)
+
+    provider = make_provider(recipe.sandbox, run_id=f"vs-trl-{seed}")
+    events = asyncio.new_event_loop()
+    gate = asyncio.Semaphore(rollout.max_concurrent_sessions)
+    generations: list[dict] = []
+
+    async def attempt(index: int, task_id: str, command: str | None) -> tuple[float | None, dict]:
+        async def agent(sandbox, step=None) -> None:
+            if command is not None:
+                await sandbox.exec(command, timeout_s=recipe.sandbox.exec_timeout_s)
+
+        async with gate:
+            result = await run_attempt(provider, tasks[task_id], agent,
+                                       attempt_id=f"trl-{len(generations)}-{task_id}-{index}")  # fmt: skip
+        if result.outcome == Outcome.INFRA_FAILURE:
+            return None, {"infra": result.cause.value if result.cause else "?"}
+        return result.reward, {}
+
+    def verifier_reward(prompts, completions, task_id, **_) -> list[float | None]:
+        began = time.monotonic()
+        texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+        commands = [bash_block(text) for text in texts]
+
+        async def all_of() -> list:
+            return await asyncio.gather(*(attempt(i, t, c) for i, (t, c) in enumerate(zip(task_id, commands))))
+
+        results = events.run_until_complete(all_of())
+        rewards = [r for r, _ in results]
+        valid = [r for r in rewards if r is not None]
+        generations.append({"reward": sum(valid) / len(valid) if valid else None, "samples": len(rewards),
+                            "infra_failures": len(rewards) - len(valid), "verify_s": time.monotonic() - began,
+                            "with_bash_block": sum(c is not None for c in commands)})  # fmt: skip
+        return rewards
+
+    class Clock(TrainerCallback):
+        def __init__(self) -> None:
+            self.start: float | None = None
+            self.ends: list[float] = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            if self.start is None:
+                self.start = time.time()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.ends.append(time.time())
+
+    clock = Clock()
+    trainer = GRPOTrainer(model=model, reward_funcs=verifier_reward, args=args,
+                          train_dataset=Dataset.from_list(prompts), processing_class=tokenizer,
+                          optimizers=(optimizer, schedule), callbacks=[clock])  # fmt: skip
+    # How long TRL's own generation takes (the rest of a step: rewards, old logprobs, the updates).
+    generate = trainer._generate_single_turn
+    generate_s: list[float] = []
+
+    def timed_generate(*args, **kwargs):
+        began = time.monotonic()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            generate_s.append(time.monotonic() - began)
+
+    trainer._generate_single_turn = timed_generate
+    # The prompt tokens TRL generates from are rl360's first turn (ConversationTokens).
+    for row in prompts:
+        theirs = list(trainer._tokenize_prompts([row["prompt"]])[0][0])
+        ours = ConversationTokens(tokenizer, row["prompt"]).token_ids
+        if theirs != ours:
+            raise SystemExit(f"TRL's prompt tokens of {row['task_id']} differ from rl360's: {theirs} vs {ours}")
+    trainer.train()
+    events.run_until_complete(provider.close())
+    events.close()
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    curve = []
+    for step, generation in enumerate(generations[:steps]):
+        end = clock.ends[min(len(clock.ends), (step + 1) * iterations) - 1]
+        curve.append({"step": step, "reward": generation["reward"], "wall_s": end - clock.start,
+                      "samples": generation["samples"], "infra_failures": generation["infra_failures"],
+                      "verify_s": generation["verify_s"], "with_bash_block": generation["with_bash_block"],
+                      "generate_s": generate_s[step] if step < len(generate_s) else None, "updates": iterations,
+                      "step_s": end - (clock.ends[step * iterations - 1] if step else clock.start)})  # fmt: skip
+    return {"curve": curve, "train_log": logs, "torch_threads": torch.get_num_threads()}
+
+
+# ----------------------------------------------------------------------------- rl360
+
+
+def run_rl360(*, seed: int, steps: int | None, extra: list[str]) -> dict:
+    folder = Path(tempfile.mkdtemp(prefix="rl360-vs-trl-"))
+    profile = folder / "local.toml"
+    # The recipe's profile, on ports nothing else on this machine (another rl360 run) holds.
+    text = (REPO / "cluster" / "local.toml").read_text()
+    base_port, sync_port = (int(re.search(rf"(?m)^{key} = (\d+)", text).group(1)) for key in ("base_port", "sync_port"))
+    # Both moved by the same offset (the Ray head takes base_port + 90: rl360cli/stages/train.py).
+    offset = free_port_block(sync_port - base_port) - base_port
+    text = re.sub(r"(?m)^base_port = \d+", f"base_port = {base_port + offset}", text)
+    text = re.sub(r"(?m)^sync_port = \d+", f"sync_port = {sync_port + offset}", text)
+    profile.write_text(text)
+    env = {**os.environ, "RL360_STATE": str(folder / "state.json")}
+    rl360 = [sys.executable, "-m", "rl360cli"]
+    overrides = ["--set", f"run.seed={seed}", *(["--set", f"loop.num_steps={steps}"] if steps else []), *extra]
+    started = time.monotonic()
+    proc = subprocess.run([*rl360, "up", "--recipe", str(RECIPE), "--profile", str(profile), *overrides],
+                          cwd=folder, env=env, capture_output=True, text=True)  # fmt: skip
+    command_s = time.monotonic() - started
+    subprocess.run([*rl360, "down"], cwd=folder, env=env, capture_output=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"rl360 up failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    doc = json.loads((folder / "state.json").read_text())
+    metrics = Path(doc["runs"][doc["current_run"]]["metrics_path"])
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    from rl360cli.config import run_policy_dir
+
+    policy = run_policy_dir(metrics.parent)
+    return {"curve": rl360_curve(rows), "command_s": command_s, "overrides": overrides,
+            "weights": weights_digest(policy), "policy_dir": str(policy)}  # fmt: skip
+
+
+def free_port_block(sync_offset: int, start: int = 31400, width: int = 100) -> int:
+    """The first base port from `start` up whose `width` ports, and the port `sync_offset` from it, bind on loopback."""
+    import socket
+
+    for base in range(start, 60000 - width, width):
+        try:
+            for port in [*range(base, base + width), base + sync_offset]:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise SystemExit("no free block of ports on 127.0.0.1")
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def render(results: dict) -> str:
+    runs = results["runs"]
+    curves = {name: run["curve"] for name, run in runs.items()}
+    lines = [
+        "TRL's `GRPOTrainer` and rl360 train policy v0 of `recipes/local-smoke.toml` on its 32 tasks with the "
+        "recipe's settings, one after the other in one invocation (`bench/bench_vs_trl.py`). The clock starts "
+        "when the first step begins with the model loaded; a step counts at the end of its update, with the "
+        "mean reward of its first 32 x 8 samples.",
+        "",
+        f"Policy v0 weights (sha256 of its safetensors): TRL {results['weights']['trl'] or '-'}, "
+        f"rl360 {results['weights']['rl360'] or '-'}.",
+        "",
+        "Wall seconds to the first step at or above each reward level:",
+        "",
+        *level_table(curves),
+        "",
+        "| run | steps | reward at step 0 | best | last | first step >= 0.90 | mean step | samples/s | load before |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, run in runs.items():
+        s = summary(run["curve"])
+        first = "-" if s["first_step_090"] is None else s["first_step_090"]
+        lines.append(f"| {name} | {s['steps']} | {s['reward_first']:.3f} | {s['reward_best']:.3f} | "
+                     f"{s['reward_last']:.3f} | {first} | {s['step_s_mean']:.1f} s | {s['samples_per_s']:.1f} | "
+                     f"{' '.join(f'{x:.1f}' for x in run['load_before'])} |")  # fmt: skip
+    lines += ["", "Where a step's time goes (means over the steps):", ""]
+    for name, run in runs.items():
+        lines.append(f"- {name}: {split_line(run['curve'])}")
+    lines += ["", "Mean reward per step:", ""]
+    for name, run in runs.items():
+        rewards = ("-" if row["reward"] is None else f"{row['reward']:.2f}" for row in run["curve"])
+        lines.append(f"- {name}: " + " ".join(rewards))
+    lines += ["", f"Measured {results['date']} on {results['cpus']} cores (load averages over 1, 5 and 15 minutes "
+              f"before each run; the machine is shared), rl360 at {results['commit']}"
+              f"{' with local changes' if results['dirty'] else ''}, trl {results['trl']}, "
+              f"torch {results['torch']}. Figures in `bench/results/vs_trl.json`."]
+    if results.get("reading"):
+        lines += ["", results["reading"]]
+    return "\n".join(lines)
+
+
+def split_line(curve: list[dict]) -> str:
+    """One run's mean step split: TRL's generation and verifier seconds, rl360's wait for generation and update."""
+    def mean(values) -> float | None:
+        values = [v for v in values if v is not None]
+        return sum(values) / len(values) if values else None
+
+    step = mean(row["step_s"] for row in curve)
+    if curve and "verify_s" in curve[0]:
+        generate, verify = mean(r.get("generate_s") for r in curve), mean(r["verify_s"] for r in curve)
+        rest = step - (generate or 0) - (verify or 0)
+        return (f"step {step:.1f} s = generation {generate or 0:.1f} s + sandboxes and verifier {verify:.1f} s + "
+                f"old logprobs and {curve[0].get('updates', 2)} updates {rest:.1f} s")
+    split = {key: mean(r["split"].get(key) for r in curve) for key in curve[0]["split"]} if curve else {}
+    evals = [r["split"].get("eval/s") for r in curve if r["split"].get("eval/s")]
+    return (f"step {step:.1f} s: waiting for generation {split.get('wait_for_generation_s') or 0:.1f} s "
+            f"(generation {split.get('generation_s') or 0:.1f} s over {split.get('generation_rounds') or 0:.1f} "
+            f"rounds, overlapping the previous update), update {split.get('train_s') or 0:.1f} s, weight sync "
+            f"{split.get('weight_sync_s') or 0:.2f} s; {len(evals)} held-out evaluations, {sum(evals):.0f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="run seeds (TRL's seed, rl360's run.seed)")
+    parser.add_argument("--steps", type=int, default=None, help="steps of each run (default: the recipe's)")
+    parser.add_argument("--only", choices=("trl", "rl360"), default=None, help="run only one of the two")
+    parser.add_argument("--rl360-seeds", type=int, nargs="+", default=None,
+                        help="rl360's run seeds when they should differ from --seeds (e.g. one rl360 run)")
+    parser.add_argument("--rl360-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra `--set` for rl360 up (e.g. eval.every=0)")
+    parser.add_argument("--no-write", action="store_true", help="print, but write neither results nor docs")
+    args = parser.parse_args()
+
+    import torch
+
+    from rl360cli.config import load_recipe
+    from rl360cli.trainer.model import prepare_policy
+
+    recipe = load_recipe(RECIPE)
+    steps = args.steps or recipe.loop.num_steps
+    # Policy v0 as `rl360 up` prepares it: built once per machine (the cache), linked here.
+    policy_dir = Path(tempfile.mkdtemp(prefix="rl360-vs-trl-policy-")) / "v0"
+    prepare_policy(recipe.model, tasks_dir=Path(recipe.tasks.path), out_dir=policy_dir, seed=recipe.policy_seed)
+    weights = {"trl": weights_digest(policy_dir), "rl360": None}
+    runs: dict[str, dict] = {}
+    if args.only in (None, "trl"):
+        for seed in args.seeds:
+            load = load_average()
+            print(f"TRL, seed {seed}, load {load} ...", flush=True)
+            runs[f"TRL GRPOTrainer, seed {seed}"] = {**run_trl(recipe, seed=seed, steps=steps, policy_dir=policy_dir),
+                                                     "load_before": load, "seed": seed}
+            print(json.dumps(summary(runs[f"TRL GRPOTrainer, seed {seed}"]["curve"])), flush=True)
+    if args.only in (None, "rl360"):
+        extra = [item for pair in (("--set", s) for s in args.rl360_set) for item in pair]
+        for seed in args.rl360_seeds or args.seeds:
+            load = load_average()
+            print(f"rl360, seed {seed}, load {load} ...", flush=True)
+            run = run_rl360(seed=seed, steps=args.steps, extra=extra)
+            weights["rl360"] = run["weights"]
+            runs[f"rl360, seed {seed}"] = {**run, "load_before": load, "seed": seed}
+            print(json.dumps(summary(run["curve"])), flush=True)
+    if weights["rl360"] and weights["rl360"] != weights["trl"]:
+        print(f"WARNING: the runs started from different weights: {weights}", flush=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
+                           text=True)  # fmt: skip
+    results = {
+        "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "commit": commit.stdout.strip(),
+        "dirty": bool(dirty.stdout.strip()), "torch": torch.__version__, "weights": weights,
+        "trl": __import__("trl").__version__ if args.only != "rl360" else None,
+        "recipe": str(RECIPE.relative_to(REPO)), "steps": steps,
+        "runs": runs, "summary": {name: summary(run["curve"]) for name, run in runs.items()},
+        "load_after": load_average(),
+    }  # fmt: skip
+    if args.only and RESULTS.is_file() and not args.no_write:
+        # One side again: the other side's runs of the last results stay.
+        earlier = json.loads(RESULTS.read_text())
+        kept = {name: run for name, run in earlier["runs"].items() if not name.startswith(
+            "TRL" if args.only == "trl" else "rl360")}
+        results["runs"] = {**kept, **runs}
+        results["summary"] = {name: summary(run["curve"]) for name, run in results["runs"].items()}
+        results["weights"] = {side: weights[side] or earlier["weights"].get(side) for side in weights}
+        results["trl"] = results["trl"] or earlier.get("trl")
+    text = render(results)
+    print(text)
+    if not args.no_write:
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+        from bench.report import write_section
+
+        write_section(SECTION, text)
+
+
+if __name__ == "__main__":
+    main()

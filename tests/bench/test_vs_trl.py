@@ -1,0 +1,61 @@
+"""The pure parts of bench/bench_vs_trl.py, without TRL: the bash block a completion runs (rl360's agent
+reads it the same way), the clock read from rl360's metrics rows, and the per-level table and summary."""
+
+from __future__ import annotations
+
+from bench.bench_vs_trl import bash_block, first_reaching, level_table, rl360_curve, split_line, summary
+
+
+def test_the_first_bash_block_is_the_command():
+    assert bash_block("```bash\necho 'x-5' > answer.py\n```") == "echo 'x-5' > answer.py"
+    assert bash_block("sure\n```sh\necho 'x' > answer.py\n```\n```bash\nls\n```") == "echo 'x' > answer.py"
+    assert bash_block("```\necho 1\n```") == "echo 1"  # an untagged fence is bash, as for rl360's agent
+
+
+def test_no_block_runs_nothing():
+    assert bash_block("done") is None
+    assert bash_block("```bash echo 'x' > answer.py```") is None  # no newline after the tag: not a block
+    assert bash_block("```bash\necho 'x' > answer.py") is None  # never closed (cut at max new tokens)
+
+
+def curve(rewards: list[float | None], step_s: float = 10.0) -> list[dict]:
+    return [{"step": i, "reward": r, "wall_s": step_s * (i + 1), "samples": 256} for i, r in enumerate(rewards)]
+
+
+def test_the_level_table_gives_the_first_step_at_or_above_each_level():
+    fast, slow = curve([0.4, 0.55, 0.72, 0.71, 0.77], step_s=7.0), curve([0.4, None, 0.6, 0.8, 0.9, 0.95], 16.0)
+    assert first_reaching(fast, 0.7)["step"] == 2 and first_reaching(fast, 0.8) is None
+    assert first_reaching(slow, 0.5)["step"] == 2  # a step without a reward never counts
+    rows = level_table({"TRL": fast, "rl360": slow})
+    assert rows[:2] == ["| reward level | TRL | rl360 |", "|---|---|---|"]
+    assert rows[2] == "| 0.50 | 14 s (step 1) | 48 s (step 2) |"
+    assert rows[4] == "| 0.70 | 21 s (step 2) | 64 s (step 3) |"
+    assert rows[6] == "| 0.90 | never | 80 s (step 4) |"
+
+
+def test_the_summary_counts_samples_over_the_whole_clock():
+    s = summary(curve([0.3, 0.92, 0.85], step_s=8.0))
+    assert s["first_step_090"] == 1 and s["wall_s_090"] == 16.0
+    assert s["levels"]["0.80"] == 16.0 and s["reward_best"] == 0.92 and s["reward_last"] == 0.85
+    assert s["samples_per_s"] == 3 * 256 / 24.0 and s["step_s_mean"] == 8.0
+
+
+def test_rl360s_clock_starts_when_step_0_begins():
+    rows = [{"step": 0, "time": 1000.0, "step_s": 20.0, "reward_mean": 0.35, "samples": 344, "train_s": 9.0},
+            {"step": 1, "time": 1016.0, "step_s": 16.0, "reward_mean": 0.41, "samples": 296, "train_s": 8.0}]
+    got = rl360_curve(rows)
+    assert [(r["step"], r["wall_s"], r["reward"], r["samples"]) for r in got] == [(0, 20.0, 0.35, 344),
+                                                                                  (1, 36.0, 0.41, 296)]
+    assert got[1]["split"]["train_s"] == 8.0
+
+
+def test_the_split_line_names_each_part_of_a_step():
+    trl = [{"step": 0, "reward": 0.4, "wall_s": 7.0, "samples": 256, "step_s": 7.0, "generate_s": 2.0,
+            "verify_s": 3.0, "updates": 2}]
+    assert split_line(trl) == ("step 7.0 s = generation 2.0 s + sandboxes and verifier 3.0 s + "
+                               "old logprobs and 2 updates 2.0 s")
+    rows = [{"step": 0, "time": 30.0, "step_s": 16.0, "reward_mean": 0.4, "samples": 300, "wait_for_generation_s": 8.0,
+             "generation_s": 12.0, "generation_rounds": 2, "train_s": 7.5, "weight_sync_s": 0.05, "eval/s": 4.0}]
+    assert split_line(rl360_curve(rows)) == (
+        "step 16.0 s: waiting for generation 8.0 s (generation 12.0 s over 2.0 rounds, overlapping the previous "
+        "update), update 7.5 s, weight sync 0.05 s; 1 held-out evaluations, 4 s")
