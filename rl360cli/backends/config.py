@@ -60,6 +60,11 @@ def check_time_limit(text: str, name: str = "time_limit") -> int:
 class TierSpec:
     num_nodes: int = 1
     gpus_per_node: int = 0
+    # GPUs of each node kept for sandboxes of GPU tasks (Harbor's `gpus`), on top of `gpus_per_node`
+    # (the engines' or ranks'): a tier with any asks Slurm for GRES, `--gres=gpu[:TYPE]:TOTAL`.
+    sandbox_gpus_per_node: int = 0
+    # The GRES type of the tier's GPUs ("h100"), named in `--gres=gpu:TYPE:N` (None: any type).
+    gpu_type: str | None = None
     # Slurm: CPUs and memory asked per node (None: the partition's default / the whole node if exclusive).
     cpus_per_node: int | None = None
     memory_gb_per_node: float | None = None
@@ -78,6 +83,10 @@ class TierSpec:
             raise ValueError(f"num_nodes must be between 1 and 100000 (got {self.num_nodes})")
         if self.gpus_per_node < 0:
             raise ValueError(f"gpus_per_node must be >= 0 (got {self.gpus_per_node})")
+        if self.sandbox_gpus_per_node < 0:
+            raise ValueError(f"sandbox_gpus_per_node must be >= 0 (got {self.sandbox_gpus_per_node})")
+        if self.gpu_type is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.gpu_type):
+            raise ValueError(f"gpu_type must be a GRES type name like \"h100\" (got {self.gpu_type!r})")
         if self.cpus_per_node is not None and self.cpus_per_node < 1:
             raise ValueError(f"cpus_per_node must be at least 1 (got {self.cpus_per_node})")
         if not 0 < self.share <= 1:
@@ -86,6 +95,18 @@ class TierSpec:
             raise ValueError(f"cpu_list holds CPU numbers >= 0 (got {list(self.cpu_list)})")
         if self.time_limit is not None:
             check_time_limit(self.time_limit)
+
+
+    @property
+    def total_gpus_per_node(self) -> int:
+        return self.gpus_per_node + self.sandbox_gpus_per_node
+
+    def gres(self) -> str | None:
+        """The tier's `--gres` (`gpu:N`, `gpu:TYPE:N`) when it keeps GPUs for sandboxes or names a type;
+        None: `--gpus-per-node` (or no GPUs) says it."""
+        if not (self.sandbox_gpus_per_node or (self.gpu_type and self.gpus_per_node)):
+            return None
+        return f"gpu:{self.gpu_type}:{self.total_gpus_per_node}" if self.gpu_type else f"gpu:{self.total_gpus_per_node}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -103,6 +103,10 @@ class SlurmBackend:
         parts = [f"{spec.num_nodes} node{'s' if spec.num_nodes > 1 else ''}"]
         if spec.gpus_per_node:
             parts.append(f"{spec.gpus_per_node} GPUs each")
+        if spec.sandbox_gpus_per_node:
+            parts.append(f"{spec.sandbox_gpus_per_node} more for GPU sandboxes")
+        if spec.gres():
+            parts.append(f"GRES {spec.gres()}")
         if spec.cpus_per_node:
             parts.append(f"{spec.cpus_per_node} CPUs each")
         parts.append(f"partition {spec.partition or opts.partition or '(default)'}")
@@ -238,7 +242,7 @@ class SlurmBackend:
             "resources": {"cpus": spec.cpus_per_node or first.get("cpus"),
                           "memory_mb": int(spec.memory_gb_per_node * 1024) if spec.memory_gb_per_node
                           else first.get("memory_mb"),
-                          "gpus": spec.gpus_per_node},
+                          "gpus": spec.total_gpus_per_node},
             "script": sub["script"], "holder_log": str(self.jobs_dir / sub["job_id"] / f"{sub['job_id']}_0_log.out"),
             "submitted_at": now_iso(), "requeues": 0, "lost_nodes": list(sub.get("exclude", [])),
         }
@@ -252,7 +256,7 @@ class SlurmBackend:
             "address": known.get("address") or node, "tier": tier, "cpus": cpus, "memory_mb": memory,
             "reserved_cpus": cpus if self.options.exclusive else (spec.cpus_per_node or cpus),
             "reserved_memory_mb": int(spec.memory_gb_per_node * 1024) if spec.memory_gb_per_node else memory,
-            "gpus": spec.gpus_per_node, "images": {},
+            "gpus": spec.total_gpus_per_node, "images": {},
         }
 
     def tiers_alive(self, tiers: Mapping[str, TierRecord]) -> dict[str, bool]:

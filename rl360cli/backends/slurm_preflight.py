@@ -127,7 +127,7 @@ def check_profile(profile: ClusterProfile, info: ClusterInfo, *, exclude: tuple[
             raise Rl360Error(f"tier {tier}: {spec.num_nodes} nodes asked, partition '{name}' has "
                              f"{len(part.nodes)}",
                              f"set num_nodes in [tiers.{tier}] to at most {len(part.nodes)}")
-        if spec.gpus_per_node:
+        if spec.total_gpus_per_node:
             with_gpus = [n for n in part.nodes if "gpu" in info.nodes.get(n, {}).get("gres", "")]
             if len(with_gpus) < spec.num_nodes:
                 raise Rl360Error(f"tier {tier}: {spec.num_nodes} nodes with GPUs asked, partition '{name}' has "

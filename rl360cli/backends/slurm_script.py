@@ -67,7 +67,9 @@ def tier_parameters(profile: ClusterProfile, tier: str, *, exclude: tuple[str, .
         "constraint": constraint,
         "cpus_per_task": spec.cpus_per_node,
         "mem": _memory(spec.memory_gb_per_node),
-        "gpus_per_node": spec.gpus_per_node or None,
+        # A tier that keeps GPUs for GPU tasks' sandboxes (or names their type) asks for GRES instead.
+        "gres": spec.gres(),
+        "gpus_per_node": (spec.gpus_per_node or None) if spec.gres() is None else None,
         "exclusive": True if opts.exclusive else None,
         "exclude": ",".join(exclude) if exclude else None,
         "setup": list(opts.setup) or None,

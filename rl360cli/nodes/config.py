@@ -21,6 +21,10 @@ class NodeSpec:
     known_hosts: str | None = None
     cpus: float = 2.0
     memory_mb: int = 4096
+    # GPUs sandboxes on this node may reserve (a task's `gpus`; docker: `--gpus` device requests), and
+    # their model ("h100"; empty: unknown, any task's gpu_types fit), matched against a task's gpu_types.
+    gpus: int = 0
+    gpu_type: str = ""
     # Disk the image cache may use on this node.
     disk_budget_gb: float = 50.0
 
@@ -31,3 +35,5 @@ class NodeSpec:
             raise ValueError(f"docker_host must start with unix://, ssh:// or tcp:// (got {self.docker_host!r})")
         if self.cpus <= 0 or self.memory_mb <= 0 or self.disk_budget_gb <= 0:
             raise ValueError("cpus, memory_mb and disk_budget_gb must be positive")
+        if self.gpus < 0:
+            raise ValueError(f"gpus must be >= 0 (got {self.gpus}); 0 for a node without GPUs")

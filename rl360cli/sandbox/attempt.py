@@ -128,8 +128,9 @@ async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, at
     began = time.monotonic()
     try:
         try:
-            if task.gpus or task.mcp_servers:  # what not every node can hold: refused before anything starts
-                problem = placement_problem(task, provider.nodes(), getattr(provider, "name", ""))
+            if task.gpus or task.mcp_servers or task.sidecars:  # what not every node holds: refused before a start
+                problem = placement_problem(task, provider.nodes(), getattr(provider, "name", ""),
+                                            sidecars=getattr(provider, "supports_sidecars", False))
                 if problem is not None:
                     raise SandboxError(Event.START_FAILED, problem)
             with _timed(timings, "start"):

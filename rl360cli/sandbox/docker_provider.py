@@ -57,6 +57,7 @@ from rl360cli.errors import Rl360Error
 from rl360cli.images.config import RegistrySpec
 from rl360cli.images.mirrors import MirrorRefused, rewrite_dockerfile, through_mirrors
 from rl360cli.sandbox.config import SandboxConfig
+from rl360cli.sandbox.docker_sidecars import DockerSidecars
 from rl360cli.sandbox.provider import ExecResult, NodeCapacity, OutputBuffer, Sandbox, SandboxProvider, \
     own_command_failed, sandbox_labels
 from rl360cli.sandbox.task import resolve_env
@@ -140,10 +141,13 @@ class ContainerSpec:
     # () for a writable root.
     volumes: tuple[str, ...] = ()
     tmpfs: tuple[str, ...] = ()
+    # The node's GPUs (device indices) the container reserves: `--gpus '"device=0,1"'`.
+    gpus: tuple[str, ...] = ()
 
 
 class DockerProvider(SandboxProvider):
     name = "docker"
+    supports_sidecars = True
 
     def __init__(self, nodes: Sequence[NodeSpec], *, config: SandboxConfig, run_id: str = "",
                  registry: RegistrySpec | None = None):
@@ -172,13 +176,17 @@ class DockerProvider(SandboxProvider):
         self.builds = 0
         # The reservations of the live sandboxes on each node (CPUs, MB), which the warm pool must leave be.
         self._reserved: dict[str, list[float]] = {name: [0.0, 0] for name in self.specs}
+        # The GPU indices live sandboxes hold on each node: a start takes free ones (a count alone would
+        # give every container the node's first GPUs).
+        self._gpus_held: dict[str, set[int]] = {name: set() for name in self.specs}
         self._removals: set[Future] = set()
         self._in_flight: set[Future] = set()
         self.pool = WarmPool(size=config.warm_pool.size, make=self._make_pooled, discard=self._discard,
                              cost=lambda spec: (spec.cpus, spec.memory_mb), free=self._free)
 
     def nodes(self) -> list[NodeCapacity]:
-        return [NodeCapacity(name=n.name, cpus=n.cpus, memory_mb=n.memory_mb) for n in self.specs.values()]
+        return [NodeCapacity(name=n.name, cpus=n.cpus, memory_mb=n.memory_mb, gpus=n.gpus, gpu_type=n.gpu_type)
+                for n in self.specs.values()]
 
     # ------------------------------------------------------------------ plumbing
 
@@ -221,6 +229,10 @@ class DockerProvider(SandboxProvider):
             offset = _parse_time(stamp) - time.time()
         self._has_bridge[node] = bool(api.networks(names=["bridge"]))
         self._clock_offset[node] = offset
+
+    def failure(self, node: str, error: BaseException, event: Event, what: str) -> SandboxError:
+        """`error` of a call to `node`'s daemon as the attempt sees it (a lost node, or `event`)."""
+        return _error(node, error, event, what)
 
     async def ping(self, node: str) -> bool:
         try:
@@ -370,38 +382,74 @@ class DockerProvider(SandboxProvider):
         except KeyError as e:
             raise SandboxError(Event.START_FAILED, f"[environment.env] needs ${{{e.args[0]}}}, which is not set",
                                node=node) from None
-        spec = self._container_spec(node, task, ref, env, labels)
+        sidecars = None
+        if task.sidecars:
+            # One private network per sandbox, its sidecars on it by name (docker_sidecars.py).
+            outbound = task.network and self.config.network == "task" and bool(self._has_bridge.get(node))
+            sidecars = DockerSidecars(self, node, task, sandbox_labels(labels, run_id=self.run_id, task=task,
+                                                                       attempt_id=attempt_id), outbound=outbound)
+        spec = self._container_spec(node, task, ref, env, labels, sidecars=sidecars,
+                                    gpus=self._take_gpus(node, task.gpus))
         self._reserve(node, spec, +1)  # before the pool looks at the node: its refill must count this sandbox
+        pooled = None
         try:
-            pooled = await self.pool.take(node, spec)
+            if sidecars is not None:
+                cpus, memory_mb = self.reservation(task)
+                await sidecars.start(cpus=cpus, memory_mb=memory_mb)
+            # A sandbox with sidecars or GPUs is one of a kind (its own network, its own devices): never pooled.
+            if sidecars is None and not spec.gpus:
+                pooled = await self.pool.take(node, spec)
             if pooled is not None:
                 _, cid, name = pooled
             else:
                 await self.pool.make_room(node)
-                cid, name = await self._create(node, spec, attempt_id)
+                cid, name = await self._create(node, spec, attempt_id,
+                                               networking=sidecars.main_networking() if sidecars else None)
         except BaseException:
             self._reserve(node, spec, -1)
+            self._gpus_held[node].difference_update(int(g) for g in spec.gpus)
+            if sidecars is not None:
+                await asyncio.shield(self.call(sidecars.remove_blocking))
             raise
         return DockerSandbox(self, task, spec, node=node, container_id=cid, name=name, image=ref, warm=warm,
                              attempt_id=attempt_id, created=time.time() + self._clock_offset.get(node, 0.0) - 1.0,
                              network=spec.network, network_denied=spec.network_denied,
-                             pool_hit=pooled is not None, start_s=time.monotonic() - began)
+                             pool_hit=pooled is not None, start_s=time.monotonic() - began, sidecars=sidecars)
 
-    def _container_spec(self, node: str, task, ref: str, env: dict[str, str],
-                        labels: Mapping[str, str]) -> ContainerSpec:
+    def _take_gpus(self, node: str, count: int) -> tuple[str, ...]:
+        """`count` of the node's GPU indices that no live sandbox holds (the admission controller has
+        counted them; this picks which)."""
+        if not count:
+            return ()
+        held = self._gpus_held[node]
+        free = [i for i in range(self.specs[node].gpus) if i not in held]
+        if len(free) < count:
+            raise SandboxError(Event.START_FAILED, f"node {node} has {len(free)} free GPU(s) of "
+                               f"{self.specs[node].gpus}, the task needs {count}", node=node)
+        held.update(free[:count])
+        return tuple(str(i) for i in free[:count])
+
+    def _container_spec(self, node: str, task, ref: str, env: dict[str, str], labels: Mapping[str, str], *,
+                        sidecars: DockerSidecars | None = None, gpus: tuple[str, ...] = ()) -> ContainerSpec:
         cpus, memory_mb = self.reservation(task)
         network_wanted = task.network and self.config.network == "task"
         network = "bridge" if network_wanted and self._has_bridge.get(node) else "none"
+        read_only_ok = network == "none"  # a sandbox that may install packages needs a writable root
+        if sidecars is not None:
+            network, read_only_ok = sidecars.network, not sidecars.outbound
         # The attempt is not part of the spec: any attempt of the same task may take a pooled container.
         all_labels = sandbox_labels(labels, run_id=self.run_id, task=task, attempt_id=POOL_ATTEMPT)
-        volumes = read_only_volumes(task) if self.config.read_only_root and network == "none" else None
-        return ContainerSpec(image=ref, cpus=cpus, memory_mb=memory_mb, network=network,
-                             network_denied=network_wanted and network == "none", workdir=task.workdir,
+        volumes = read_only_volumes(task) if self.config.read_only_root and read_only_ok else None
+        return ContainerSpec(image=ref, cpus=cpus, memory_mb=memory_mb, network=network, gpus=gpus,
+                             network_denied=network_wanted and (network == "none" or (sidecars is not None
+                                                                                     and not sidecars.outbound)),
+                             workdir=task.workdir,
                              env=tuple(sorted(env.items())), labels=tuple(sorted(all_labels.items())),
                              file_bytes=min(self.config.max_file_mb, task.storage_mb) << 20,
                              volumes=volumes or (), tmpfs=TMPFS_PATHS if volumes else ())
 
-    async def _create(self, node: str, spec: ContainerSpec, attempt_id: str) -> tuple[str, str]:
+    async def _create(self, node: str, spec: ContainerSpec, attempt_id: str, *,
+                      networking: dict | None = None) -> tuple[str, str]:
         """Create and start one container within the start timeout; (id, name)."""
         name = _container_name(self.run_id, attempt_id)
         # Set when the caller stopped waiting (start timeout, cancel): the worker removes what it made.
@@ -411,7 +459,7 @@ class DockerProvider(SandboxProvider):
             labels["rl360.attempt"] = attempt_id
         # A concurrent future, so that giving up on it works even once the event loop that asked is gone
         # (its callback runs on the worker thread); `close` waits for the creates still in flight.
-        work = self._executor.submit(self._create_blocking, node, spec, name, labels, abandoned)
+        work = self._executor.submit(self._create_blocking, node, spec, name, labels, abandoned, networking)
         self._in_flight.add(work)
         work.add_done_callback(self._in_flight.discard)
         waited = asyncio.wrap_future(work)
@@ -434,22 +482,17 @@ class DockerProvider(SandboxProvider):
         return cid, name
 
     def _create_blocking(self, node: str, spec: ContainerSpec, name: str, labels: dict[str, str],
-                         abandoned: threading.Event) -> str:
+                         abandoned: threading.Event, networking: dict | None = None) -> str:
         api = self.api(node)
+        kwargs = create_kwargs(spec, self.config)
         # tmpfs is mounted noexec by default: a task compiles and runs programs in /tmp.
         tmpfs = {path: f"rw,exec,nosuid,nodev,size={spec.file_bytes}" + (",mode=1777" if path == "/tmp" else "")
                  for path in spec.tmpfs}
-        host_config = api.create_host_config(
-            nano_cpus=int(spec.cpus * 1e9), mem_limit=f"{spec.memory_mb}m", memswap_limit=f"{spec.memory_mb}m",
-            pids_limit=self.config.pids_limit, network_mode=spec.network, security_opt=["no-new-privileges"],
-            cap_drop=["ALL"], cap_add=list(capabilities(spec)), read_only=bool(spec.volumes), tmpfs=tmpfs or None,
-            ulimits=[docker.types.Ulimit(name="fsize", soft=spec.file_bytes, hard=spec.file_bytes),
-                     docker.types.Ulimit(name="nofile", soft=self.config.max_open_files,
-                                         hard=self.config.max_open_files)])
+        host_config = api.create_host_config(**kwargs["host_config"], tmpfs=tmpfs or None)
         container = api.create_container(
             spec.image, entrypoint=["/bin/sh", "-c"], command=[INIT], user="0", labels=labels,
             working_dir=spec.workdir, environment=dict(spec.env), host_config=host_config, name=name,
-            hostname="sandbox", volumes=list(spec.volumes) or None)
+            hostname="sandbox", volumes=list(spec.volumes) or None, networking_config=networking)
         cid = container["Id"]
         try:
             api.start(cid)
@@ -480,18 +523,25 @@ class DockerProvider(SandboxProvider):
         cpus, mb = self._reserved[node]
         return self.specs[node].cpus - cpus, self.specs[node].memory_mb - int(mb)
 
-    def release(self, node: str, spec: ContainerSpec, container_id: str) -> None:
-        """A sandbox's attempt is over: its reservation is free now, its container goes soon."""
+    def release(self, node: str, spec: ContainerSpec, container_id: str,
+                sidecars: DockerSidecars | None = None) -> None:
+        """A sandbox's attempt is over: its reservation and GPUs are free now, its container (then its
+        sidecars and their network) go soon."""
         self._reserve(node, spec, -1)
-        self.remove_soon(node, container_id)
+        self._gpus_held[node].difference_update(int(g) for g in spec.gpus)
+        self.remove_soon(node, container_id, then=sidecars.remove_blocking if sidecars else None)
 
-    def remove_soon(self, node: str, container_id: str) -> None:
-        """Send the removal to the provider's threads and return; `close` waits for it."""
+    def remove_soon(self, node: str, container_id: str, *, then=None) -> None:
+        """Send the removal to the provider's threads and return; `close` waits for it. `then` runs after
+        the container is gone (a sidecar network cannot be removed while the sandbox is on it)."""
         def remove() -> None:
             try:
                 self.api(node).remove_container(container_id, force=True, v=True)
+                if then is not None:
+                    then()
             except docker.errors.NotFound:
-                pass
+                if then is not None:
+                    then()
             except Exception as e:  # noqa: BLE001 — the janitor removes it once the node answers again
                 log.warning("could not remove container %s on %s (%s); `rl360 down` removes it later",
                             container_id[:12], node, _one_line(str(e)))
@@ -539,8 +589,9 @@ class DockerSandbox(Sandbox):
 
     def __init__(self, owner: DockerProvider, task, spec: ContainerSpec, *, node: str, container_id: str, name: str, image: str,
                  warm: bool, attempt_id: str, created: float, network: str, network_denied: bool,
-                 pool_hit: bool, start_s: float):
+                 pool_hit: bool, start_s: float, sidecars: DockerSidecars | None = None):
         self.owner = owner
+        self.sidecars = sidecars
         self.config = owner.config
         self.task = task
         self.spec = spec
@@ -565,7 +616,9 @@ class DockerSandbox(Sandbox):
                 "image_id": self.owner.images.get((self.node, self.image)), "warm": self.warm,
                 "pool_hit": self.pool_hit,
                 "docker_host": self.owner.specs[self.node].docker_host, "network": self.network,
-                "network_denied": self.network_denied, "pid": None}
+                "network_denied": self.network_denied, "pid": None,
+                **({"gpus": list(self.spec.gpus)} if self.spec.gpus else {}),
+                **(self.sidecars.info() if self.sidecars else {})}
 
     # ------------------------------------------------------------------ exec
 
@@ -811,10 +864,26 @@ class DockerSandbox(Sandbox):
         self._stopped = True
         # Nothing waits on the removal (the reservation is free once the attempt ends): the provider
         # finishes it in the background, and its close waits for it.
-        self.owner.release(self.node, self.spec, self.container_id)
+        self.owner.release(self.node, self.spec, self.container_id, self.sidecars)
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def create_kwargs(spec: ContainerSpec, config: SandboxConfig) -> dict[str, Any]:
+    """The daemon's host configuration of a container of `spec` (all but its tmpfs), as the docker SDK's
+    `create_host_config` takes it: limits, network, privileges and the GPU device request."""
+    host = {
+        "nano_cpus": int(spec.cpus * 1e9), "mem_limit": f"{spec.memory_mb}m", "memswap_limit": f"{spec.memory_mb}m",
+        "pids_limit": config.pids_limit, "network_mode": spec.network, "security_opt": ["no-new-privileges"],
+        "cap_drop": ["ALL"], "cap_add": list(capabilities(spec)), "read_only": bool(spec.volumes),
+        "ulimits": [docker.types.Ulimit(name="fsize", soft=spec.file_bytes, hard=spec.file_bytes),
+                    docker.types.Ulimit(name="nofile", soft=config.max_open_files, hard=config.max_open_files)],
+    }
+    if spec.gpus:
+        # `docker run --gpus '"device=1,2"'`: these GPUs of the node, not the first N (docs/sandboxes.md).
+        host["device_requests"] = [docker.types.DeviceRequest(device_ids=list(spec.gpus), capabilities=[["gpu"]])]
+    return {"host_config": host}
 
 
 def capabilities(spec: ContainerSpec) -> tuple[str, ...]:

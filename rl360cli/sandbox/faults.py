@@ -36,6 +36,7 @@ class FaultInjector(SandboxProvider):
         self.rate = rate
         self.seed = seed
         self.name = inner.name
+        self.supports_sidecars = inner.supports_sidecars
         self.injected: list[tuple[str, str]] = []
 
     def nodes(self) -> list[NodeCapacity]:

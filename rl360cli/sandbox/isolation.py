@@ -43,6 +43,8 @@ class Isolation:
         self.network_allowed = network_allowed
         # A network that is not the host's (outbound.py); without slirp4netns a network task gets none.
         self.slirp = shutil.which("slirp4netns")
+        # Joins a sandbox's shared network namespace (one with sidecars: process_sidecars.py); needs root.
+        self.nsenter = shutil.which("nsenter")
         self.seccomp = deny_ptrace_program()
         self.as_root = os.geteuid() == 0
         self.system_args = self._system_args()
@@ -77,6 +79,12 @@ class Isolation:
             return False
         return True
 
+    @property
+    def shares_netns(self) -> bool:
+        """Whether a sandbox's commands can share one network namespace with its sidecars: as root (only
+        root may enter a namespace it did not make), with bubblewrap and nsenter."""
+        return bool(self.as_root and self.bwrap and self.nsenter)
+
     def spawn_kwargs(self, uid: int | None, limits: list[str]) -> dict[str, Any]:
         """Popen arguments for what the argv prefix cannot do (no setpriv / prlimit on this machine)."""
         kwargs: dict[str, Any] = {}
@@ -89,23 +97,32 @@ class Isolation:
     def argv(self, fs: Path, command: str, *, workdir: str, limits: list[str],
              uid: int | None = None, info_fd: int | None = None, init: bool = True,
              die_with_parent: bool = True, block_fd: int | None = None,
-             seccomp_fd: int | None = None) -> list[str]:
+             seccomp_fd: int | None = None, netns: str | None = None,
+             ro_binds: tuple[tuple[str, str], ...] = ()) -> list[str]:
         """The full argv that runs `command` as `uid` in the sandbox whose folder is `fs`.
 
         Bubblewrap never shares the host's network: a caller whose command gets one (`gives_network`)
         passes `block_fd`, on which bubblewrap waits before the command starts, and attaches
-        slirp4netns to the namespace meanwhile. `seccomp_fd` reads the filter of `self.seccomp`."""
-        prefix = [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] \
+        slirp4netns to the namespace meanwhile. `netns` (a `/proc/PID/ns/net` of the sandbox's own
+        namespace holder, never the host's) is joined with nsenter before the uid is dropped, and kept
+        (`--share-net`): a sandbox with sidecars. `ro_binds` (host file, sandbox path) go over the
+        system folders (its /etc/hosts). `seccomp_fd` reads the filter of `self.seccomp`."""
+        prefix = [self.nsenter, f"--net={netns}", "--"] if netns is not None else []
+        prefix += [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] \
             if uid is not None and self.setpriv else []
         prefix += [self.prlimit, *limits, "--"] if self.prlimit else []
         tail = [*_INIT, command] if init else ["/bin/sh", "-c", command]
         if self.bwrap is None:
             return prefix + tail
         args = [self.bwrap, *self.system_args]
+        for source, target in ro_binds:
+            args += ["--ro-bind", source, target]
         for entry in sorted(os.listdir(fs)):
             if entry not in RESERVED:
                 args += ["--bind", str(fs / entry), f"/{entry}"]
         args += ["--remount-ro", "/", "--chdir", workdir, "--unshare-all"]
+        if netns is not None:
+            args.append("--share-net")
         args += ["--new-session", "--as-pid-1", "--hostname", "sandbox"]
         if die_with_parent:
             args.append("--die-with-parent")

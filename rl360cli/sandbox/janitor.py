@@ -2,7 +2,8 @@
 
 `remove_all(profile.nodes, records)` is what `rl360 down` calls: on every node daemon
 of the profile it removes each container labelled `rl360.managed=true` (so
-it also finds what an orchestrator that crashed never recorded), and on this
+it also finds what an orchestrator that crashed never recorded), then each
+network so labelled (a sandbox's sidecar network, docker_sidecars.py), and on this
 machine it kills every process sandbox of the records and every sandbox
 folder whose owner process is gone. `remove_records` removes just the given
 records (`rl360 sandboxes stop`).
@@ -87,8 +88,29 @@ def _sweep_daemon(host: str, node, *, runs: Collection[str] | None) -> list[str]
         except Exception as e:  # noqa: BLE001
             if "No such container" not in str(e):
                 last_problems.append(f"{name}/{c['Id'][:12]}: {_short(e)}")
+    removed += _sweep_networks(api, name, filters, runs=runs)
     with contextlib.suppress(Exception):
         api.close()
+    return removed
+
+
+def _sweep_networks(api, name: str, filters: dict, *, runs: Collection[str] | None) -> list[str]:
+    """The sidecar networks of rl360's sandboxes (their containers are gone by now)."""
+    try:
+        networks = api.networks(filters=filters)
+    except Exception as e:  # noqa: BLE001
+        last_problems.append(f"{name}: cannot list sandbox networks ({_short(e)})")
+        return []
+    removed = []
+    for net in networks:
+        if runs is not None and (net.get("Labels") or {}).get("rl360.run") not in runs:
+            continue
+        try:
+            api.remove_network(net["Id"])
+            removed.append(f"{name}/network {net.get('Name', net['Id'][:12])}")
+        except Exception as e:  # noqa: BLE001
+            if "not found" not in str(e).lower():
+                last_problems.append(f"{name}/network {net.get('Name', net['Id'][:12])}: {_short(e)}")
     return removed
 
 
@@ -103,6 +125,10 @@ def _remove_container(rec: Mapping[str, Any], nodes: Sequence[NodeSpec]) -> str 
     try:
         api = docker_api(host, node)
         api.remove_container(rec["container_id"], force=True, v=True)
+        if rec.get("sidecars") or rec.get("network_id"):  # after the sandbox: its network cannot go before
+            from rl360cli.sandbox.docker_sidecars import remove_sidecars  # the docker SDK: only when needed
+
+            remove_sidecars(api, list((rec.get("sidecars") or {}).values()), rec.get("network_id"))
         return f"{rec.get('node', host)}/{rec['container_id'][:12]}"
     except Exception as e:  # noqa: BLE001
         if "No such container" in str(e) or "404" in str(e):

@@ -58,6 +58,7 @@ from rl360cli.errors import Rl360Error
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.isolation import DEFAULT_PATH, RESERVED, Isolation, chown_tree, rlimit_args
 from rl360cli.sandbox.outbound import attach_outbound
+from rl360cli.sandbox.process_sidecars import ProcessSidecars
 from rl360cli.sandbox.provider import ExecResult, NodeCapacity, OutputBuffer, Sandbox, SandboxProvider, \
     sandbox_labels
 from rl360cli.sandbox.taxonomy import Event, SandboxError
@@ -173,6 +174,11 @@ class ProcessProvider(SandboxProvider):
     def nodes(self) -> list[NodeCapacity]:
         return [machine_capacity()]
 
+    @property
+    def supports_sidecars(self) -> bool:  # type: ignore[override]
+        """Sidecars share a network namespace with the sandbox's commands: process_sidecars.py (root only)."""
+        return self.isolation.shares_netns
+
     def image_ref(self, task) -> str:
         # One node, and the host's root stands in for a named image: only a built Dockerfile is cached.
         return task.image_ref if task.dockerfile else "host"
@@ -200,6 +206,14 @@ class ProcessProvider(SandboxProvider):
                       "labels": sandbox_labels(labels, run_id=self.run_id, task=task, attempt_id=attempt_id),
                       "created_at": time.time(), **self._owner}
             (folder / "sandbox.json").write_text(json.dumps(record))
+            sidecars = None
+            if task.sidecars:
+                if not self.supports_sidecars:
+                    raise SandboxError(Event.START_FAILED, f"task {task.id} has sidecars, which process sandboxes "
+                                       "start only as root with bubblewrap and nsenter: use the docker provider",
+                                       node=NODE)
+                sidecars = ProcessSidecars(self, task, folder)
+                await sidecars.start(networked=self.isolation.gives_network(task.network))
         except SandboxError:
             _cleanup(folder, fd)
             raise
@@ -207,8 +221,12 @@ class ProcessProvider(SandboxProvider):
             _cleanup(folder, fd)
             raise SandboxError(Event.START_FAILED, f"cannot lay out the sandbox folder {folder}: {e}",
                                node=NODE) from None
+        except BaseException:
+            _cleanup(folder, fd)
+            raise
         return ProcessSandbox(self, task, sid=sid, folder=folder, uid=uid, lock_fd=fd, attempt_id=attempt_id,
-                              image_env=image.env if image else {}, start_s=time.monotonic() - started)
+                              image_env=image.env if image else {}, start_s=time.monotonic() - started,
+                              sidecars=sidecars)
 
     async def detach(self, sandbox: Sandbox) -> dict[str, Any]:
         """Start a keeper process that holds the sandbox's uid and marks it live after this process exits."""
@@ -220,8 +238,10 @@ class ProcessSandbox(Sandbox):
     provider = "process"
 
     def __init__(self, owner: ProcessProvider, task, *, sid: str, folder: Path, uid: int | None,
-                 lock_fd: int | None, attempt_id: str, image_env: dict[str, str], start_s: float):
+                 lock_fd: int | None, attempt_id: str, image_env: dict[str, str], start_s: float,
+                 sidecars: ProcessSidecars | None = None):
         self.owner = owner
+        self.sidecars = sidecars
         self.config = owner.config
         self.task = task
         self.id = sid
@@ -244,6 +264,8 @@ class ProcessSandbox(Sandbox):
                "folder": str(self.folder), "uid": self.uid, "image": self.owner.image_ref(self.task),
                "container_id": None, "pid": None, "network": "slirp4netns" if networked else "none",
                "network_denied": self.task.network and self.config.network == "task" and not networked}
+        if self.sidecars is not None:
+            out["sidecars"] = dict(self.sidecars.addresses)
         if self.keeper:
             out.update(self.keeper)
         return out
@@ -286,7 +308,9 @@ class ProcessSandbox(Sandbox):
                                node=NODE)
         iso = self.owner.isolation
         limits = self._limits(timeout_s)
-        networked = iso.gives_network(self.task.network)
+        # With sidecars the command joins the sandbox's own namespace, whose NAT (if any) is attached already.
+        shared = self.sidecars is not None
+        networked = iso.gives_network(self.task.network) and not shared
         info_r = info_w = block_r = block_w = seccomp_r = None
         if iso.bwrap:
             info_r, info_w = os.pipe()
@@ -295,8 +319,13 @@ class ProcessSandbox(Sandbox):
             if iso.seccomp is not None:
                 seccomp_r = _filled_pipe(iso.seccomp)
         workdir = self.task.workdir
+        try:
+            shared_net = {"netns": self.sidecars.netns, "ro_binds": self.sidecars.ro_binds()} if shared else {}
+        except SandboxError:
+            _close(info_r, info_w, block_r, block_w, seccomp_r)
+            raise
         argv = iso.argv(self.fs, command, workdir=workdir, limits=limits, uid=self.uid, info_fd=info_w,
-                        block_fd=block_r, seccomp_fd=seccomp_r)
+                        block_fd=block_r, seccomp_fd=seccomp_r, **shared_net)
         kwargs: dict[str, Any] = {"start_new_session": True, **iso.spawn_kwargs(self.uid, limits)}
         kwargs["pass_fds"] = tuple(fd for fd in (info_w, block_r, seccomp_r) if fd is not None)
         cwd = self.fs / workdir.lstrip("/") if not iso.bwrap else None
@@ -450,6 +479,9 @@ class ProcessSandbox(Sandbox):
 
     async def keep_alive(self) -> dict[str, Any]:
         """A detached `sleep` inside the sandbox (no die-with-parent) that holds the uid lock: a fleet member."""
+        if self.sidecars is not None:  # they die with this process (die-with-parent): a fleet would lose them
+            raise SandboxError(Event.START_FAILED, f"task {self.task.id} has sidecars: fleets of such tasks need "
+                               "the docker provider", node=NODE)
         iso = self.owner.isolation
         limits = self._limits(10**7)
         argv = iso.argv(self.fs, "exec sleep infinity", workdir=self.task.workdir, limits=limits, uid=self.uid,
@@ -476,6 +508,8 @@ class ProcessSandbox(Sandbox):
         self._stopped = True
         for proc in list(self._procs):
             await _kill(proc)
+        if self.sidecars is not None:
+            await self.owner.files(self.sidecars.stop)
         if self.keeper is not None:
             return  # a fleet member: `rl360 sandboxes stop` / the janitor remove it by its record
         self.owner.discard(self.folder)

@@ -74,6 +74,8 @@ class NodeCapacity:
     memory_mb: int
     # GPUs a sandbox on it may reserve (0: GPU tasks are refused at placement, see steps.placement_problem).
     gpus: int = 0
+    # Their model ("h100"; "" when the profile does not say), matched against a task's gpu_types.
+    gpu_type: str = ""
 
 
 # ----------------------------------------------------------------------------- output
@@ -204,6 +206,8 @@ class SandboxProvider(abc.ABC):
     """Starts sandboxes for tasks on nodes."""
 
     name: str
+    # Whether it starts Harbor's sidecar services beside a sandbox (task.sidecars); wrappers copy it.
+    supports_sidecars: bool = False
 
     @abc.abstractmethod
     def nodes(self) -> list[NodeCapacity]:

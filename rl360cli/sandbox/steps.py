@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from rl360cli.sandbox.provider import NodeCapacity, Sandbox
+from rl360cli.sandbox.sidecars import missing_mcp_host
 from rl360cli.sandbox.task import Step, Task
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 
@@ -82,17 +83,36 @@ async def deliver(target: Sandbox, collected: Iterable[tuple[str, Path]]) -> Non
         await target.upload(local, path)
 
 
-def placement_problem(task: Task, nodes: Sequence[NodeCapacity], provider: str = "") -> str | None:
-    """Why no node of the provider can hold the task (one line), or None when one can."""
+def placement_problem(task: Task, nodes: Sequence[NodeCapacity], provider: str = "", *,
+                      sidecars: bool = False) -> str | None:
+    """Why no node of the provider can hold the task (one line), or None when one can. `sidecars`: whether
+    the provider starts Harbor's sidecar services."""
     where = f"the {provider} provider" if provider else "this provider"
     if task.gpus:
+        kinds = f" ({' or '.join(task.gpu_types)})" if task.gpu_types else ""
         best = max((n.gpus for n in nodes), default=0)
         if best < task.gpus:
-            kinds = f" ({' or '.join(task.gpu_types)})" if task.gpu_types else ""
             return (f"task {task.id} needs {task.gpus} GPU(s){kinds} and no node of {where} has "
                     f"{'any' if best == 0 else f'more than {best}'}: run it on nodes with GPUs")
-    if task.mcp_servers:
-        names = ", ".join(s.name for s in task.mcp_servers)
-        return (f"task {task.id} needs MCP server sidecars ({names}), which {where} does not start yet: "
-                "run it where sidecars are supported (docs/sandboxes.md)")
+        if task.gpu_types and not any(n.gpus >= task.gpus and gpu_type_fits(n.gpu_type, task.gpu_types)
+                                      for n in nodes):
+            have = sorted({n.gpu_type for n in nodes if n.gpus >= task.gpus})
+            return (f"task {task.id} needs {task.gpus} GPU(s){kinds} and the nodes of {where} with enough GPUs "
+                    f"have {', '.join(have)}: run it on nodes with one of its gpu_types")
+    if task.sidecars and not sidecars:
+        names = ", ".join(s.name for s in task.sidecars)
+        return (f"task {task.id} needs sidecar services ({names}), which {where} does not start: "
+                "run it with the docker provider (or the process provider, as root with bubblewrap)")
+    missing = missing_mcp_host(task.mcp_servers, task.sidecars)
+    if missing is not None:
+        return f"task {task.id}: {missing}"
     return None
+
+
+def gpu_type_fits(node_type: str, wanted: Sequence[str]) -> bool:
+    """A node whose GPU model is unknown ("") takes any; else its model must be one of `wanted`
+    (case and a vendor prefix aside: "H100" fits "nvidia-h100")."""
+    if not node_type:
+        return True
+    have = node_type.lower()
+    return any(w.lower() == have or have.endswith(w.lower()) or w.lower().endswith(have) for w in wanted)

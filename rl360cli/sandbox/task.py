@@ -15,13 +15,15 @@ Multi-step tasks (`[[steps]]`, each step in `steps/<name>/` with its own
 and `workdir/`), a separate verifier environment (`[verifier] environment_mode
 = "separate"` or a `[verifier.environment]` table, also per step) and the
 `artifacts` it is handed are read as Harbor defines them (see `Step` and
-`verifier_task`). GPU tasks (`gpus`, `gpu_types`) and MCP sidecars
-(`[[environment.mcp_servers]]`) load; `placement_problem` refuses them, in one
-line, where no node can hold them (today: every provider, see docs/sandboxes.md;
-`placement_problem` is in steps.py).
+`verifier_task`). GPU tasks (`gpus`, `gpu_types`) load and are placed only on
+nodes with GPUs; Harbor's sidecars (`environment/docker-compose.yaml`, read by
+sidecars.py) start beside the sandbox, and `[[environment.mcp_servers]]` are
+told to the agent (`RL360_MCP_SERVERS`). `placement_problem` (steps.py) refuses,
+in one line, what no node of a provider can hold.
 
 What rl360 cannot run is refused with a one-line reason rather than run
-wrongly: Windows tasks, docker-compose environments, network allowlists.
+wrongly: Windows tasks, the parts of compose a sidecar does not need (volumes,
+published ports, privileges), network allowlists.
 
 Refused as unsafe or unusable, also in one line: a folder name other than letters, digits, `.`, `_`
 and `-` (it becomes sandbox names, labels and image tags), a symbolic link in `tests/`, `solution/`, `steps/`
@@ -51,6 +53,7 @@ from typing import Any
 
 from rl360cli.errors import Rl360Error
 from rl360cli.sandbox import dockerfile
+from rl360cli.sandbox.sidecars import ComposeRefused, Sidecar, find_compose, load_sidecars, mcp_env
 
 DEFAULT_WORKDIR = "/app"
 # Harbor's defaults where task.toml says nothing.
@@ -172,6 +175,8 @@ class Task:
     gpus: int = 0
     gpu_types: tuple[str, ...] = ()
     mcp_servers: tuple[McpServer, ...] = ()
+    # Harbor's sidecar services (environment/docker-compose.yaml), in start order; private to each sandbox.
+    sidecars: tuple[Sidecar, ...] = ()
     # Top-level `artifacts`: paths handed from the agent's sandbox to a separate verifier.
     artifacts: tuple[str, ...] = ()
     # A multi-step task's steps, in order (empty: a single-step task).
@@ -285,6 +290,17 @@ def _build(path: Path, data: dict) -> Task:
         raise _Refused(f"[task] name must be a non-empty string of printable characters (got {name!r:.60})")
 
     environment = _environment(env_table, "[environment]", path / "environment", agent_table=agent)
+    mcp_servers = _mcp_servers(env_table)
+    sidecars: tuple[Sidecar, ...] = ()
+    compose = find_compose(path / "environment")
+    if compose is not None:
+        try:
+            sidecars, main_env = load_sidecars(compose, task_root=path)
+        except ComposeRefused as e:
+            raise _Refused(e.problem, e.fix) from None
+        # Harbor merges compose's `main` environment into the sandbox's; task.toml's own wins.
+        environment["env"] = {**main_env, **environment["env"]}
+    environment["env"] = {**environment["env"], **mcp_env(mcp_servers)}
     agent_timeout = _timeout(agent, "[agent]", DEFAULT_AGENT_TIMEOUT_S)
     verifier_timeout = _timeout(verifier, "[verifier]", DEFAULT_VERIFIER_TIMEOUT_S)
     raw_steps = data.get("steps")
@@ -315,7 +331,8 @@ def _build(path: Path, data: dict) -> Task:
         skills_dir=env_table.get("skills_dir") if isinstance(env_table.get("skills_dir"), str) else None,
         schema_version=schema,
         metadata=_table(data, "metadata"),
-        mcp_servers=_mcp_servers(env_table),
+        mcp_servers=mcp_servers,
+        sidecars=sidecars,
         artifacts=_artifacts(data, "artifacts"),
         reward_strategy=_reward_strategy(data),
     )
@@ -433,7 +450,7 @@ def _verifier_environment(path: Path, task: Task, verifier: dict, env_table: dic
             fields["workdir"] = task.workdir
     fields["healthcheck"] = None
     verifier_task = replace(task, id=f"{task.id}.verifier", name=f"{task.name} (verifier)", **fields,
-                            steps=(), verifier_task=None, mcp_servers=(), has_solution=False)
+                            steps=(), verifier_task=None, mcp_servers=(), sidecars=(), has_solution=False)
     return verifier_task, uploads
 
 
@@ -578,9 +595,6 @@ def _refuse_unsupported(path: Path, data: dict, env: dict, agent: dict, verifier
     if str(env.get("os", "linux")).lower() == "windows":
         raise _Refused("Windows tasks need a Windows node, which rl360 does not provide",
                        "use Linux tasks")
-    for compose in ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml"):
-        if (path / "environment" / compose).exists():
-            raise _Refused(f"multi-container environments (environment/{compose}) are not supported yet")
     for where, table in (("[environment]", env), ("[agent]", agent), ("[verifier]", verifier)):
         if table.get("network_mode") == "allowlist" or table.get("allowed_hosts"):
             raise _Refused(f"{where} network allowlists are not supported yet",

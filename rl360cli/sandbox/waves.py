@@ -74,15 +74,17 @@ class _Node:
     capacity: NodeCapacity
     reserved_cpus: float = 0.0
     reserved_mb: int = 0
+    reserved_gpus: int = 0
     live: int = 0
     down_until: float = 0.0
     images: dict[str, str | None] = field(default_factory=dict)
     peak_cpus: float = 0.0
     peak_mb: int = 0
 
-    def fits(self, cpus: float, memory_mb: int) -> bool:
+    def fits(self, cpus: float, memory_mb: int, gpus: int = 0) -> bool:
         return (self.reserved_cpus + cpus <= self.capacity.cpus + 1e-9
-                and self.reserved_mb + memory_mb <= self.capacity.memory_mb)
+                and self.reserved_mb + memory_mb <= self.capacity.memory_mb
+                and self.reserved_gpus + gpus <= self.capacity.gpus)
 
     @property
     def load(self) -> float:
@@ -105,6 +107,7 @@ class AdmissionController(SandboxProvider):
                  clock: Callable[[], float] = time.monotonic):
         self.inner = provider
         self.name = provider.name
+        self.supports_sidecars = provider.supports_sidecars
         self.config = config
         self.clock = clock
         self.nodes_state = {c.name: _Node(capacity=c) for c in provider.nodes()}
@@ -138,11 +141,12 @@ class AdmissionController(SandboxProvider):
     async def start(self, task, *, attempt_id: str, labels: Mapping[str, str], node: str | None = None) -> Sandbox:
         """Wait for admission, place, start; infra failures of the start are retried on another node."""
         cpus, memory_mb = self.reservation(task)
-        self._check_fits_somewhere(task, cpus, memory_mb)
+        gpus = getattr(task, "gpus", 0)  # never over a node's GPUs, as never over its CPUs and memory
+        self._check_fits_somewhere(task, cpus, memory_mb, gpus)
         excluded: set[str] = set()
         retry = 0
         while True:
-            record, chosen = await self._admit(task, attempt_id, cpus, memory_mb, node, excluded, retry)
+            record, chosen = await self._admit(task, attempt_id, cpus, memory_mb, gpus, node, excluded, retry)
             began = self.clock()
             try:
                 sandbox = await self.inner.start(task, attempt_id=attempt_id, labels=labels, node=chosen)
@@ -151,7 +155,7 @@ class AdmissionController(SandboxProvider):
                 record.ok = False
                 record.cause = e.cause.value if isinstance(e, InfraError) else type(e).__name__
                 self._outcomes["failed"] += 1
-                await self._release(chosen, cpus, memory_mb)
+                await self._release(chosen, cpus, memory_mb, gpus)
                 self._adapt()
                 if not isinstance(e, SandboxError) or not e.retriable or retry >= self.config.max_infra_retries:
                     raise
@@ -167,7 +171,7 @@ class AdmissionController(SandboxProvider):
             self._outcomes["warm" if record.warm else "cold"] += 1
             self.nodes_state[chosen].images.setdefault(self.image_ref(task), None)
             self._adapt()
-            return _Admitted(sandbox, self, cpus, memory_mb, record)
+            return _Admitted(sandbox, self, cpus, memory_mb, gpus, record)
 
     async def detach(self, sandbox: Sandbox) -> dict[str, Any]:
         inner = sandbox.inner if isinstance(sandbox, _Admitted) else sandbox
@@ -237,9 +241,13 @@ class AdmissionController(SandboxProvider):
             "peak_reserved": {n: {"cpus": s.peak_cpus, "memory_mb": s.peak_mb} for n, s in self.nodes_state.items()},
         }
 
-    def _check_fits_somewhere(self, task, cpus: float, memory_mb: int) -> None:
-        if any(_Node(capacity=s.capacity).fits(cpus, memory_mb) for s in self.nodes_state.values()):
+    def _check_fits_somewhere(self, task, cpus: float, memory_mb: int, gpus: int = 0) -> None:
+        if any(_Node(capacity=s.capacity).fits(cpus, memory_mb, gpus) for s in self.nodes_state.values()):
             return
+        if gpus and any(_Node(capacity=s.capacity).fits(cpus, memory_mb) for s in self.nodes_state.values()):
+            most = max(s.capacity.gpus for s in self.nodes_state.values())
+            raise Rl360Error(f"task {task.id} reserves {gpus} GPU(s) and no node offers {'any' if most == 0 else most}",
+                             "run it on nodes with GPUs (`gpus` of the profile's [[nodes]])")
         biggest = max(self.nodes_state.values(), key=lambda s: (s.capacity.cpus, s.capacity.memory_mb))
         raise Rl360Error(
             f"task {task.id} reserves {cpus:g} CPUs and {memory_mb} MB, more than any node offers "
@@ -248,7 +256,7 @@ class AdmissionController(SandboxProvider):
 
     # ------------------------------------------------------------------ admission
 
-    async def _admit(self, task, attempt_id: str, cpus: float, memory_mb: int, pinned: str | None,
+    async def _admit(self, task, attempt_id: str, cpus: float, memory_mb: int, gpus: int, pinned: str | None,
                      excluded: set[str], retry: int) -> tuple[StartRecord, str]:
         asked = self.clock()
         # First come, first served: each start waits for its own turn (a future the one before it
@@ -268,10 +276,10 @@ class AdmissionController(SandboxProvider):
                     wait = self._blocked_for()
                     node = None
                     if wait is None:
-                        node = self._place(task, cpus, memory_mb, pinned, excluded)
-                        if node is None and excluded and not self._any_could_free(cpus, memory_mb, excluded):
+                        node = self._place(task, cpus, memory_mb, gpus, pinned, excluded)
+                        if node is None and excluded and not self._any_could_free(cpus, memory_mb, gpus, excluded):
                             excluded.clear()  # no other node can ever take it: the failed ones may again
-                            node = self._place(task, cpus, memory_mb, pinned, excluded)
+                            node = self._place(task, cpus, memory_mb, gpus, pinned, excluded)
                     if node is not None:
                         break
                     try:
@@ -282,6 +290,7 @@ class AdmissionController(SandboxProvider):
                 state = self.nodes_state[node]
                 state.reserved_cpus += cpus
                 state.reserved_mb += memory_mb
+                state.reserved_gpus += gpus
                 state.live += 1
                 state.peak_cpus = max(state.peak_cpus, state.reserved_cpus)
                 state.peak_mb = max(state.peak_mb, state.reserved_mb)
@@ -322,16 +331,17 @@ class AdmissionController(SandboxProvider):
             return max(0.0, self._recent_starts[-self.wave_size] + interval - now) + 1e-4
         return None
 
-    def _place(self, task, cpus: float, memory_mb: int, pinned: str | None, excluded: set[str]) -> str | None:
+    def _place(self, task, cpus: float, memory_mb: int, gpus: int, pinned: str | None,
+               excluded: set[str]) -> str | None:
         now = self.clock()
         if pinned is not None:
             state = self.nodes_state.get(pinned)
             if state is None:
                 raise Rl360Error(f"node '{pinned}' is not one of the provider's nodes "
                                  f"({', '.join(self.nodes_state)})")
-            return pinned if state.fits(cpus, memory_mb) else None
+            return pinned if state.fits(cpus, memory_mb, gpus) else None
         candidates = [s for name, s in self.nodes_state.items()
-                      if name not in excluded and s.down_until <= now and s.fits(cpus, memory_mb)]
+                      if name not in excluded and s.down_until <= now and s.fits(cpus, memory_mb, gpus)]
         if not candidates:
             return None
         ref = self.image_ref(task)
@@ -340,10 +350,10 @@ class AdmissionController(SandboxProvider):
         best = min(pool, key=lambda s: (s.load, s.live, s.capacity.name))
         return best.capacity.name
 
-    def _any_could_free(self, cpus: float, memory_mb: int, excluded: set[str]) -> bool:
+    def _any_could_free(self, cpus: float, memory_mb: int, gpus: int, excluded: set[str]) -> bool:
         """Some non-excluded, healthy node could take the sandbox once others end (so keep waiting)."""
         now = self.clock()
-        return any(_Node(capacity=s.capacity).fits(cpus, memory_mb) for name, s in self.nodes_state.items()
+        return any(_Node(capacity=s.capacity).fits(cpus, memory_mb, gpus) for name, s in self.nodes_state.items()
                    if name not in excluded and s.down_until <= now)
 
     def _warm(self, state: _Node, ref: str) -> bool:
@@ -361,12 +371,13 @@ class AdmissionController(SandboxProvider):
             self._changed_loop = loop
         return self._changed
 
-    async def _release(self, node: str, cpus: float, memory_mb: int) -> None:
+    async def _release(self, node: str, cpus: float, memory_mb: int, gpus: int = 0) -> None:
         changed = self._condition()
         async with changed:
             state = self.nodes_state[node]
             state.reserved_cpus = max(0.0, state.reserved_cpus - cpus)
             state.reserved_mb = max(0, state.reserved_mb - memory_mb)
+            state.reserved_gpus = max(0, state.reserved_gpus - gpus)
             state.live -= 1
             self._live -= 1
             self.live_level.add(-1)
@@ -396,11 +407,11 @@ class AdmissionController(SandboxProvider):
 class _Admitted(WrappedSandbox):
     """A sandbox the controller admitted: stopping it gives its reservation back."""
 
-    def __init__(self, inner: Sandbox, controller: AdmissionController, cpus: float, memory_mb: int,
+    def __init__(self, inner: Sandbox, controller: AdmissionController, cpus: float, memory_mb: int, gpus: int,
                  record: StartRecord):
         super().__init__(inner)
         self.controller = controller
-        self.cpus, self.memory_mb = cpus, memory_mb
+        self.cpus, self.memory_mb, self.gpus = cpus, memory_mb, gpus
         self.record = record
         self._released = False
 
@@ -410,7 +421,7 @@ class _Admitted(WrappedSandbox):
         finally:
             if not self._released:
                 self._released = True
-                await self.controller._release(self.node, self.cpus, self.memory_mb)
+                await self.controller._release(self.node, self.cpus, self.memory_mb, self.gpus)
 
 
 def _quantile(values: list[float], q: float) -> float | None:

@@ -21,8 +21,8 @@ import pytest
 from tests.conftest import REPO, need
 
 EXAMPLES = REPO / "recipes" / "tasks" / "examples"
-EXAMPLE_IDS = ("hello-world", "install-tool", "memory-hungry", "multi-step-notes", "python-bugfix", "reward-json",
-               "separate-verifier")
+EXAMPLE_IDS = ("hello-world", "install-tool", "mcp-sidecar", "memory-hungry", "multi-step-notes", "python-bugfix",
+               "reward-json", "separate-verifier")
 BUSYBOX = "127.0.0.1:5000/rl360/busybox:latest"
 PYTHON = "127.0.0.1:5000/rl360/python:3.11"
 

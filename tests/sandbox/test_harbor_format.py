@@ -1,7 +1,7 @@
 """Harbor's task format beyond one agent and one verifier: every Linux example of Harbor's loads;
 multi-step tasks run their steps in order in one sandbox with their own budgets and Harbor's reward
 rule; a separate verifier runs in a second sandbox that gets only the artifacts; GPU and MCP tasks
-are refused at placement; the rollout session makes a multi-step task one trajectory.
+are refused at placement where no node holds them; the rollout session makes a multi-step task one trajectory.
 
 Real parts: the process provider (bubblewrap), Harbor's own task.toml files, the shipped example
 tasks, the session's real tokenizer path (a byte-level tokenizer and a ChatML template). Stand-in:
@@ -108,7 +108,8 @@ def test_gpu_and_mcp_tasks_load_and_are_refused_only_at_placement(harbor_tasks):
     problem = placement_problem(cuda, cpu_only, "docker")
     assert problem is not None and "1 GPU(s) (A100 or H100)" in problem and "\n" not in problem
     assert placement_problem(cuda, [NodeCapacity(name="g", cpus=8, memory_mb=8192, gpus=2)]) is None
-    assert "MCP server sidecars (mcp-server)" in placement_problem(mcp, cpu_only)
+    assert "needs sidecar services" not in (placement_problem(mcp, cpu_only) or "")  # it declares none itself
+    assert "no sidecar named 'mcp-server'" in placement_problem(mcp, cpu_only, sidecars=True)
     assert placement_problem(harbor_tasks["hello-world"], cpu_only) is None
 
 

@@ -427,7 +427,7 @@ def test_docker_roots_are_read_only_for_the_shipped_tasks_and_writable_where_a_t
 
     shipped = load_task_set(REPO / "recipes" / "tasks" / "examples") + \
         load_task_set(REPO / "recipes" / "tasks" / "coding-32")
-    assert len(shipped) == 39
+    assert len(shipped) == 40
     assert {read_only_volumes(t) for t in shipped} == {("/app", "/logs", "/solution", "/tests")}
     nested = load_task(write_task(tmp_path, "nested", toml='[environment]\nworkdir = "/tests/work"\n'))
     assert read_only_volumes(nested) == ("/app", "/logs", "/solution", "/tests")[1:]

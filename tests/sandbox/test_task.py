@@ -183,7 +183,7 @@ def test_missing_and_unreadable_files_are_named(tmp_path):
     with pytest.raises(TaskError, match=r"task d: no environment/Dockerfile and no \[environment\] docker_image"):
         load_task(folder)
     folder = write_task(tmp_path, "e", files={"environment/docker-compose.yaml": "services: {}\n"})
-    with pytest.raises(TaskError, match=r"task e: multi-container environments"):
+    with pytest.raises(TaskError, match=r"task e: environment/docker-compose.yaml needs a `services:` mapping"):
         load_task(folder)
     with pytest.raises(TaskError, match=r"no task.toml"):
         load_task(tmp_path / "a" / "tests")

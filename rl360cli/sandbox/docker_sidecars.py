@@ -1,0 +1,153 @@
+"""A docker sandbox's sidecars: its private network and one container per compose service.
+
+Compose's layout, per sandbox: a user-defined bridge network (`internal` and without an address on
+the node, so no way out and no way to the node's own services, unless the task has a network and the
+node a bridge), each sidecar on it under its service name as a network
+alias (so `http://mcp-server:8000` resolves through the daemon's DNS), and the sandbox itself on it
+as `main`. Nothing is published on the node: another sandbox, on its own network, cannot reach them.
+Sidecars carry the sandbox's labels (`rl360.managed`, `rl360.run`, `rl360.task`, `rl360.attempt`) and
+`rl360.sidecar=<service>`; the network carries them too, so the janitor's sweep by label removes
+everything a crashed run left. `remove_blocking` removes the containers, then the network.
+
+A sidecar runs the task author's server, not the policy's code, but the policy's code talks to it:
+it gets no-new-privileges, every capability dropped but those a server's entrypoint may need to drop
+its own privileges, the sandbox's memory and CPU limits, and the pids limit.
+
+Used by docker_provider.py. Test: tests/sandbox/test_sidecars.py (the dev Docker nodes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import docker.errors
+
+from rl360cli.sandbox.sidecars import MAIN, Sidecar, image_task, wait_healthy
+from rl360cli.sandbox.taxonomy import Event, SandboxError
+
+if TYPE_CHECKING:
+    from rl360cli.sandbox.docker_provider import DockerProvider
+
+SIDECAR_LABEL = "rl360.sidecar"
+# What a sidecar's entrypoint may need: write its files as their owners, drop to its own user.
+SIDECAR_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID", "KILL")
+
+
+class DockerSidecars:
+    """The network and sidecar containers of one sandbox on one node."""
+
+    def __init__(self, owner: DockerProvider, node: str, task, labels: Mapping[str, str], *, outbound: bool):
+        self.owner = owner
+        self.node = node
+        self.task = task
+        self.labels = dict(labels)
+        self.outbound = outbound
+        self.network = f"rl360-net-{uuid.uuid4().hex[:12]}"
+        self.network_id: str | None = None
+        self.containers: dict[str, str] = {}
+
+    async def start(self, *, cpus: float, memory_mb: int) -> None:
+        """Make the network, then start the sidecars in order, waiting where compose waits; on failure,
+        remove what was made and raise `SandboxError`."""
+        try:
+            self.network_id = (await self.owner.call(self._create_network))["Id"]
+            for sidecar in self.task.sidecars:
+                ref, _ = await self.owner.ensure_image(self.node, image_task(self.task, sidecar))
+                self.containers[sidecar.name] = await self.owner.call(self._create, sidecar, ref, cpus, memory_mb)
+                if sidecar.healthcheck is not None and (sidecar.wait_healthy or self._awaited(sidecar)):
+                    await wait_healthy(sidecar, lambda t, s=sidecar: self._probe(s, t),
+                                       lambda s=sidecar: self._stopped(s), node=self.node)
+        except BaseException as e:
+            await asyncio.shield(self.owner.call(self.remove_blocking))
+            if isinstance(e, SandboxError | asyncio.CancelledError):
+                raise
+            raise self.owner.failure(self.node, e, Event.START_FAILED, "start sidecars") from None
+
+    def _awaited(self, sidecar: Sidecar) -> bool:
+        """Another sidecar depends on this one: compose starts that one after this one is up."""
+        return any(sidecar.name in other.depends_on for other in self.task.sidecars)
+
+    def _create_network(self) -> dict:
+        # Without a way out, the bridge also gets no address on the node (`inhibit_ipv4`): an internal
+        # network's gateway is the node itself, where services bound to 0.0.0.0 answer (measured on the
+        # dev nodes: a listener on the node was reached through it; with the option, "no route to host").
+        options = {} if self.outbound else {"com.docker.network.bridge.inhibit_ipv4": "true"}
+        return self.owner.api(self.node).create_network(
+            self.network, driver="bridge", internal=not self.outbound, labels=self.labels, options=options,
+            check_duplicate=True)
+
+    def _create(self, sidecar: Sidecar, ref: str, cpus: float, memory_mb: int) -> str:
+        api = self.owner.api(self.node)
+        config = self.owner.config
+        host_config = api.create_host_config(
+            nano_cpus=int(cpus * 1e9), mem_limit=f"{memory_mb}m", memswap_limit=f"{memory_mb}m",
+            pids_limit=config.pids_limit, network_mode=self.network, security_opt=["no-new-privileges"],
+            cap_drop=["ALL"], cap_add=list(SIDECAR_CAPS))
+        networking = api.create_networking_config({self.network: api.create_endpoint_config(aliases=[sidecar.name])})
+        kwargs = {}
+        if sidecar.entrypoint is not None:
+            kwargs["entrypoint"] = list(sidecar.entrypoint)
+        if sidecar.command is not None:
+            kwargs["command"] = list(sidecar.command)
+        if sidecar.workdir:
+            kwargs["working_dir"] = sidecar.workdir
+        if sidecar.user:
+            kwargs["user"] = sidecar.user
+        name = f"{self.network}-{sidecar.name}"[:120]
+        container = api.create_container(
+            ref, labels={**self.labels, SIDECAR_LABEL: sidecar.name}, environment=dict(sidecar.environment),
+            host_config=host_config, networking_config=networking, name=name, hostname=sidecar.name, **kwargs)
+        cid = container["Id"]
+        api.start(cid)
+        return cid
+
+    def main_networking(self) -> dict:
+        """The sandbox's own endpoint: on the sidecars' network, as `main` (Harbor's service name)."""
+        api = self.owner.api(self.node)
+        return api.create_networking_config({self.network: api.create_endpoint_config(aliases=[MAIN])})
+
+    async def _probe(self, sidecar: Sidecar, timeout_s: float) -> bool:
+        api = self.owner.api(self.node)
+        cid = self.containers[sidecar.name]
+
+        def check() -> int | None:
+            exec_id = api.exec_create(cid, list(sidecar.healthcheck.argv))["Id"]
+            api.exec_start(exec_id)
+            return api.exec_inspect(exec_id).get("ExitCode")
+
+        try:
+            return await asyncio.wait_for(self.owner.call(check), timeout_s) == 0
+        except TimeoutError:
+            return False
+        except docker.errors.APIError:
+            return False  # not running (yet): `_stopped` says which
+
+    async def _stopped(self, sidecar: Sidecar) -> str | None:
+        api = self.owner.api(self.node)
+        cid = self.containers[sidecar.name]
+        state = (await self.owner.call(api.inspect_container, cid))["State"]
+        if state.get("Running"):
+            return None
+        logs = await self.owner.call(api.logs, cid, tail=5)
+        return f"exit {state.get('ExitCode')} ({' '.join(logs.decode(errors='replace').split())[-200:] or 'no output'})"
+
+    def info(self) -> dict:
+        return {"network": self.network, "network_id": self.network_id, "sidecars": dict(self.containers)}
+
+    def remove_blocking(self) -> None:
+        """Remove the sidecars, then their network (a network with containers on it cannot go)."""
+        remove_sidecars(self.owner.api(self.node), list(self.containers.values()), self.network_id)
+
+
+def remove_sidecars(api, container_ids: list[str], network_id: str | None) -> None:
+    """Remove sidecar containers and then their network; what is gone already is no error."""
+    for cid in container_ids:
+        with contextlib.suppress(docker.errors.NotFound):
+            api.remove_container(cid, force=True, v=True)
+    if network_id:
+        with contextlib.suppress(docker.errors.NotFound):
+            api.remove_network(network_id)
