@@ -37,8 +37,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("rollouts and trainers", frozenset({"rollout", "trainer"})),
     ("session, sandboxes, inference, backends", frozenset({"agent", "sandbox", "inference", "backends", "nodes",
                                                             "images", "tasks"})),
-    ("floor", frozenset({"rl", CONFIGS, "state", "events", "errors", "outcome", "ports", "metrics", "logview",
-                         "rl360cli"})),
+    ("floor", frozenset({"rl", CONFIGS, "state", "events", "errors", "outcome", "ports", "metrics", "progress",
+                         "logview", "rl360cli"})),
 )
 RL_CORE_MAY_IMPORT = frozenset({"rl", CONFIGS, "outcome", "errors"})
 RL_CORE_FORBIDDEN_LIBRARIES = frozenset({"ray", "aiohttp", "requests", "httpx", "urllib3", "urllib", "http",

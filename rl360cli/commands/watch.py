@@ -2,7 +2,7 @@
 
 On a terminal it is a progress bar (steps done of the total, time since the
 run started, the time left at the recent steps' pace), the step being generated
-(its sessions; how many are done is not reported by the loop), the latest
+(its sessions done, from the run folder's generation.json), the latest
 held-out evaluation, a rich live table (step, reward, pass rate, infra
 failures by cause, tokens/s, overlap, weight sync) and the last step's scale
 figures (sessions in flight, admission, pulls, warm starts, the actors' CPU and
@@ -26,6 +26,7 @@ from rich.text import Text
 from rl360cli.commands.common import err, out
 from rl360cli.logview import FINAL_RUN
 from rl360cli.metrics import read_metrics
+from rl360cli.progress import read_generation
 from rl360cli.stages.base import Context
 from rl360cli.stages.report.series import RunProgress, duration, eval_values, run_progress, step_rows
 from rl360cli.stages.status import reconcile
@@ -49,7 +50,8 @@ def watch_run(ctx: Context, *, quiet: bool = False, poll_s: float = 1.0) -> int:
             rows = read_metrics(run.get("metrics_path") or ctx.run_dir / "metrics.jsonl")
             if live:
                 live.update(live_view(run_id, run, rows, time.monotonic() - started, now=time.time(),
-                                  sessions_per_step=sessions_per_step))
+                                      sessions_per_step=sessions_per_step,
+                                      generation=read_generation(run.get("run_dir") or ctx.run_dir)))
             elif not quiet:
                 for row in rows[shown:]:
                     out.print(_line(row, run), markup=False, highlight=False)
@@ -143,8 +145,7 @@ def progress_view(progress: RunProgress) -> Group:
             lines.append(generating)
         else:
             first = f": {progress.sessions_total} sessions in its first round" if progress.sessions_total else ""
-            unknown = " (sessions done: not reported by the loop)" if first else ""
-            lines.append(Text(f"step {progress.current_step} generating{since}{first}{unknown}", style="dim"))
+            lines.append(Text(f"step {progress.current_step} generating{since}{first}", style="dim"))
     if progress.latest_eval is not None:
         step, found = progress.latest_eval
         lines.append(Text(f"held-out eval at step {step}: " + "  ".join(f"{k} {v:.3f}" for k, v in found.items())))
@@ -152,10 +153,10 @@ def progress_view(progress: RunProgress) -> Group:
 
 
 def live_view(run_id: str, run: dict, rows: list[dict], elapsed: float, *, now: float | None = None,
-              sessions_per_step: int | None = None) -> Group:
+              sessions_per_step: int | None = None, generation: dict | None = None) -> Group:
     """The live view's frame: progress, then the table of the last steps."""
     progress = progress_view(run_progress(run, rows, now=time.time() if now is None else now,
-                                          sessions_per_step=sessions_per_step))
+                                          sessions_per_step=sessions_per_step, generation=generation))
     rows = step_rows(rows)
     table = Table("step", "reward", "pass", "infra failures", "masked", "filtered", "tok/s", "overlap", "sync s",
                   "step s", title=f"run {run_id} — {run.get('status', '?')} — {elapsed:.0f}s", title_justify="left")

@@ -30,6 +30,7 @@ from pathlib import Path
 from rl360cli.config import RUN_RECIPE, ClusterProfile, Recipe, load_profile, load_run_recipe, run_policy_dir
 from rl360cli.errors import RunFailed
 from rl360cli.ports import free_port
+from rl360cli.progress import GenerationProgress
 from rl360cli.state import RunStatus, StateDoc, StateError, StateFile, live_components, now_iso, profile_path
 
 # How long the run's end waits for a state file a stuck command holds locked (one lock timeout each try).
@@ -147,7 +148,8 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
                              checkpoint_dir=run_dir / "checkpoints", log=metrics.log, on_step=on_step,
                              keep_samples=SampleKeeper(run_dir / "samples.jsonl", policy_dir),
                              evaluation=Evaluation.from_config(recipe.eval,
-                                                               pass_threshold=recipe.grpo.pass_threshold)),
+                                                               pass_threshold=recipe.grpo.pass_threshold),
+                             progress=GenerationProgress(run_dir)),
                    start_step=start_step)
         if watcher is not None:
             watcher.stop()  # a restart under way completes: the run ends with every engine back

@@ -47,7 +47,7 @@ from rl360cli.rl.batch import build_batch
 from rl360cli.rl.config import GRPOConfig
 from rl360cli.rl.trajectory import Trajectory
 from rl360cli.rollout.gauges import StepGauges
-from rl360cli.rollout.rollouts import Generation, GenerationReport, Rollouts
+from rl360cli.rollout.rollouts import Generation, GenerationReport, Progress, Rollouts
 from rl360cli.trainer.fault_points import fault_point
 from rl360cli.trainer.protocol import Trainer, WeightSync
 
@@ -77,6 +77,8 @@ class LoopParts:
     evaluation: Evaluation | None = None
     # The scale figures of each step's row, asked of the session actors (rl360cli/rollout/gauges.py).
     scale_figures: bool = True
+    # Told how far the step being collected has got (the run folder's generation.json). None: nobody.
+    progress: Progress | None = None
 
     def ledger(self) -> StepLedger:
         return StepLedger(self.ledger_path or self.checkpoint_dir.parent / LEDGER)
@@ -104,7 +106,7 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
     last: dict = {}
     for step in range(start_step, num_steps):
         step_started = time.time()
-        trajectories, gen_report = rollouts.collect(generation)
+        trajectories, gen_report = rollouts.collect(generation, progress=parts.progress)
         waited_s = time.time() - step_started
         parts.keep_samples(step, trajectories)
         generation = None

@@ -37,8 +37,9 @@ import math
 import random
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -47,6 +48,13 @@ from rl360cli.rl.trajectory import Trajectory
 
 # How long the run's end waits for the actors to confirm the cancellation of carried groups.
 CANCEL_WAIT_S = 30.0
+# How often a collect that waits tells its progress (one `ray.wait` over the groups it waits for).
+PROGRESS_EVERY_S = 1.0
+
+
+class Progress(Protocol):
+    def __call__(self, *, step: int, sessions_done: int, sessions_total: int) -> None: ...
+
 
 
 @dataclass
@@ -192,12 +200,21 @@ class Rollouts:
         self._start_round(generation, self.tasks_for_step(step, fresh), round_index=0)
         return generation
 
-    def collect(self, generation: Generation) -> tuple[list[Trajectory], GenerationReport]:
+    def collect(self, generation: Generation, *, progress: Progress | None = None) -> tuple[list[Trajectory],
+                                                                                          GenerationReport]:
         """The trajectories of every group finished once the step's quota has; the unfinished ones
-        are carried to the next `submit`."""
+        are carried to the next `submit`. `progress(step=, sessions_done=, sessions_total=)` is told
+        while it waits (sessions of the groups it waits for, later rounds included)."""
         pending = list(generation.groups)
         finished: list[GroupInFlight] = []
-        _wait_for(pending, finished, generation.quota or len(pending))
+        n = self.num_samples_per_task
+
+        def waiting(ready: int, wanted: int) -> None:
+            if progress is not None:
+                progress(step=generation.step, sessions_done=(len(finished) + ready) * n,
+                         sessions_total=(len(finished) + wanted) * n)
+
+        _wait_for(pending, finished, generation.quota or len(pending), waiting)
         groups = [_decode(g.result[1]) for g in finished]
         first_round = [t.reward for g in groups for t in g if t.is_valid]
         done = {g[0].task_id for g in groups if g and _has_signal(g)}
@@ -214,7 +231,7 @@ class Rollouts:
             self._start_round(generation, chosen, round_index=round_index)
             pending += generation.groups[before:]
             already = len(finished)
-            _wait_for(pending, finished, min(missing, len(chosen)))
+            _wait_for(pending, finished, min(missing, len(chosen)), waiting)
             more = [_decode(g.result[1]) for g in finished[already:]]
             groups += more
             done |= {g[0].task_id for g in more if g and _has_signal(g)}
@@ -274,15 +291,23 @@ class Rollouts:
                                                policy_version=self._policy_version))
 
 
-def _wait_for(pending: list[GroupInFlight], finished: list[GroupInFlight], count: int) -> None:
+def _wait_for(pending: list[GroupInFlight], finished: list[GroupInFlight], count: int,
+              waiting: Callable[[int, int], None] | None = None) -> None:
     """Wait until `count` groups of `pending` have finished, then move every finished one (with its
-    result) from `pending` to `finished`."""
+    result) from `pending` to `finished`. `waiting(ready, wanted)` hears how many of the `wanted`
+    have finished, every `PROGRESS_EVERY_S` while it waits and once at the end."""
     import ray
 
     if count <= 0 or not pending:
         return
     refs = [g.ref for g in pending]
-    ray.wait(refs, num_returns=min(count, len(refs)))
+    wanted = min(count, len(refs))
+    while True:
+        ready, _ = ray.wait(refs, num_returns=wanted, timeout=PROGRESS_EVERY_S if waiting else None)
+        if waiting is not None:
+            waiting(len(ready), wanted)
+        if len(ready) >= wanted:
+            break
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
     ready = set(ready)
     done = [g for g in pending if g.ref in ready]

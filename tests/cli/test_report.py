@@ -48,8 +48,8 @@ class InfraFailingRolloutsStandIn(SyntheticRolloutsStandIn):
     time, and the last sample of a step's first group (of every step but the first) fails for
     infrastructure, the cause alternating. It does not start sandboxes: the times are made up."""
 
-    def collect(self, generation):
-        trajectories, report = super().collect(generation)
+    def collect(self, generation, *, progress=None):
+        trajectories, report = super().collect(generation, progress=progress)
         changed = []
         for i, t in enumerate(trajectories):
             if generation.step > 0 and i == self.num_samples_per_task - 1:
@@ -233,17 +233,22 @@ def test_live_view_shows_progress_eta_the_generating_step_and_the_latest_eval(re
     console.print(live_view("smoke", run, rows, 21.0, now=rows[-1]["time"] + 1.0, sessions_per_step=16))
     text = console.export_text()
     assert re.search(r"━+\s+3/6 steps\s+elapsed 2\ds\s+ETA \ds", text), text
-    assert "step 4 generating for 1s: 16 sessions in its first round (sessions done: not reported by the loop)" \
-        in text
+    assert "step 4 generating for 1s: 16 sessions in its first round" in text
     assert "held-out eval at step 3: pass@1 0.300  pass@4 0.600" in text
     assert text.count("/6 ") >= 3  # the steps' table is still there
 
-    # A loop that reports its step's sessions (the record's `generation`) gets a bar of them.
+    # The loop's generation.json (0-based step 3 is the view's step 4) gets a bar of the sessions done;
+    # the figures of a step already shown are stale and left out.
     reporting = Console(record=True, width=160, color_system=None)
-    generation = {"step": 4, "sessions_done": 5, "sessions_total": 18}
-    reporting.print(live_view("smoke", {**run, "generation": generation}, rows, 21.0, now=rows[-1]["time"] + 1.0,
-                              sessions_per_step=16))
+    generation = {"step": 3, "sessions_done": 5, "sessions_total": 18}
+    reporting.print(live_view("smoke", run, rows, 21.0, now=rows[-1]["time"] + 1.0, sessions_per_step=16,
+                              generation=generation))
     assert re.search(r"step 4 generating for 1s: ━+\S*\s+5/18 sessions", reporting.export_text())
+    stale = Console(record=True, width=160, color_system=None)
+    stale.print(live_view("smoke", run, rows, 21.0, now=rows[-1]["time"] + 1.0, sessions_per_step=16,
+                          generation={**generation, "step": 2}))
+    text = stale.export_text()
+    assert "5/18 sessions" not in text and "16 sessions in its first round" in text, text
 
     ended = Console(record=True, width=160, color_system=None)
     ended.print(live_view("smoke", {**run, "status": "failed"}, rows, 21.0, now=rows[-1]["time"] + 1.0))

@@ -80,8 +80,10 @@ class SyntheticRolloutsStandIn:
     def cancel_carried(self) -> list[str]:
         return []  # every group is done when submitted: nothing is ever carried
 
-    def collect(self, generation: StandInGeneration) -> tuple[list[Trajectory], GenerationReport]:
+    def collect(self, generation: StandInGeneration, *, progress=None) -> tuple[list[Trajectory], GenerationReport]:
         rewards = [t.reward for t in generation.trajectories]
+        if progress is not None:  # every group is done when submitted
+            progress(step=generation.step, sessions_done=len(rewards), sessions_total=len(rewards))
         return generation.trajectories, GenerationReport(step=generation.step, seconds=0.0, rounds=1,
                                                          num_groups=len(rewards) // self.num_samples_per_task,
                                                          first_round_rewards=rewards)

@@ -305,3 +305,29 @@ def test_a_resume_starts_with_nothing_carried_and_trains_no_group_twice(shared_a
     # The resumed step started with nothing carried in: only its own fresh groups.
     assert all(g.startswith(("s2-", "s3-")) for e in ledger[2:] for g in e["generated"])
     assert until(lambda r: not r["running"], actor)["running"] == []
+
+
+def test_a_collect_tells_its_progress_while_it_waits_for_a_late_group(ray_up, shared_actor):
+    import threading
+
+    ray = ray_up
+    drawn = rollouts_over([]).tasks_for_step(0, QUOTA)
+    late = f"s0-r0-{drawn[-1]}"
+    actor = gated_actor(shared_actor, {late: 1})
+    rollouts = rollouts_over([actor], over_sample=0.0)
+    heard: list[tuple[int, int, int]] = []
+    generation = rollouts.submit(0, policy_version=0)
+    collecting = threading.Thread(target=rollouts.collect, args=(generation,), kwargs={
+        "progress": lambda *, step, sessions_done, sessions_total: heard.append((step, sessions_done,
+                                                                                 sessions_total))})
+    collecting.start()
+    # The three other groups end; the late one waits for version 1: the collect says 3 of 4 groups so far.
+    deadline = time.monotonic() + 30
+    while (0, 6, 8) not in heard and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (0, 6, 8) in heard and collecting.is_alive(), heard
+    ray.get(actor.set_version.remote(1))
+    collecting.join(timeout=30)
+    assert not collecting.is_alive() and heard[-1] == (0, 8, 8)
+    done = [d for _, d, _ in heard]
+    assert done == sorted(done) and {total for _, _, total in heard} == {8}  # never back, one total

@@ -125,8 +125,10 @@ class RunProgress:
     latest_eval: tuple[int, dict[str, float]] | None = None
 
 
-def run_progress(run: dict, rows: list[dict], *, now: float, sessions_per_step: int | None = None) -> RunProgress:
-    """`run` (a state-file run record) and its metrics rows as progress at time `now`."""
+def run_progress(run: dict, rows: list[dict], *, now: float, sessions_per_step: int | None = None,
+                 generation: dict | None = None) -> RunProgress:
+    """`run` (a state-file run record) and its metrics rows as progress at time `now`; `generation`, the
+    run folder's generation.json (rl360cli/progress.py), gives the current step's sessions done."""
     steps = step_rows(rows)
     total = run.get("num_steps")
     done = max([int(run.get("step") or 0)] + [r["step"] + 1 for r in steps if "step" in r])
@@ -142,10 +144,9 @@ def run_progress(run: dict, rows: list[dict], *, now: float, sessions_per_step: 
         # The current step is assumed no shorter than it has already taken (it may overrun the pace).
         eta = max((total - done) * pace - since_last, (total - done - 1) * pace)
     current = done + 1 if active and (total is None or done < total) else None
-    # No loop writes this yet: a record's `generation` = {"step": 1-based, "sessions_done", "sessions_total"},
-    # when one does, gives the current step's sessions done (and its true total, later rounds included).
-    generating = run.get("generation") if isinstance(run.get("generation"), dict) else {}
-    reported = current is not None and generating.get("step") == current
+    # The loop's figures are of its 0-based step; the true total counts later generation rounds too.
+    generating = generation or {}
+    reported = current is not None and generating.get("step") == current - 1
     evals = eval_points(rows)
     return RunProgress(
         done=done, total=total, elapsed_s=elapsed, eta_s=eta, active=active, current_step=current,
