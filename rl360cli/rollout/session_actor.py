@@ -98,7 +98,7 @@ class SessionActor:
         self.client = CountedClient(EngineClient(setup.router_url, api_key=api_key))
         # Each actor injects its own sequence of failures (when asked to inject any).
         sandbox = dataclasses.replace(setup.sandbox, inject_seed=setup.sandbox.inject_seed * 1000 + setup.actor_index)
-        # `share`: the simulated provider gives each actor its own slice of the stand-in nodes.
+        # `share`: each actor its slice of the pull cap (and of the simulated provider's stand-in nodes).
         self.provider = make_provider(sandbox, nodes=setup.nodes, run_id=setup.run_id, node_images=setup.node_images,
                                       registry=setup.registry,
                                       share=(setup.actor_index, setup.rollout.num_session_actors))

@@ -150,7 +150,7 @@ class DockerProvider(SandboxProvider):
     supports_sidecars = True
 
     def __init__(self, nodes: Sequence[NodeSpec], *, config: SandboxConfig, run_id: str = "",
-                 registry: RegistrySpec | None = None):
+                 registry: RegistrySpec | None = None, share: tuple[int, int] = (0, 1)):
         if not nodes:
             raise Rl360Error("the docker provider needs nodes, and the cluster profile lists none",
                              "add [[nodes]] to the profile, e.g. --profile cluster/dev-docker.toml")
@@ -158,8 +158,12 @@ class DockerProvider(SandboxProvider):
         self.config = config
         self.run_id = run_id
         # The pull cap, and the mirrors every image reference goes through (rl360cli/images/mirrors.py).
+        # The cap is the registry's, so each of `share[1]` session actors (each with a provider of its
+        # own) takes its slice: together they stay within it (with more actors than the cap allows,
+        # one pull each).
         self.registry = registry or RegistrySpec()
-        self.max_concurrent_pulls = self.registry.max_concurrent_pulls
+        self.max_concurrent_pulls = max(1, self.registry.max_concurrent_pulls // max(1, share[1]))
+        self.pulls_in_flight = 0
         self._executor = ThreadPoolExecutor(max_workers=min(512, 2 * config.max_concurrent + 16),
                                             thread_name_prefix="rl360-docker")
         self._clients: dict[tuple[str, str], Any] = {}
@@ -304,6 +308,7 @@ class DockerProvider(SandboxProvider):
                     raise _PullError(message)
 
         async with self._pulls:
+            self.pulls_in_flight += 1
             try:
                 await asyncio.wait_for(self.call(pull), self.config.pull_timeout_s)
                 self.pulls += 1
@@ -320,6 +325,11 @@ class DockerProvider(SandboxProvider):
                 raise
             except Exception as e:  # noqa: BLE001
                 raise _error(node, e, Event.IMAGE_PULL_FAILED, f"pull {ref}") from None
+            finally:
+                self.pulls_in_flight -= 1
+
+    def pull_load(self) -> tuple[int, int] | None:
+        return self.pulls_in_flight, self.max_concurrent_pulls
 
     async def _build(self, node: str, task, ref: str) -> None:
         context = task.dockerfile.parent

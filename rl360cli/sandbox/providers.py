@@ -30,8 +30,8 @@ def make_provider(config: SandboxConfig, *, nodes: Sequence[NodeSpec] = (), run_
     holds, `{node: {image_ref: digest}}` (`node_images_from_state` reads it from the caches `rl360
     prewarm-images` records in the state file), for warm-first placement. `registry` is the profile's
     (the pull cap, the base-image mirrors). `share` is (this session
-    actor's index, the number of actors): the simulated provider gives each a disjoint slice of its
-    stand-in nodes and of the registry's pull cap (the other providers ignore it).
+    actor's index, the number of actors): each takes its slice of the registry's pull cap (docker,
+    simulated), and the simulated provider a disjoint slice of its stand-in nodes too.
     """
     provider: SandboxProvider
     if config.provider == "simulated":
@@ -41,7 +41,8 @@ def make_provider(config: SandboxConfig, *, nodes: Sequence[NodeSpec] = (), run_
     elif config.provider == "docker":
         from rl360cli.sandbox.docker_provider import DockerProvider
 
-        provider = DockerProvider(nodes, config=config, run_id=run_id, registry=registry or RegistrySpec())
+        provider = DockerProvider(nodes, config=config, run_id=run_id, registry=registry or RegistrySpec(),
+                                  share=share)
     elif config.provider == "daytona":
         from rl360cli.sandbox.daytona_provider import DaytonaProvider
 

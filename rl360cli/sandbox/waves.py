@@ -18,8 +18,10 @@ The `AdmissionController` wraps a provider and is itself a `SandboxProvider`:
   up to `max_infra_retries` times, after `retry_backoff_s * 2**k` seconds.
 
 Every admission is recorded (`records`: when, where, queue time, start latency,
-warm or cold, outcome), and `warm_start_ratio()` says how many starts found
-their image on the node. For each step's figures it also keeps running counters
+warm or cold, outcome; the last `RECORDS_KEPT` of them, so that a session actor
+of a week-long run does not grow with every sandbox it ever started), and
+`warm_start_ratio()` says how many starts of the whole run found their image
+on the node. For each step's figures it also keeps running counters
 (`take_gauges()`: the queue's length, the waits, sandboxes live, starts warm and
 cold since the last call), O(1) per event, so a step's row never walks `records`.
 `run_attempt(...)` also retries whole attempts that ended in a retriable infra
@@ -45,6 +47,9 @@ from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.provider import NodeCapacity, Sandbox, SandboxProvider, WrappedSandbox
 from rl360cli.sandbox.taxonomy import Event, InfraError, SandboxError
 from rl360cli.state import StateDoc, node_images
+
+# The start records a controller keeps (the latest): `summary()` and the wave size's adaptation read them.
+RECORDS_KEPT = 10_000
 
 
 @dataclass(kw_only=True)
@@ -119,6 +124,8 @@ class AdmissionController(SandboxProvider):
         self.wave_size = config.wave_size
         self.wave_history: list[tuple[float, int]] = [(clock(), self.wave_size)]
         self.records: list[StartRecord] = []
+        # Starts that succeeded, warm or cold, over the whole run (the records keep only the last ones).
+        self._started: collections.Counter[str] = collections.Counter()
         self._recent_starts: collections.deque[float] = collections.deque()
         self._live = 0
         self._queue: collections.deque[asyncio.Future] = collections.deque()
@@ -169,6 +176,7 @@ class AdmissionController(SandboxProvider):
             record.start_latency_s = self.clock() - began
             record.ok = True
             self._outcomes["warm" if record.warm else "cold"] += 1
+            self._started["warm" if record.warm else "cold"] += 1
             self.nodes_state[chosen].images.setdefault(self.image_ref(task), None)
             self._adapt()
             return _Admitted(sandbox, self, cpus, memory_mb, gpus, record)
@@ -215,8 +223,8 @@ class AdmissionController(SandboxProvider):
         return self.inner.reservation(task)
 
     def warm_start_ratio(self) -> float | None:
-        done = [r for r in self.records if r.ok]
-        return sum(r.warm for r in done) / len(done) if done else None
+        done = self._started["warm"] + self._started["cold"]
+        return self._started["warm"] / done if done else None
 
     def take_gauges(self) -> dict[str, Any]:
         """The figures since the last call, and start the next interval: the admission queue's length
@@ -303,6 +311,8 @@ class AdmissionController(SandboxProvider):
                                      warm=self._warm(state, self.image_ref(task)), wave_size=self.wave_size,
                                      retry=retry)
                 self.records.append(record)
+                if len(self.records) > 2 * RECORDS_KEPT:  # trimmed in halves: amortized O(1) a start
+                    del self.records[:-RECORDS_KEPT]
                 return record, node
         finally:
             self._leave_queue(turn)

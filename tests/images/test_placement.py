@@ -59,3 +59,44 @@ def test_sandboxes_after_prewarm_start_on_warm_nodes_only(dev, images, tmp_path,
     assert {r.node for r in controller.records} <= set(warm_nodes)
     assert {b.node for b in boxes} == set(warm_nodes)  # both warm nodes used (least loaded first)
     assert provider.pulls == 0  # no sandbox start had to pull
+
+
+def test_session_actors_providers_share_the_registrys_pull_cap(dev, images, tmp_path):
+    """Each session actor builds a docker provider of its own: with `share` they take slices of the
+    registry's cap, so two of them pulling cold images at once stay within it together."""
+    from rl360cli.images.config import RegistrySpec
+    from rl360cli.sandbox.config import SandboxConfig
+    from rl360cli.sandbox.docker_provider import DockerProvider
+    from rl360cli.sandbox.task import Task
+
+    refs = [images.push(f"cold{i}", runnable=True)["ref"] for i in range(4)]
+    profile = load_profile(write_profile(tmp_path / "one.toml", dev["nodes"][:1]))
+    config = SandboxConfig(provider="docker", cpus=0.25, memory_mb=64)
+    providers = [DockerProvider(profile.nodes, config=config, run_id=f"cap-{uuid.uuid4().hex[:6]}",
+                                registry=RegistrySpec(max_concurrent_pulls=2), share=(index, 2)) for index in (0, 1)]
+    assert [p.pull_load() for p in providers] == [(0, 1), (0, 1)]  # 2 // 2 each
+    peaks = [0, 0]
+
+    async def watch(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            for i, provider in enumerate(providers):
+                peaks[i] = max(peaks[i], provider.pull_load()[0])
+            await asyncio.sleep(0.005)
+
+    async def launch():
+        stop = asyncio.Event()
+        watcher = asyncio.ensure_future(watch(stop))
+        tasks = [Task(id=f"c{i}", name=f"c{i}", path=tmp_path, instruction="", docker_image=ref, cpus=0.25,
+                      memory_mb=64) for i, ref in enumerate(refs)]
+        try:
+            boxes = await asyncio.gather(*(providers[i % 2].start(t, attempt_id=f"a{i}", labels={})
+                                           for i, t in enumerate(tasks)))
+            await asyncio.gather(*(b.stop() for b in boxes))
+        finally:
+            stop.set()
+            await watcher
+            await asyncio.gather(*(p.close() for p in providers))
+
+    asyncio.run(launch())
+    assert [p.pulls for p in providers] == [2, 2]  # every image was cold: each start pulled
+    assert peaks == [1, 1] and [p.pull_load()[0] for p in providers] == [0, 0]

@@ -27,6 +27,7 @@ from rl360cli.sandbox.provider import NodeCapacity
 from rl360cli.sandbox.steps import below_min_reward, placement_problem, task_rewards
 from rl360cli.sandbox.task import TaskError, load_task
 from rl360cli.sandbox.waves import AdmissionController
+from tests.conftest import need
 from tests.agent.test_conversation import CHATML, byte_tokenizer
 from tests.sandbox.conftest import EXAMPLES, run, write_task
 from tests.sandbox.test_task import HARBOR, HARBOR_VERDICTS
@@ -49,8 +50,7 @@ def complete(folder: Path) -> Path:
 
 @pytest.fixture
 def harbor_tasks(tmp_path):
-    if not HARBOR.is_dir():
-        pytest.skip(f"Harbor's example tasks are not at {HARBOR}")
+    need(HARBOR.is_dir(), f"Harbor's example tasks are not at {HARBOR}")
     out = {}
     for source in sorted(p for p in HARBOR.iterdir() if p.is_dir()):
         folder = complete(Path(shutil.copytree(source, tmp_path / source.name)))

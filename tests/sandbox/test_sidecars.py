@@ -29,6 +29,7 @@ from rl360cli.sandbox.sidecars import MCP_ENV
 from rl360cli.sandbox.steps import placement_problem
 from rl360cli.sandbox.task import TaskError, load_task
 from rl360cli.sandbox.waves import AdmissionController
+from tests.conftest import need
 from tests.sandbox.conftest import EXAMPLES, run, write_task
 from tests.sandbox.test_harbor_format import complete
 from tests.sandbox.test_task import HARBOR
@@ -108,8 +109,7 @@ def test_what_a_sidecar_cannot_be_is_refused_in_one_line(tmp_path, compose, mess
 
 
 def test_harbors_mcp_and_gpu_fixtures_load_and_are_refused_only_at_placement(tmp_path):
-    if not HARBOR.is_dir():
-        pytest.skip(f"Harbor's example tasks are not at {HARBOR}")
+    need(HARBOR.is_dir(), f"Harbor's example tasks are not at {HARBOR}")
     mcp = load_task(complete(Path(shutil.copytree(HARBOR / "hello-mcp", tmp_path / "hello-mcp"))))
     cuda = load_task(complete(Path(shutil.copytree(HARBOR / "hello-cuda", tmp_path / "hello-cuda"))))
     # The fixture ships without its environment/: its sidecar is missing, which placement names.
@@ -168,8 +168,7 @@ def check_reach_and_isolate(one, two, told, from_plain, after_kill):
 
 def test_process_sidecars_are_reached_by_name_private_and_stopped_with_the_sandbox(process_provider, tmp_path):
     provider = process_provider()
-    if not provider.supports_sidecars:
-        pytest.skip("process sidecars need root, bubblewrap and nsenter")
+    need(provider.supports_sidecars, "process sidecars need root, bubblewrap and nsenter")
     plain = load_task(write_task(tmp_path, "plain", dockerfile="FROM python\n"))
     check_reach_and_isolate(*run(reach_and_isolate(provider, plain)))
     run(provider.close())  # the fixture then finds no process or folder of the sandboxes left
@@ -177,16 +176,14 @@ def test_process_sidecars_are_reached_by_name_private_and_stopped_with_the_sandb
 
 def test_process_sidecar_example_passes_tasks_check(process_provider):
     provider = process_provider()
-    if not provider.supports_sidecars:
-        pytest.skip("process sidecars need root, bubblewrap and nsenter")
+    need(provider.supports_sidecars, "process sidecars need root, bubblewrap and nsenter")
     [row] = run(check_tasks(provider, [load_task(EXAMPLE)], run_id="sidecar-check"))
     assert row.passed, row
 
 
 def test_a_sidecar_that_never_gets_healthy_fails_the_start_with_its_reason(process_provider, tmp_path):
     provider = process_provider()
-    if not provider.supports_sidecars:
-        pytest.skip("process sidecars need root, bubblewrap and nsenter")
+    need(provider.supports_sidecars, "process sidecars need root, bubblewrap and nsenter")
     compose = """
     services:
       main:
@@ -318,8 +315,7 @@ def test_docker_asks_for_the_nodes_free_gpus_as_a_device_request(docker_node_spe
 
 
 def test_a_gpu_task_on_this_machine_is_refused_at_placement_in_one_line(process_provider, tmp_path):
-    if not HARBOR.is_dir():
-        pytest.skip(f"Harbor's example tasks are not at {HARBOR}")
+    need(HARBOR.is_dir(), f"Harbor's example tasks are not at {HARBOR}")
     cuda = load_task(complete(Path(shutil.copytree(HARBOR / "hello-cuda", tmp_path / "hello-cuda"))))
     result = run(run_attempt(process_provider(), cuda, oracle_agent, attempt_id="cuda"))
     assert (result.outcome.value, result.cause.value) == ("infra_failure", "sandbox_start")

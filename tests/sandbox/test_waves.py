@@ -276,3 +276,20 @@ def test_the_running_counters_agree_with_the_records_and_the_simulated_ledger():
     assert waits["max"] == pytest.approx(max(queued))
     assert warm["queue"]["mean"] * warm["queue"]["seconds"] == pytest.approx(sum(queued), rel=0.02, abs=1e-3)
     assert cold["queue_wait_s"]["count"] == 2
+
+
+def test_the_records_keep_the_latest_starts_and_the_warm_ratio_counts_the_whole_run(nodes, tmp_path, monkeypatch):
+    import rl360cli.sandbox.waves as waves
+
+    monkeypatch.setattr(waves, "RECORDS_KEPT", 3)  # a week-long run's 10,000, in small
+    task = load_task(write_task(tmp_path, "w", dockerfile=f"FROM {BUSYBOX}\nENV A=1\n",
+                                toml="[environment]\ncpus = 0.5\nmemory_mb = 64\n"))
+    state = {"nodes": {"n2": {"images": {task.image_ref: {"digest": "sha256:abc", "size": 1}}}, "n1": {}}}
+    ctl = AdmissionController(nodes(cpus=1.0), config=SandboxConfig(max_concurrent=6, wave_size=6, wave_interval_s=0),
+                              node_images=node_images_from_state(state))
+    run(hold(ctl, task, 6, seconds=0.2))  # 2 warm on n2, then 4 cold on n1 and n3
+    assert len(ctl.records) == 6  # up to twice the kept: trimmed in halves
+    run(hold(ctl, task, 1, prefix="t"))  # every node holds the image now: warm
+    assert [r.attempt_id for r in ctl.records] == ["s4", "s5", "t0"]  # past 2 x 3: the latest 3
+    # The ratio is the whole run's (3 warm of 7), not that of the records kept (s4, s5 cold, t0 warm).
+    assert ctl.warm_start_ratio() == pytest.approx(3 / 7)
