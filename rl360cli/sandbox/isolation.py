@@ -165,3 +165,14 @@ def chown_tree(path: Path, uid: int) -> None:
         for root, dirs, files in os.walk(path):
             for name in dirs + files:
                 os.chown(os.path.join(root, name), uid, uid, follow_symlinks=False)
+
+
+def filled_pipe(data: bytes) -> int:
+    """The read end of a pipe holding `data` (the seccomp filter: a few hundred bytes, within the pipe's
+    buffer, so the write never blocks): bubblewrap's `--seccomp FD` reads it."""
+    read, write = os.pipe()
+    try:
+        os.write(write, data)
+    finally:
+        os.close(write)
+    return read

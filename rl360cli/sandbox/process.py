@@ -56,7 +56,7 @@ from typing import Any
 from rl360cli.backends import procinfo
 from rl360cli.errors import Rl360Error
 from rl360cli.sandbox.config import SandboxConfig
-from rl360cli.sandbox.isolation import DEFAULT_PATH, RESERVED, Isolation, chown_tree, rlimit_args
+from rl360cli.sandbox.isolation import DEFAULT_PATH, RESERVED, Isolation, chown_tree, filled_pipe, rlimit_args
 from rl360cli.sandbox.outbound import attach_outbound
 from rl360cli.sandbox.process_sidecars import ProcessSidecars
 from rl360cli.sandbox.provider import ExecResult, NodeCapacity, OutputBuffer, Sandbox, SandboxProvider, \
@@ -317,7 +317,7 @@ class ProcessSandbox(Sandbox):
             if networked:  # the command waits until slirp4netns is attached to its namespace
                 block_r, block_w = os.pipe()
             if iso.seccomp is not None:
-                seccomp_r = _filled_pipe(iso.seccomp)
+                seccomp_r = filled_pipe(iso.seccomp)
         workdir = self.task.workdir
         try:
             shared_net = {"netns": self.sidecars.netns, "ro_binds": self.sidecars.ro_binds()} if shared else {}
@@ -537,15 +537,6 @@ async def _kill(proc: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError):
         await proc.wait()
 
-
-def _filled_pipe(data: bytes) -> int:
-    """The read end of a pipe holding `data` (a few hundred bytes: it fits the pipe's buffer)."""
-    read, write = os.pipe()
-    try:
-        os.write(write, data)
-    finally:
-        os.close(write)
-    return read
 
 
 def _read_info(fd: int) -> bool:

@@ -37,7 +37,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from rl360cli.sandbox.isolation import DEFAULT_PATH, chown_tree, rlimit_args
+from rl360cli.sandbox.isolation import DEFAULT_PATH, chown_tree, filled_pipe, rlimit_args
 from rl360cli.sandbox.outbound import OutboundNet, read_bwrap_info
 from rl360cli.sandbox.sidecars import Sidecar, hosts_file, image_task, wait_healthy
 from rl360cli.sandbox.taxonomy import Event, SandboxError
@@ -134,7 +134,7 @@ class ProcessSidecars:
             chown_tree(fs, uid)
         os.chmod(fs / "tmp", 0o1777)
         limits = self._limits(_LIFETIME_CPU_S)
-        seccomp = _filled_pipe(iso.seccomp) if iso.seccomp is not None else None
+        seccomp = filled_pipe(iso.seccomp) if iso.seccomp is not None else None
         command = "exec " + shlex.join(argv)
         full = iso.argv(fs, command, workdir=workdir, limits=limits, uid=uid, seccomp_fd=seccomp, netns=self.netns,
                         ro_binds=self.ro_binds())
@@ -165,7 +165,7 @@ class ProcessSidecars:
         iso = self.owner.isolation
         fs = self.folder / sidecar.name / "fs"
         uid = self.uid_of.get(sidecar.name)
-        seccomp = _filled_pipe(iso.seccomp) if iso.seccomp is not None else None
+        seccomp = filled_pipe(iso.seccomp) if iso.seccomp is not None else None
         limits = self._limits(timeout_s)
         argv = iso.argv(fs, shlex.join(sidecar.healthcheck.argv), workdir="/tmp", limits=limits, uid=uid,
                         seccomp_fd=seccomp, netns=self.netns, ro_binds=self.ro_binds())
@@ -214,12 +214,3 @@ class ProcessSidecars:
         self.uids.clear()
         self.procs.clear()
 
-
-def _filled_pipe(data: bytes) -> int:
-    """The read end of a pipe holding `data` (the seccomp filter: a few hundred bytes)."""
-    read, write = os.pipe()
-    try:
-        os.write(write, data)
-    finally:
-        os.close(write)
-    return read
