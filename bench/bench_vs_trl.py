@@ -16,9 +16,10 @@ results) on the recipe's 32 arith tasks twice, one after the other:
    completion's first ```bash block (rl360's `parse_action`), runs it in a sandbox of rl360's
    process provider (bubblewrap) and then the task's own tests/test.sh (rl360's `run_attempt`),
    and gives the verifier's reward; an infra failure gives None (TRL leaves it out).
-2. rl360: `rl360 up --recipe recipes/local-smoke.toml --set run.seed=N` in a fresh state file (a
-   copy of the recipe's profile with other ports, so a run already on this machine is left alone),
-   read back from the run's metrics.jsonl.
+2. rl360: `rl360 up --recipe <copy> --set run.seed=N` in a fresh state file, on a copy of the recipe
+   taken when the bench starts (the text TRL's values were read from: an edit to the recipe meanwhile
+   reaches neither run) and a copy of its profile on other ports (a run already on this machine is
+   left alone), read back from the run's metrics.jsonl.
 
 The clock starts, for both, when the first step begins with the model loaded: TRL at the first
 optimizer step's `on_step_begin` (the trainer built, nothing generated yet); rl360 at step 0's start
@@ -221,6 +222,8 @@ def run_trl(recipe, *, seed: int, steps: int, policy_dir: Path) -> dict:
         generations.append({"reward": sum(valid) / len(valid) if valid else None, "samples": len(rewards),
                             "infra_failures": len(rewards) - len(valid), "verify_s": time.monotonic() - began,
                             "with_bash_block": sum(c is not None for c in commands)})  # fmt: skip
+        print(f"TRL step {len(generations) - 1}: reward {generations[-1]['reward']}, verifier "
+              f"{generations[-1]['verify_s']:.1f} s, {time.time() - (clock.start or time.time()):.0f} s in", flush=True)
         return rewards
 
     class Clock(TrainerCallback):
@@ -275,7 +278,8 @@ def run_trl(recipe, *, seed: int, steps: int, policy_dir: Path) -> dict:
 # ----------------------------------------------------------------------------- rl360
 
 
-def run_rl360(*, seed: int, steps: int | None, extra: list[str]) -> dict:
+def run_rl360(recipe_copy: Path, recipe, *, seed: int, steps: int | None, extra: list[str]) -> dict:
+    """`rl360 up` on `recipe_copy` (the recipe as TRL read it), its relative paths given as absolute ones."""
     folder = Path(tempfile.mkdtemp(prefix="rl360-vs-trl-"))
     profile = folder / "local.toml"
     # The recipe's profile, on ports nothing else on this machine (another rl360 run) holds.
@@ -288,9 +292,11 @@ def run_rl360(*, seed: int, steps: int | None, extra: list[str]) -> dict:
     profile.write_text(text)
     env = {**os.environ, "RL360_STATE": str(folder / "state.json")}
     rl360 = [sys.executable, "-m", "rl360cli"]
+    paths = ["--set", f"tasks.path={recipe.tasks.path}", *(["--set", f"eval.path={recipe.eval.path}"]
+                                                             if recipe.eval.path else [])]
     overrides = ["--set", f"run.seed={seed}", *(["--set", f"loop.num_steps={steps}"] if steps else []), *extra]
     started = time.monotonic()
-    proc = subprocess.run([*rl360, "up", "--recipe", str(RECIPE), "--profile", str(profile), *overrides],
+    proc = subprocess.run([*rl360, "up", "--recipe", str(recipe_copy), "--profile", str(profile), *paths, *overrides],
                           cwd=folder, env=env, capture_output=True, text=True)  # fmt: skip
     command_s = time.monotonic() - started
     subprocess.run([*rl360, "down"], cwd=folder, env=env, capture_output=True)
@@ -340,7 +346,8 @@ def render(results: dict) -> str:
         "",
         *level_table(curves),
         "",
-        "| run | steps | reward at step 0 | best | last | first step >= 0.90 | mean step | samples/s | load before |",
+        "| run | steps | reward at step 0 | best | last | first step >= 0.90 | mean step | samples/s "
+        "| load before / after |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, run in runs.items():
@@ -348,7 +355,8 @@ def render(results: dict) -> str:
         first = "-" if s["first_step_090"] is None else s["first_step_090"]
         lines.append(f"| {name} | {s['steps']} | {s['reward_first']:.3f} | {s['reward_best']:.3f} | "
                      f"{s['reward_last']:.3f} | {first} | {s['step_s_mean']:.1f} s | {s['samples_per_s']:.1f} | "
-                     f"{' '.join(f'{x:.1f}' for x in run['load_before'])} |")  # fmt: skip
+                     f"{' '.join(f'{x:.1f}' for x in run['load_before'])} / "
+                     f"{' '.join(f'{x:.1f}' for x in run.get('load_after') or []) or '-'} |")  # fmt: skip
     lines += ["", "Where a step's time goes (means over the steps):", ""]
     for name, run in runs.items():
         lines.append(f"- {name}: {split_line(run['curve'])}")
@@ -357,11 +365,9 @@ def render(results: dict) -> str:
         rewards = ("-" if row["reward"] is None else f"{row['reward']:.2f}" for row in run["curve"])
         lines.append(f"- {name}: " + " ".join(rewards))
     lines += ["", f"Measured {results['date']} on {results['cpus']} cores (load averages over 1, 5 and 15 minutes "
-              f"before each run; the machine is shared), rl360 at {results['commit']}"
+              f"before and after each run; the machine is shared), rl360 at {results['commit']}"
               f"{' with local changes' if results['dirty'] else ''}, trl {results['trl']}, "
               f"torch {results['torch']}. Figures in `bench/results/vs_trl.json`."]
-    if results.get("reading"):
-        lines += ["", results["reading"]]
     return "\n".join(lines)
 
 
@@ -394,6 +400,7 @@ def main() -> None:
                         help="rl360's run seeds when they should differ from --seeds (e.g. one rl360 run)")
     parser.add_argument("--rl360-set", action="append", default=[], metavar="KEY=VALUE",
                         help="extra `--set` for rl360 up (e.g. eval.every=0)")
+    parser.add_argument("--label", default="", help="appended to the runs' names (kept beside earlier runs of a seed)")
     parser.add_argument("--no-write", action="store_true", help="print, but write neither results nor docs")
     args = parser.parse_args()
 
@@ -402,7 +409,10 @@ def main() -> None:
     from rl360cli.config import load_recipe
     from rl360cli.trainer.model import prepare_policy
 
-    recipe = load_recipe(RECIPE)
+    # The recipe as it is now, for both runs (an edit to it while TRL trains does not reach rl360's run).
+    recipe_copy = Path(tempfile.mkdtemp(prefix="rl360-vs-trl-recipe-")) / RECIPE.name
+    recipe_copy.write_text(RECIPE.read_text())
+    recipe = load_recipe(recipe_copy, base_dir=RECIPE.parent)
     steps = args.steps or recipe.loop.num_steps
     # Policy v0 as `rl360 up` prepares it: built once per machine (the cache), linked here.
     policy_dir = Path(tempfile.mkdtemp(prefix="rl360-vs-trl-policy-")) / "v0"
@@ -413,17 +423,19 @@ def main() -> None:
         for seed in args.seeds:
             load = load_average()
             print(f"TRL, seed {seed}, load {load} ...", flush=True)
-            runs[f"TRL GRPOTrainer, seed {seed}"] = {**run_trl(recipe, seed=seed, steps=steps, policy_dir=policy_dir),
-                                                     "load_before": load, "seed": seed}
-            print(json.dumps(summary(runs[f"TRL GRPOTrainer, seed {seed}"]["curve"])), flush=True)
+            name = f"TRL GRPOTrainer, seed {seed}{args.label}"
+            runs[name] = {**run_trl(recipe, seed=seed, steps=steps, policy_dir=policy_dir), "load_before": load,
+                          "seed": seed, "load_after": load_average()}
+            print(json.dumps(summary(runs[name]["curve"])), flush=True)
     if args.only in (None, "rl360"):
         extra = [item for pair in (("--set", s) for s in args.rl360_set) for item in pair]
         for seed in args.rl360_seeds or args.seeds:
             load = load_average()
             print(f"rl360, seed {seed}, load {load} ...", flush=True)
-            run = run_rl360(seed=seed, steps=args.steps, extra=extra)
+            run = run_rl360(recipe_copy, recipe, seed=seed, steps=args.steps, extra=extra)
             weights["rl360"] = run["weights"]
-            runs[f"rl360, seed {seed}"] = {**run, "load_before": load, "seed": seed}
+            runs[f"rl360, seed {seed}{args.label}"] = {**run, "load_before": load, "seed": seed,
+                                                       "load_after": load_average()}
             print(json.dumps(summary(run["curve"])), flush=True)
     if weights["rl360"] and weights["rl360"] != weights["trl"]:
         print(f"WARNING: the runs started from different weights: {weights}", flush=True)
@@ -434,16 +446,15 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "commit": commit.stdout.strip(),
         "dirty": bool(dirty.stdout.strip()), "torch": torch.__version__, "weights": weights,
         "trl": __import__("trl").__version__ if args.only != "rl360" else None,
-        "recipe": str(RECIPE.relative_to(REPO)), "steps": steps,
+        "recipe": str(RECIPE.relative_to(REPO)), "steps": steps, "recipe_text": recipe_copy.read_text(),
         "runs": runs, "summary": {name: summary(run["curve"]) for name, run in runs.items()},
         "load_after": load_average(),
     }  # fmt: skip
     if args.only and RESULTS.is_file() and not args.no_write:
-        # One side again: the other side's runs of the last results stay.
+        # One side only: the last results' other runs (other seeds, the other side) stay beside these.
         earlier = json.loads(RESULTS.read_text())
-        kept = {name: run for name, run in earlier["runs"].items() if not name.startswith(
-            "TRL" if args.only == "trl" else "rl360")}
-        results["runs"] = {**kept, **runs}
+        kept = {name: run for name, run in earlier["runs"].items() if name not in runs}
+        results["runs"] = dict(sorted({**kept, **runs}.items(), key=lambda item: not item[0].startswith("TRL")))
         results["summary"] = {name: summary(run["curve"]) for name, run in results["runs"].items()}
         results["weights"] = {side: weights[side] or earlier["weights"].get(side) for side in weights}
         results["trl"] = results["trl"] or earlier.get("trl")
