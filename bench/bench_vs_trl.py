@@ -280,15 +280,15 @@ def run_trl(recipe, *, seed: int, steps: int, policy_dir: Path) -> dict:
 
 def run_rl360(recipe_copy: Path, recipe, *, seed: int, steps: int | None, extra: list[str]) -> dict:
     """`rl360 up` on `recipe_copy` (the recipe as TRL read it), its relative paths given as absolute ones."""
+    from rl360cli.ports import free_port, free_port_block
+
     folder = Path(tempfile.mkdtemp(prefix="rl360-vs-trl-"))
     profile = folder / "local.toml"
     # The recipe's profile, on ports nothing else on this machine (another rl360 run) holds.
     text = (REPO / "cluster" / "local.toml").read_text()
-    base_port, sync_port = (int(re.search(rf"(?m)^{key} = (\d+)", text).group(1)) for key in ("base_port", "sync_port"))
-    # Both moved by the same offset (the Ray head takes base_port + 90: rl360cli/stages/train.py).
-    offset = free_port_block(sync_port - base_port) - base_port
-    text = re.sub(r"(?m)^base_port = \d+", f"base_port = {base_port + offset}", text)
-    text = re.sub(r"(?m)^sync_port = \d+", f"sync_port = {sync_port + offset}", text)
+    # A block of 100 free ports (the Ray head takes base_port + 90: rl360cli/stages/train.py) and a free sync port.
+    text = re.sub(r"(?m)^base_port = \d+", f"base_port = {free_port_block(100)}", text)
+    text = re.sub(r"(?m)^sync_port = \d+", f"sync_port = {free_port()}", text)
     profile.write_text(text)
     env = {**os.environ, "RL360_STATE": str(folder / "state.json")}
     rl360 = [sys.executable, "-m", "rl360cli"]
@@ -310,21 +310,6 @@ def run_rl360(recipe_copy: Path, recipe, *, seed: int, steps: int | None, extra:
     policy = run_policy_dir(metrics.parent)
     return {"curve": rl360_curve(rows), "command_s": command_s, "overrides": overrides,
             "weights": weights_digest(policy), "policy_dir": str(policy)}  # fmt: skip
-
-
-def free_port_block(sync_offset: int, start: int = 31400, width: int = 100) -> int:
-    """The first base port from `start` up whose `width` ports, and the port `sync_offset` from it, bind on loopback."""
-    import socket
-
-    for base in range(start, 60000 - width, width):
-        try:
-            for port in [*range(base, base + width), base + sync_offset]:
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-    raise SystemExit("no free block of ports on 127.0.0.1")
 
 
 # ----------------------------------------------------------------------------- report
