@@ -209,11 +209,12 @@ class Rollouts:
         finished: list[GroupInFlight] = []
         n = self.num_samples_per_task
 
-        def waiting(ready: int, wanted: int) -> None:
-            if progress is not None:
-                progress(step=generation.step, sessions_done=(len(finished) + ready) * n,
-                         sessions_total=(len(finished) + wanted) * n)
+        def told(ready: int, wanted: int) -> None:
+            progress(step=generation.step, sessions_done=(len(finished) + ready) * n,
+                     sessions_total=(len(finished) + wanted) * n)
 
+        # Without a listener the waits block as they did: no polling every PROGRESS_EVERY_S.
+        waiting = told if progress is not None else None
         _wait_for(pending, finished, generation.quota or len(pending), waiting)
         groups = [_decode(g.result[1]) for g in finished]
         first_round = [t.reward for g in groups for t in g if t.is_valid]
