@@ -168,7 +168,8 @@ class SandboxConfig:
     inject_failure_rate: float = 0.0
     # Which starts and execs fail is a function of (seed, attempt id, operation): reproducible.
     inject_seed: int = 0
-    # Process provider: where sandbox folders live ("" = $TMPDIR/rl360-sandboxes), and the first of the
+    # Process provider: where sandbox folders live ("": /dev/shm/rl360-sandboxes where /dev/shm is a
+    # roomy tmpfs, else $TMPDIR/rl360-sandboxes; rl360cli/sandbox/process.py: default_root), and the first of the
     # uids sandboxes run as when rl360 runs as root (one uid per live sandbox, so process limits are
     # per sandbox).
     process_root: str = ""

@@ -400,7 +400,8 @@ class DockerProvider(SandboxProvider):
                                                                        attempt_id=attempt_id), outbound=outbound)
         spec = self._container_spec(node, task, ref, env, labels, sidecars=sidecars,
                                     gpus=self._take_gpus(node, task.gpus))
-        self._reserve(node, spec, +1)  # before the pool looks at the node: its refill must count this sandbox
+        # Before the pool looks at the node: its refill must count this sandbox (and its sidecars).
+        self._reserve(node, spec, +_copies(task))
         pooled = None
         try:
             if sidecars is not None:
@@ -416,7 +417,7 @@ class DockerProvider(SandboxProvider):
                 cid, name = await self._create(node, spec, attempt_id,
                                                networking=sidecars.main_networking() if sidecars else None)
         except BaseException:
-            self._reserve(node, spec, -1)
+            self._reserve(node, spec, -_copies(task))
             self._gpus_held[node].difference_update(int(g) for g in spec.gpus)
             if sidecars is not None:
                 await asyncio.shield(self.call(sidecars.remove_blocking))
@@ -523,10 +524,11 @@ class DockerProvider(SandboxProvider):
         node, cid, _ = pooled
         self.remove_soon(node, cid)
 
-    def _reserve(self, node: str, spec: ContainerSpec, sign: int) -> None:
+    def _reserve(self, node: str, spec: ContainerSpec, copies: int) -> None:
+        """Count `copies` containers of `spec`'s limits on the node (negative: give them back)."""
         reserved = self._reserved[node]
-        reserved[0] += sign * spec.cpus
-        reserved[1] += sign * spec.memory_mb
+        reserved[0] += copies * spec.cpus
+        reserved[1] += copies * spec.memory_mb
 
     def _free(self, node: str) -> tuple[float, int]:
         """What the node's live sandboxes leave of its capacity (CPUs, MB)."""
@@ -537,7 +539,7 @@ class DockerProvider(SandboxProvider):
                 sidecars: DockerSidecars | None = None) -> None:
         """A sandbox's attempt is over: its reservation and GPUs are free now, its container (then its
         sidecars and their network) go soon."""
-        self._reserve(node, spec, -1)
+        self._reserve(node, spec, -(_copies(sidecars.task) if sidecars else 1))
         self._gpus_held[node].difference_update(int(g) for g in spec.gpus)
         self.remove_soon(node, container_id, then=sidecars.remove_blocking if sidecars else None)
 
@@ -1014,3 +1016,8 @@ def _parse_time(stamp: str) -> float:
         raise ValueError(stamp)
     base = datetime.fromisoformat(m.group(1) + ("+00:00" if m.group(3) == "Z" else m.group(3)))
     return base.timestamp() + float(m.group(2) or 0)
+
+
+def _copies(task) -> int:
+    """Containers a sandbox of `task` runs on its node under its limits: itself and each sidecar."""
+    return 1 + len(task.sidecars)

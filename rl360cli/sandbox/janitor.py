@@ -51,7 +51,8 @@ def remove_all(nodes: Sequence[NodeSpec], sandbox_records: Mapping[str, Mapping[
             hosts[rec["docker_host"]] = None
     for host, node in hosts.items():
         removed += _sweep_daemon(host, node, runs=runs)
-    removed += _sweep_process_root(process_root or _process_root(), runs=runs)
+    for root in [process_root] if process_root else _process_roots():
+        removed += _sweep_process_root(root, runs=runs)
     if runs and os.environ.get("DAYTONA_API_KEY"):  # only a run's own: a Daytona organisation is shared
         from rl360cli.sandbox.daytona_provider import sweep_daytona
 
@@ -140,10 +141,10 @@ def _remove_container(rec: Mapping[str, Any], nodes: Sequence[NodeSpec]) -> str 
 # ----------------------------------------------------------------------------- process sandboxes
 
 
-def _process_root() -> Path:
-    from rl360cli.sandbox.process import default_root
+def _process_roots() -> list[Path]:
+    from rl360cli.sandbox.process import default_roots
 
-    return default_root()
+    return default_roots()
 
 
 def _remove_records(records: Mapping[str, Mapping[str, Any]], *, runs: Collection[str] | None,

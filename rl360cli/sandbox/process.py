@@ -66,10 +66,41 @@ from rl360cli.sandbox.taxonomy import Event, SandboxError
 log = logging.getLogger(__name__)
 
 NODE = "local"
+# Every attempt makes a sandbox folder and removes it again: in RAM that costs ~7 ms less CPU per arith
+# attempt than on the journaling disk under /tmp (measured: 48 -> 41 ms in the sandbox's processes,
+# 8 -> 5.5 ms in the orchestrator), ~10% of a local-smoke session.
+RAM_ROOT = Path("/dev/shm/rl360-sandboxes")
+# Only where /dev/shm is a tmpfs with room to spare: a container's default /dev/shm is 64 MB, and Ray
+# keeps its object store there.
+RAM_ROOT_MIN_FREE = 4 << 30
+
+
 def default_root() -> Path:
     """Where process sandboxes live unless [sandbox] process_root says so: $RL360_SANDBOX_ROOT, else
-    $TMPDIR/rl360-sandboxes."""
-    return Path(os.environ.get("RL360_SANDBOX_ROOT") or Path(tempfile.gettempdir()) / "rl360-sandboxes")
+    RAM_ROOT where /dev/shm is a tmpfs with RAM_ROOT_MIN_FREE free, else `disk_root()`."""
+    if os.environ.get("RL360_SANDBOX_ROOT"):
+        return Path(os.environ["RL360_SANDBOX_ROOT"])
+    return RAM_ROOT if _roomy_tmpfs(RAM_ROOT.parent) else disk_root()
+
+
+def disk_root() -> Path:
+    """$TMPDIR/rl360-sandboxes: the root where /dev/shm will not do, and where image trees are kept."""
+    return Path(tempfile.gettempdir()) / "rl360-sandboxes"
+
+
+def default_roots() -> list[Path]:
+    """Every root a process sandbox of this machine may have by default (the janitor sweeps them all)."""
+    return list(dict.fromkeys([default_root(), RAM_ROOT, disk_root()]))
+
+
+def _roomy_tmpfs(mount_point: Path) -> bool:
+    try:
+        with open("/proc/self/mounts") as mounts:
+            tmpfs = any(line.split()[1:3] == [str(mount_point), "tmpfs"] for line in mounts)
+        stat = os.statvfs(mount_point)
+    except OSError:
+        return False
+    return tmpfs and stat.f_bavail * stat.f_frsize >= RAM_ROOT_MIN_FREE and os.access(mount_point, os.W_OK)
 
 
 def machine_capacity() -> NodeCapacity:
@@ -126,7 +157,9 @@ class ProcessProvider(SandboxProvider):
         # The uid locks are machine-wide (not per root), so providers with different roots never share a uid.
         self.uids = UidPool(config.process_uid_base, 4096, Path(tempfile.gettempdir()) / "rl360-sandbox-uids") \
             if self.isolation.as_root else None
-        self.images = ProcessImages(self.root / ".images", self.isolation,
+        # Image trees are built once and kept: on disk, also when the sandboxes' own folders are in RAM.
+        image_home = disk_root() if self.root == RAM_ROOT else self.root
+        self.images = ProcessImages(image_home / ".images", self.isolation,
                                     build_uid=config.process_uid_base - 1 if self.isolation.as_root else None)
         self._owner = {"owner_pid": os.getpid(), "owner_start": procinfo.start_time(os.getpid())}
         # Copies and removals of sandbox folders run here, not in asyncio's small default pool, which

@@ -239,6 +239,13 @@ class SandboxProvider(abc.ABC):
         config = getattr(self, "config", None)
         return ((getattr(config, "cpus", None) or task.cpus), (getattr(config, "memory_mb", None) or task.memory_mb))
 
+    def footprint(self, task: Task) -> tuple[float, int]:
+        """(CPUs, memory MB) a sandbox of `task` holds on its node, sidecars included: each sidecar runs
+        under the sandbox's own limits (`reservation`), so each counts once more."""
+        cpus, memory_mb = self.reservation(task)
+        copies = 1 + len(getattr(task, "sidecars", ()))
+        return cpus * copies, memory_mb * copies
+
 
 class WrappedSandbox(Sandbox):
     """A sandbox that adds one behaviour to another and hands every other call through to it."""

@@ -216,7 +216,7 @@ class SimulatedProvider(SandboxProvider):
         state = self.nodes_state.get(name)
         if state is None:
             raise SandboxError(Event.PROVIDER_FAILED, f"no simulated node {name!r} in this share", node=name)
-        cpus, memory_mb = self.reservation(task)
+        cpus, memory_mb = self.footprint(task)  # sidecars included, as on a real node
         self._reserve(state, cpus, memory_mb)
         self.ledger.starts += 1
         try:

@@ -147,7 +147,7 @@ class AdmissionController(SandboxProvider):
 
     async def start(self, task, *, attempt_id: str, labels: Mapping[str, str], node: str | None = None) -> Sandbox:
         """Wait for admission, place, start; infra failures of the start are retried on another node."""
-        cpus, memory_mb = self.reservation(task)
+        cpus, memory_mb = self.footprint(task)  # with its sidecars: they run beside it on the node
         gpus = getattr(task, "gpus", 0)  # never over a node's GPUs, as never over its CPUs and memory
         self._check_fits_somewhere(task, cpus, memory_mb, gpus)
         excluded: set[str] = set()
@@ -257,8 +257,10 @@ class AdmissionController(SandboxProvider):
             raise Rl360Error(f"task {task.id} reserves {gpus} GPU(s) and no node offers {'any' if most == 0 else most}",
                              "run it on nodes with GPUs (`gpus` of the profile's [[nodes]])")
         biggest = max(self.nodes_state.values(), key=lambda s: (s.capacity.cpus, s.capacity.memory_mb))
+        sidecars = len(getattr(task, "sidecars", ()))
+        with_sidecars = f" with its {sidecars} sidecar(s), each under the sandbox's limits," if sidecars else ""
         raise Rl360Error(
-            f"task {task.id} reserves {cpus:g} CPUs and {memory_mb} MB, more than any node offers "
+            f"task {task.id} reserves {cpus:g} CPUs and {memory_mb} MB{with_sidecars} more than any node offers "
             f"(the largest: {biggest.capacity.name}, {biggest.capacity.cpus:g} CPUs, {biggest.capacity.memory_mb} MB)",
             "lower [sandbox] cpus / memory_mb in the recipe, or use bigger nodes")
 

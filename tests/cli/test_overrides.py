@@ -4,6 +4,7 @@ by the run's processes (`load_run_recipe`), shown by `rl360 status`."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,9 @@ def test_a_bad_override_is_one_line_naming_it(text, message):
 
 def test_an_error_of_the_file_itself_is_said_of_the_file(tmp_path):
     bad = tmp_path / "bad.toml"
-    bad.write_text(SMOKE.read_text().replace("num_steps = 30", "num_steps = -1"))
+    text, replaced = re.subn(r"(?m)^num_steps = \d+$", "num_steps = -1", SMOKE.read_text())
+    assert replaced == 1  # the recipe's [loop] num_steps, whatever its value
+    bad.write_text(text)
     with pytest.raises(ConfigError) as e:
         load_recipe(bad, base_dir=SMOKE.parent, overrides=[parse_override("run.seed=3")])
     assert str(e.value).startswith(f"{bad}: [loop]: num_steps")

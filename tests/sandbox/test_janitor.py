@@ -67,6 +67,30 @@ def test_process_sandboxes_of_a_crashed_orchestrator_are_removed(bwrap, sandbox_
     assert janitor.remove_all((), {}, process_root=sandbox_root) == []  # idempotent
 
 
+def test_without_a_root_given_every_default_root_is_swept(tmp_path, monkeypatch):
+    """A run's sandboxes may be in RAM (/dev/shm) or under $TMPDIR, whichever this machine gave them
+    (rl360cli/sandbox/process.py: default_root): `rl360 down` sweeps both."""
+    import tempfile
+
+    from rl360cli.sandbox import process
+
+    monkeypatch.delenv("RL360_SANDBOX_ROOT", raising=False)
+    monkeypatch.setattr(process, "RAM_ROOT", tmp_path / "ram" / "rl360-sandboxes")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "disk"))
+    run_id = f"both-{uuid.uuid4().hex[:8]}"
+    folders = []
+    for root in (process.RAM_ROOT, process.disk_root()):
+        folder = root / f"p-{uuid.uuid4().hex[:12]}"
+        (folder / "fs").mkdir(parents=True)
+        # Its orchestrator is gone: a pid that no process has.
+        (folder / "sandbox.json").write_text(json.dumps({"run": run_id, "owner_pid": 2**22 + 1, "owner_start": 1}))
+        folders.append(folder)
+    assert process.default_roots() == [process.disk_root(), process.RAM_ROOT]  # /tmp/.../ram is no tmpfs
+    removed = janitor.remove_all((), {}, runs={run_id})
+    assert sorted(removed) == sorted(f"local/{f.name}" for f in folders)
+    assert not any(f.exists() for f in folders)
+
+
 def test_a_live_orchestrators_sandboxes_are_left_alone(bwrap, sandbox_root):
     from rl360cli.sandbox.config import SandboxConfig
     from rl360cli.sandbox.process import ProcessProvider

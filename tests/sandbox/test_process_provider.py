@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.task import load_task
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 from tests.sandbox.conftest import EXAMPLES, run, write_task
@@ -229,3 +230,34 @@ def test_dockerfiles_the_process_provider_cannot_build_fail_as_image_build(proce
     assert all(e.event == Event.IMAGE_BUILD_FAILED and reason in e.detail for e in errors)
     assert provider.images.builds == 0
     assert not [p for p in Path(provider.root, ".images").glob("*") if p.is_dir()]  # no half-built tree is kept
+
+
+def test_sandbox_folders_go_to_ram_where_dev_shm_is_a_roomy_tmpfs(monkeypatch, tmp_path, sandbox_root):
+    """The default root: /dev/shm where it is a tmpfs with room (cheaper folders for every attempt),
+    else $TMPDIR; image trees stay on disk either way; $RL360_SANDBOX_ROOT and process_root win."""
+    import tempfile
+
+    from rl360cli.sandbox import process
+
+    monkeypatch.delenv("RL360_SANDBOX_ROOT", raising=False)
+    with open("/proc/self/mounts") as mounts:
+        shm_is_tmpfs = any(line.split()[1:3] == ["/dev/shm", "tmpfs"] for line in mounts)
+    if shm_is_tmpfs and process._roomy_tmpfs(Path("/dev/shm")):
+        assert process.default_root() == process.RAM_ROOT == Path("/dev/shm/rl360-sandboxes")
+    monkeypatch.setattr(process, "RAM_ROOT_MIN_FREE", 1 << 62)  # no tmpfs has that much room
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert process.default_root() == process.disk_root() == tmp_path / "rl360-sandboxes"
+    assert not process._roomy_tmpfs(tmp_path)  # not a mount point at all
+    monkeypatch.setenv("RL360_SANDBOX_ROOT", str(tmp_path / "mine"))
+    assert process.default_root() == tmp_path / "mine"
+    monkeypatch.delenv("RL360_SANDBOX_ROOT")
+    monkeypatch.setattr(process, "RAM_ROOT_MIN_FREE", 0)
+    monkeypatch.setattr(process, "RAM_ROOT", sandbox_root / "ram")  # sandbox uids can enter it
+    monkeypatch.setattr(tempfile, "tempdir", str(sandbox_root / "disk"))
+    monkeypatch.setattr(process, "_roomy_tmpfs", lambda mount_point: True)
+    provider = process.ProcessProvider(SandboxConfig())
+    try:
+        assert provider.root == sandbox_root / "ram"
+        assert provider.images.root == sandbox_root / "disk" / "rl360-sandboxes" / ".images"
+    finally:
+        run(provider.close())

@@ -256,6 +256,43 @@ def networks_of(provider) -> list[str]:
     return out
 
 
+def test_each_sidecar_counts_in_the_sandboxs_reservation(tmp_path):
+    """A sidecar runs under the sandbox's own limits, so a sandbox with one holds twice its share of the
+    node: the admission controller lets two 0.25-CPU sandboxes with a sidecar each onto a 1-CPU node at a
+    time, not four, and refuses one that no node could hold with its sidecars, saying so."""
+    from rl360cli.errors import Rl360Error
+    from rl360cli.sandbox.simulated import SimulatedProvider
+    from tests.sandbox.test_simulated_provider import config
+
+    compose = "services:\n  helper:\n    image: busybox\n    command: sleep 1000\n"
+    task = load_task(sidecar_task(tmp_path, compose, toml="[environment]\ncpus = 0.25\nmemory_mb = 128\n"))
+    assert len(task.sidecars) == 1
+    provider = SimulatedProvider(config(num_nodes=1, node_cpus=1, node_memory_mb=4096))
+    ctl = AdmissionController(provider, config=SandboxConfig())
+    assert ctl.footprint(task) == (0.5, 256) and ctl.reservation(task) == (0.25, 128)
+    live, peak = 0, 0
+
+    async def one(i):
+        nonlocal live, peak
+        sandbox = await ctl.start(task, attempt_id=f"s{i}", labels={})
+        live += 1
+        peak = max(peak, live)
+        await asyncio.sleep(0.05)
+        live -= 1
+        await sandbox.stop()
+
+    async def six():
+        await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(6))), 60)
+
+    run(six())
+    state = provider.nodes_state["sim-00"]
+    assert peak == 2 and state.peak_cpus == pytest.approx(1.0) and state.reserved_cpus == 0
+    big = load_task(sidecar_task(tmp_path, compose, toml="[environment]\ncpus = 0.75\nmemory_mb = 128\n"))
+    with pytest.raises(Rl360Error, match=r"reserves 1.5 CPUs and 256 MB with its 1 sidecar\(s\), each under the "
+                                         r"sandbox's limits, more than any node offers"):
+        run(ctl.start(big, attempt_id="big", labels={}))
+
+
 # ----------------------------------------------------------------------------- GPUs
 
 

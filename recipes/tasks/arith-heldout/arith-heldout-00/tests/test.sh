@@ -16,38 +16,49 @@ def check_answer(src: str, cases: Sequence[Sequence[int]]) -> bool:
     The expression is parsed as an expression (so `x+1; junk` is refused), and only integer
     constants, x, brackets and + - * / // % ** (with a constant exponent of at most 8) are
     allowed: nothing can call, import or run for long. Standard library only; test.sh holds a
-    copy of this function's source.
+    copy of this function's source. It reads the tree through `_ast` (built into the interpreter),
+    not `ast`, whose import costs the verifier's interpreter more than the whole check (~5 ms of
+    ~12 ms, paid by every attempt).
     """
-    import ast
+    import _ast
 
     src = src.strip()
     if not src or len(src) > 500:
         return False
     try:
-        tree = ast.parse(src, mode="eval")
+        tree = compile(src, "answer", "eval", _ast.PyCF_ONLY_AST)
         code = compile(tree, "answer", "eval")
     except (SyntaxError, ValueError):
         return False
-    binops = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.BinOp):
+    binops = (_ast.Add, _ast.Sub, _ast.Mult, _ast.Div, _ast.FloorDiv, _ast.Mod, _ast.Pow)
+    nodes = [tree]
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, _ast.BinOp):
             if not isinstance(node.op, binops):
                 return False
-            if isinstance(node.op, ast.Pow):
+            if isinstance(node.op, _ast.Pow):
                 e = node.right
-                if not (isinstance(e, ast.Constant) and type(e.value) is int and 0 <= e.value <= 8):
+                if not (isinstance(e, _ast.Constant) and type(e.value) is int and 0 <= e.value <= 8):
                     return False
-        elif isinstance(node, ast.UnaryOp):
-            if not isinstance(node.op, (ast.USub, ast.UAdd)):
+        elif isinstance(node, _ast.UnaryOp):
+            if not isinstance(node.op, (_ast.USub, _ast.UAdd)):
                 return False
-        elif isinstance(node, ast.Name):
+        elif isinstance(node, _ast.Name):
             if node.id != "x":
                 return False
-        elif isinstance(node, ast.Constant):
+        elif isinstance(node, _ast.Constant):
             if type(node.value) is not int:
                 return False
-        elif not isinstance(node, (ast.Expression, ast.Load, *binops, ast.USub, ast.UAdd)):
+        elif not isinstance(node, (_ast.Expression, _ast.Load, *binops, _ast.USub, _ast.UAdd)):
             return False
+        # Every child node, as ast.walk finds them (the fields that hold a node or a list of nodes).
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, _ast.AST):
+                nodes.append(value)
+            elif isinstance(value, list):
+                nodes.extend(item for item in value if isinstance(item, _ast.AST))
     for x, expected in cases:
         try:
             value = eval(code, {"__builtins__": {}}, {"x": x})
