@@ -59,7 +59,7 @@ from rl360cli.images.mirrors import MirrorRefused, rewrite_dockerfile, through_m
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.docker_sidecars import DockerSidecars
 from rl360cli.sandbox.provider import ExecResult, NodeCapacity, OutputBuffer, Sandbox, SandboxProvider, \
-    own_command_failed, sandbox_labels
+    containers_of, own_command_failed, sandbox_labels
 from rl360cli.sandbox.task import resolve_env
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 from rl360cli.sandbox.warm_pool import PoolStats, WarmPool
@@ -401,7 +401,7 @@ class DockerProvider(SandboxProvider):
         spec = self._container_spec(node, task, ref, env, labels, sidecars=sidecars,
                                     gpus=self._take_gpus(node, task.gpus))
         # Before the pool looks at the node: its refill must count this sandbox (and its sidecars).
-        self._reserve(node, spec, +_copies(task))
+        self._reserve(node, spec, +containers_of(task))
         pooled = None
         try:
             if sidecars is not None:
@@ -417,7 +417,7 @@ class DockerProvider(SandboxProvider):
                 cid, name = await self._create(node, spec, attempt_id,
                                                networking=sidecars.main_networking() if sidecars else None)
         except BaseException:
-            self._reserve(node, spec, -_copies(task))
+            self._reserve(node, spec, -containers_of(task))
             self._gpus_held[node].difference_update(int(g) for g in spec.gpus)
             if sidecars is not None:
                 await asyncio.shield(self.call(sidecars.remove_blocking))
@@ -539,7 +539,7 @@ class DockerProvider(SandboxProvider):
                 sidecars: DockerSidecars | None = None) -> None:
         """A sandbox's attempt is over: its reservation and GPUs are free now, its container (then its
         sidecars and their network) go soon."""
-        self._reserve(node, spec, -(_copies(sidecars.task) if sidecars else 1))
+        self._reserve(node, spec, -(containers_of(sidecars.task) if sidecars else 1))
         self._gpus_held[node].difference_update(int(g) for g in spec.gpus)
         self.remove_soon(node, container_id, then=sidecars.remove_blocking if sidecars else None)
 
@@ -1016,8 +1016,3 @@ def _parse_time(stamp: str) -> float:
         raise ValueError(stamp)
     base = datetime.fromisoformat(m.group(1) + ("+00:00" if m.group(3) == "Z" else m.group(3)))
     return base.timestamp() + float(m.group(2) or 0)
-
-
-def _copies(task) -> int:
-    """Containers a sandbox of `task` runs on its node under its limits: itself and each sidecar."""
-    return 1 + len(task.sidecars)

@@ -243,7 +243,7 @@ class SandboxProvider(abc.ABC):
         """(CPUs, memory MB) a sandbox of `task` holds on its node, sidecars included: each sidecar runs
         under the sandbox's own limits (`reservation`), so each counts once more."""
         cpus, memory_mb = self.reservation(task)
-        copies = 1 + len(getattr(task, "sidecars", ()))
+        copies = containers_of(task)
         return cpus * copies, memory_mb * copies
 
 
@@ -282,6 +282,12 @@ class WrappedSandbox(Sandbox):
 
     def info(self):
         return self.inner.info()
+
+
+def containers_of(task: Task) -> int:
+    """Containers (or process groups) a sandbox of `task` runs on its node under its limits: itself and
+    each sidecar."""
+    return 1 + len(getattr(task, "sidecars", ()))
 
 
 def sandbox_labels(labels: Mapping[str, str], *, run_id: str, task: Task, attempt_id: str) -> dict[str, str]:
