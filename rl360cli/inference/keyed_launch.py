@@ -11,7 +11,7 @@ the first non-loopback address its host name resolves to), so that a server
 never listens on every interface. Then this process becomes the program
 (`exec`): same pid, same signals, same exit code.
 
-SGLang and sglang-router take the key only as `--api-key VALUE`, so it is on
+SGLang and sglang-router take the key only on the command line (given as `--api-key=VALUE`), so it is on
 their command line once they run (visible to `ps` on that node); rl360's own
 engine reads the file itself (`--api-key-file`) and never has it there.
 
@@ -72,7 +72,15 @@ def fill(argv: list[str], *, api_key_file: str | None) -> list[str]:
             raise Rl360Error(f"the command holds {KEY_PLACEHOLDER} but no --api-key-file was given",
                              "render it with rl360cli.inference.launch (it adds the file)")
         key = read_api_key(api_key_file)
-        out = [key if a == KEY_PLACEHOLDER else a for a in out]
+        # `--api-key=KEY`, never `--api-key KEY`: a URL-safe key starts with "-" one time in 64, and argparse
+        # (SGLang's and the router's launchers) then reads it as an option and refuses the command.
+        joined: list[str] = []
+        for a in out:
+            if a == KEY_PLACEHOLDER and joined and joined[-1].startswith("--"):
+                joined[-1] = f"{joined[-1]}={key}"
+            else:
+                joined.append(key if a == KEY_PLACEHOLDER else a)
+        out = joined
     if NODE_ADDRESS in out:
         address = node_address()
         out = [address if a == NODE_ADDRESS else a for a in out]

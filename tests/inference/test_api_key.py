@@ -46,17 +46,32 @@ def test_keyed_launch_fills_in_the_key_and_the_node_address_on_the_node(tmp_path
     key = read_api_key(path)
     monkeypatch.setenv("RL360_NODE_ADDRESS", "10.9.8.7")
     assert fill(["x", "--host", NODE_ADDRESS, "--api-key", KEY_PLACEHOLDER], api_key_file=str(path)) == [
-        "x", "--host", "10.9.8.7", "--api-key", key]
+        "x", "--host", "10.9.8.7", f"--api-key={key}"]
     # A real exec: the program gets the values, and its exit code is the launcher's.
     proc = subprocess.run([sys.executable, "-m", "rl360cli.inference.keyed_launch", "--api-key-file", str(path), "--",
                            sys.executable, "-c", "import sys; print(sys.argv[1:]); sys.exit(7)",
                            "--api-key", KEY_PLACEHOLDER, "--host", NODE_ADDRESS],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 7 and proc.stdout.strip() == str(["--api-key", key, "--host", "10.9.8.7"])
+    assert proc.returncode == 7 and proc.stdout.strip() == str([f"--api-key={key}", "--host", "10.9.8.7"])
     missing = subprocess.run([sys.executable, "-m", "rl360cli.inference.keyed_launch", "--api-key-file",
                               str(tmp_path / "gone"), "--", "true", KEY_PLACEHOLDER],
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "API key file" in missing.stderr and len(missing.stderr.splitlines()) == 1
+
+
+def test_a_key_that_starts_with_a_dash_reaches_an_argparse_program_as_the_options_value(tmp_path):
+    # One URL-safe key in 64 starts with "-": given as `--api-key KEY`, argparse (sglang-router's launcher)
+    # took it for an option and the router never started (a local-smoke run failed so, 2026-12-02).
+    path = tmp_path / "api-key"
+    path.write_text("-Zk3" + "a" * 40 + "\n")
+    path.chmod(0o600)
+    program = ("import argparse; p = argparse.ArgumentParser(); p.add_argument('--api-key', required=True); "
+               "print(p.parse_args().api_key)")
+    proc = subprocess.run([sys.executable, "-m", "rl360cli.inference.keyed_launch", "--api-key-file", str(path), "--",
+                           sys.executable, "-c", program, "--api-key", KEY_PLACEHOLDER],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "-Zk3" + "a" * 40
 
 
 def _status(url: str, method: str, path: str, key: str | None, body: dict | None = None) -> int:
