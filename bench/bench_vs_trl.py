@@ -122,7 +122,7 @@ def rl360_curve(rows: list[dict]) -> list[dict]:
     return [{"step": row["step"], "reward": row["reward_mean"], "wall_s": row["time"] - start,
              "samples": row["samples"], "step_s": row["step_s"],
              "split": {key: row.get(key) for key in ("wait_for_generation_s", "generation_s", "train_s",
-                                                      "weight_sync_s", "generation_rounds", "eval/s")}}
+                                                      "weight_sync_s", "generation_rounds", "eval/s", "overlap_ratio")}}
             for row in rows]  # fmt: skip
 
 
@@ -370,9 +370,11 @@ def split_line(curve: list[dict]) -> str:
                 f"old logprobs and {curve[0].get('updates', 2)} updates {rest:.1f} s")
     split = {key: mean(r["split"].get(key) for r in curve) for key in curve[0]["split"]} if curve else {}
     evals = [r["split"].get("eval/s") for r in curve if r["split"].get("eval/s")]
+    # The synchronous loop reports no overlap ratio (nothing generates while it updates).
+    overlap = "overlapping the previous update" if split.get("overlap_ratio") else "after the previous update"
     return (f"step {step:.1f} s: waiting for generation {split.get('wait_for_generation_s') or 0:.1f} s "
             f"(generation {split.get('generation_s') or 0:.1f} s over {split.get('generation_rounds') or 0:.1f} "
-            f"rounds, overlapping the previous update), update {split.get('train_s') or 0:.1f} s, weight sync "
+            f"rounds, {overlap}), update {split.get('train_s') or 0:.1f} s, weight sync "
             f"{split.get('weight_sync_s') or 0:.2f} s; {len(evals)} held-out evaluations, {sum(evals):.0f} s")
 
 

@@ -55,7 +55,11 @@ def test_the_split_line_names_each_part_of_a_step():
     assert split_line(trl) == ("step 7.0 s = generation 2.0 s + sandboxes and verifier 3.0 s + "
                                "old logprobs and 2 updates 2.0 s")
     rows = [{"step": 0, "time": 30.0, "step_s": 16.0, "reward_mean": 0.4, "samples": 300, "wait_for_generation_s": 8.0,
-             "generation_s": 12.0, "generation_rounds": 2, "train_s": 7.5, "weight_sync_s": 0.05, "eval/s": 4.0}]
+             "generation_s": 12.0, "generation_rounds": 2, "train_s": 7.5, "weight_sync_s": 0.05, "eval/s": 4.0,
+             "overlap_ratio": 1.0}]
     assert split_line(rl360_curve(rows)) == (
         "step 16.0 s: waiting for generation 8.0 s (generation 12.0 s over 2.0 rounds, overlapping the previous "
         "update), update 7.5 s, weight sync 0.05 s; 1 held-out evaluations, 4 s")
+    # The synchronous loop (overlap = false) reports no overlap ratio: its generation follows the update.
+    rows[0].update(overlap_ratio=None, wait_for_generation_s=12.0)
+    assert "(generation 12.0 s over 2.0 rounds, after the previous update)" in split_line(rl360_curve(rows))
