@@ -25,6 +25,11 @@ class LoopConfig:
     # Dynamic filtering: keep sampling until the batch holds `num_tasks_per_step` groups with
     # reward variance, at most this many generation rounds per step.
     max_generation_rounds: int = 3
+    # A further round starts only while fewer than this fraction of `num_tasks_per_step` groups have
+    # reward variance, and then samples for the whole shortfall. 1.0 always tops the batch up; 0.625
+    # leaves a step whose first round kept 20 of 32 groups at one round (a round is a step's
+    # generation time again, for groups that change the update little while so many have signal).
+    resample_below: float = 1.0
     # The long tail: keep ceil(num_tasks_per_step * (1 + over_sample)) groups in flight, train on the
     # first num_tasks_per_step (and any others) that finish, and carry the unfinished ones into the
     # next step; build_batch's staleness bound (`grpo.max_staleness`) decides what of them is kept,
@@ -41,6 +46,9 @@ class LoopConfig:
         for name in ("num_steps", "num_tasks_per_step", "max_generation_rounds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
+        if not 0.0 < self.resample_below <= 1.0:
+            raise ValueError(f"resample_below must be a fraction above 0 and at most 1 of num_tasks_per_step "
+                             f"(1: top every batch up to its quota), got {self.resample_below}")
         if self.num_samples_per_task < 2:
             raise ValueError(f"num_samples_per_task must be at least 2 for GRPO (got {self.num_samples_per_task})")
         if not 0.0 <= self.over_sample <= MAX_OVER_SAMPLE:

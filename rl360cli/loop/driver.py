@@ -127,7 +127,8 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     rollouts = Rollouts(actors, task_ids, num_tasks_per_step=recipe.loop.num_tasks_per_step,
                         num_samples_per_task=recipe.loop.num_samples_per_task,
                         max_generation_rounds=recipe.loop.max_generation_rounds, seed=recipe.run.seed,
-                        over_sample=recipe.loop.over_sample, max_staleness=recipe.grpo.max_staleness)
+                        over_sample=recipe.loop.over_sample, resample_below=recipe.loop.resample_below,
+                        max_staleness=recipe.grpo.max_staleness)
     metrics = MetricsLogger(run_dir, run_name=run_id, project=recipe.metrics.wandb_project,
                             config={"recipe": str(run_dir / RUN_RECIPE)}, use_wandb=recipe.metrics.wandb)
 

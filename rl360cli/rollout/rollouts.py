@@ -5,7 +5,8 @@
 actors — and returns at once, so the trainer can update on the previous batch
 meanwhile. `collect(generation)` waits for it; while fewer than
 `num_tasks_per_step` groups have reward variance, it samples further rounds
-of fresh tasks (at most `max_generation_rounds`).
+of fresh tasks (at most `max_generation_rounds`), each for the whole shortfall, but only while the
+groups with variance number fewer than `resample_below` of `num_tasks_per_step`.
 
 The long tail (`[loop] over_sample`, docs/architecture.md "The long tail"). Agent sessions take
 heavy-tailed times (lognormal, p99 ~10x the median), and a step that waits for all its groups waits
@@ -137,7 +138,7 @@ class Rollouts:
     """Hands a step's groups to the session actors, round robin, and collects them."""
 
     def __init__(self, actors: list, task_ids: list[str], *, num_tasks_per_step: int, num_samples_per_task: int,
-                 max_generation_rounds: int, seed: int, over_sample: float = 0.0,
+                 max_generation_rounds: int, seed: int, over_sample: float = 0.0, resample_below: float = 1.0,
                  max_staleness: int | None = None, cancel_stale: bool = True):
         self.actors = actors
         self.task_ids = sorted(task_ids)
@@ -146,6 +147,8 @@ class Rollouts:
         self.max_generation_rounds = max_generation_rounds
         self.seed = seed
         self.over_sample = over_sample
+        # Further rounds start while fewer groups than this have reward variance (at most the quota).
+        self.enough_with_signal = math.ceil(resample_below * num_tasks_per_step - 1e-9)
         self.max_staleness = max_staleness
         # False leaves stale carried groups running until build_batch drops them (for the benchmark).
         self.cancel_stale = cancel_stale
@@ -220,9 +223,9 @@ class Rollouts:
         first_round = [t.reward for g in groups for t in g if t.is_valid]
         done = {g[0].task_id for g in groups if g and _has_signal(g)}
         for round_index in range(1, self.max_generation_rounds):
-            missing = self.num_tasks_per_step - len(done)
-            if missing <= 0:
+            if len(done) >= self.enough_with_signal:
                 break
+            missing = self.num_tasks_per_step - len(done)
             fresh = [t for t in self.task_ids if t not in done]
             if not fresh:
                 break

@@ -5,7 +5,8 @@ actor's holds ends only once the policy version has moved on, so which groups ar
 test, not by a clock. Checked: `collect` returns without the late groups; they come back in a later
 step with the versions that generated their turns; a carried group that could only be stale is
 cancelled on its actor; nothing beyond `grpo.max_staleness` is trained; the run's end leaves no
-group running; dynamic-filtering rounds still run; a bad `over_sample` is refused at load time.
+group running; dynamic-filtering rounds still run, and only while too few groups have signal
+(`resample_below`); a bad `over_sample` or `resample_below` is refused at load time.
 """
 
 from __future__ import annotations
@@ -86,10 +87,10 @@ def gated_actor(actor, holds: dict[str, int], flat: frozenset[str] = frozenset()
 
 
 def rollouts_over(actors: list, *, over_sample: float = 0.5, max_staleness: int | None = 1,
-                  max_generation_rounds: int = 1) -> Rollouts:
+                  max_generation_rounds: int = 1, resample_below: float = 1.0) -> Rollouts:
     return Rollouts(actors, TASK_IDS, num_tasks_per_step=QUOTA, num_samples_per_task=2,
                     max_generation_rounds=max_generation_rounds, seed=0, over_sample=over_sample,
-                    max_staleness=max_staleness)
+                    resample_below=resample_below, max_staleness=max_staleness)
 
 
 def until(check, ray_actor, timeout_s: float = 30.0) -> dict:
@@ -151,6 +152,14 @@ def test_a_bad_over_sample_is_refused_at_load_time():
         assert "\n" not in str(error.value)
     with pytest.raises(ConfigError, match=r"0\.25: a quarter more groups"):
         from_mapping(LoopConfig, {"over_sample": 25}, where="recipe.toml", table="loop")
+
+
+def test_a_resample_below_outside_0_to_1_is_refused_at_load_time():
+    assert LoopConfig().resample_below == 1.0
+    for value in (0, -0.5, 1.5):
+        with pytest.raises(ConfigError, match=r"resample_below must be a fraction above 0 and at most 1") as error:
+            from_mapping(LoopConfig, {"resample_below": value}, where="recipe.toml", table="loop")
+        assert "\n" not in str(error.value)
 
 
 def test_over_sampling_without_a_staleness_bound_is_refused_at_load_time(tmp_path):
@@ -216,6 +225,18 @@ def test_dynamic_filtering_rounds_still_run_with_over_sampling(shared_actor):
     assert not collected & set(report.carried_out)
     rollouts.cancel_carried()
     assert until(lambda r: not r["running"], actor)["running"] == []
+
+
+@pytest.mark.parametrize(("resample_below", "rounds"), [(1.0, 2), (0.75, 1)])
+def test_a_further_round_runs_only_while_too_few_groups_have_signal(shared_actor, resample_below: float,
+                                                                     rounds: int):
+    # One group of the first round's four has no reward variance: 3 of the quota's 4 have signal.
+    drawn = rollouts_over([], over_sample=0.0).tasks_for_step(0)
+    actor = gated_actor(shared_actor, {}, flat=frozenset(drawn[:1]))
+    rollouts = rollouts_over([actor], over_sample=0.0, max_generation_rounds=2, resample_below=resample_below)
+    trajectories, report = rollouts.collect(rollouts.submit(0, policy_version=0))
+    assert report.rounds == rounds
+    assert len({t.group_id for t in trajectories}) == QUOTA + (rounds - 1)  # the second round: the one missing
 
 
 def test_the_loop_trains_nothing_beyond_the_staleness_bound_and_ends_with_no_group_running(shared_actor,
