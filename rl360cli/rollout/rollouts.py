@@ -148,7 +148,7 @@ class Rollouts:
         self.seed = seed
         self.over_sample = over_sample
         # Further rounds start while fewer groups than this have reward variance (at most the quota).
-        self.enough_with_signal = math.ceil(resample_below * num_tasks_per_step - 1e-9)
+        self.enough_with_signal = _groups_for(resample_below * num_tasks_per_step)
         self.max_staleness = max_staleness
         # False leaves stale carried groups running until build_batch drops them (for the benchmark).
         self.cancel_stale = cancel_stale
@@ -176,8 +176,7 @@ class Rollouts:
 
     def in_flight_for(self, num_groups: int) -> int:
         """How many groups to keep in flight so that `num_groups` finish without waiting for the tail."""
-        # Rounded up, less a hair: 30 x 0.1 is 3.0000000000000004 in floating point, and means 3.
-        return num_groups + math.ceil(num_groups * self.over_sample - 1e-9)
+        return num_groups + _groups_for(num_groups * self.over_sample)
 
     def submit(self, step: int, *, policy_version: int = 0, trained_at: int | None = None) -> Generation:
         """Step `step`'s generation: the carried groups still worth running, then fresh ones up to
@@ -293,6 +292,12 @@ class Rollouts:
         ref = actor.run_group.remote(task_id, group_id, num_samples)
         generation.groups.append(GroupInFlight(ref=ref, task_id=task_id, group_id=group_id,
                                                policy_version=self._policy_version))
+
+
+def _groups_for(fraction_of_groups: float) -> int:
+    """A count of groups from a fraction times a count, rounded up, less a hair: 30 x 0.1 is
+    3.0000000000000004 in floating point, and means 3."""
+    return math.ceil(fraction_of_groups - 1e-9)
 
 
 def _wait_for(pending: list[GroupInFlight], finished: list[GroupInFlight], count: int,
