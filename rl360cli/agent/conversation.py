@@ -10,6 +10,7 @@ once, through the model's own chat template.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -64,7 +65,7 @@ class ConversationTokens:
         self.loss_mask: list[int] = [0] * len(self.token_ids)
         self.logprobs: list[float] = [0.0] * len(self.token_ids)
         self.turn_versions: list[int] = []
-        self._end_of_turn = list(tokenizer.encode(_end_of_turn_text(tokenizer, self.template_kwargs),
+        self._end_of_turn = list(tokenizer.encode(_frame(tokenizer, observation_role, self.template_kwargs).end_of_turn,
                                                   add_special_tokens=False))
 
     def add_generated(self, output_ids: list[int], logprobs: list[float], version: int) -> None:
@@ -93,6 +94,8 @@ class ConversationTokens:
 
 # Stands in for an assistant message when the template's own text around messages is worked out.
 _PLACEHOLDER = "\u2063rl360-turn\u2063"
+# Observations the template's framing is checked with: padded, multi-line, with characters templates escape.
+_PROBES = (" \n[exit code 0]\n  out\t\n", "<b>&'\"{{ x }}\n")
 
 
 def observation_ids(tokenizer: Any, text: str, *, role: str = "tool",
@@ -105,6 +108,57 @@ def observation_ids(tokenizer: Any, text: str, *, role: str = "tool",
     message's own end-of-turn text in the longer rendering, not the difference of two renderings.
     """
     kwargs = dict(template_kwargs or {})
+    frame = _frame(tokenizer, role, kwargs)
+    if frame.before is not None:
+        rest = frame.before + text + frame.after
+    else:
+        rest = _after_assistant(tokenizer, text, role, kwargs, frame.end_of_turn)
+    return list(tokenizer.encode(rest, add_special_tokens=False))
+
+
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    """What a chat template puts around messages, worked out once per tokenizer, role and arguments.
+
+    `end_of_turn` follows an assistant message (e.g. `<|im_end|>\\n`). An observation renders as
+    `before + text + after` (its message, then the next generation prompt) when the template places
+    the text as it is; `before` is None for templates that change it (trim, escape), which are then
+    rendered for every observation. The check is two probe renderings: a template that looks at what
+    an observation says, rather than placing it, would need probes that trigger it.
+    """
+
+    end_of_turn: str
+    before: str | None
+    after: str
+
+
+def _frame(tokenizer: Any, role: str, kwargs: dict[str, Any]) -> _Frame:
+    try:
+        return _cached_frame(tokenizer, tokenizer.chat_template, role, tuple(sorted(kwargs.items())))
+    except TypeError:  # an argument that cannot be a cache key (a list of tools): work it out each time
+        return _frame_of(tokenizer, role, kwargs)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_frame(tokenizer: Any, template: str, role: str, kwargs: tuple) -> _Frame:
+    # `template` is part of the key so that a tokenizer given another template is worked out again.
+    return _frame_of(tokenizer, role, dict(kwargs))
+
+
+def _frame_of(tokenizer: Any, role: str, kwargs: dict[str, Any]) -> _Frame:
+    conversation = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PLACEHOLDER}]
+    rendered = tokenizer.apply_chat_template(conversation, tokenize=False, **kwargs)
+    end_of_turn = rendered[rendered.rfind(_PLACEHOLDER) + len(_PLACEHOLDER):]
+    probes = [_after_assistant(tokenizer, probe, role, kwargs, end_of_turn) for probe in _PROBES]
+    at = probes[0].find(_PROBES[0])
+    before, after = probes[0][:at], probes[0][at + len(_PROBES[0]):]
+    if at < 0 or probes[1] != before + _PROBES[1] + after:
+        return _Frame(end_of_turn=end_of_turn, before=None, after="")
+    return _Frame(end_of_turn=end_of_turn, before=before, after=after)
+
+
+def _after_assistant(tokenizer: Any, text: str, role: str, kwargs: dict[str, Any], end_of_turn: str) -> str:
+    """The rendering of an observation after a finished assistant turn, from the template itself."""
     conversation = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PLACEHOLDER},
                     {"role": role, "content": text}]
     rendered = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False, **kwargs)
@@ -112,17 +166,9 @@ def observation_ids(tokenizer: Any, text: str, *, role: str = "tool",
     if at < 0:
         raise ValueError("the chat template does not render the assistant's message content")
     rest = rendered[at + len(_PLACEHOLDER):]
-    end_of_turn = _end_of_turn_text(tokenizer, kwargs)
     if not rest.startswith(end_of_turn):
         raise ValueError(f"the chat template ends an assistant turn with {rest[:20]!r}, not {end_of_turn!r}")
-    return list(tokenizer.encode(rest[len(end_of_turn):], add_special_tokens=False))
-
-
-def _end_of_turn_text(tokenizer: Any, template_kwargs: dict[str, Any]) -> str:
-    """What the template puts right after an assistant message (e.g. `<|im_end|>\\n`)."""
-    conversation = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PLACEHOLDER}]
-    rendered = tokenizer.apply_chat_template(conversation, tokenize=False, **template_kwargs)
-    return rendered[rendered.rfind(_PLACEHOLDER) + len(_PLACEHOLDER):]
+    return rest[len(end_of_turn):]
 
 
 def _ids(rendered: Any) -> list[int]:

@@ -89,3 +89,40 @@ def test_observation_role_user():
     tok = byte_tokenizer(CHATML)
     ids = observation_ids(tok, "out", role="user")
     assert tok.decode(ids) == "<|im_start|>user\nout<|im_end|>\n<|im_start|>assistant\n"
+
+
+def counting_renders(tok):
+    """`tok` with its chat template's renderings counted (in `tok.renders`)."""
+    render = tok.apply_chat_template
+    tok.renders = 0
+
+    def counted(*args, **kwargs):
+        tok.renders += 1
+        return render(*args, **kwargs)
+
+    tok.apply_chat_template = counted
+    return tok
+
+
+@pytest.mark.parametrize("template,kwargs,head,tail", [
+    (CHATML, {}, "<|im_start|>tool\n", "<|im_end|>\n<|im_start|>assistant\n"),
+    (QWEN3_LIKE, {"enable_thinking": False}, "<|im_start|>user\n<tool_response>\n",
+     "\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+])
+def test_observations_are_framed_without_rendering_the_template_each_time(template, kwargs, head, tail):
+    tok = counting_renders(byte_tokenizer(template))
+    texts = ["[exit code 0]", "  padded\n\n", "<&>{% raw %}\n\tx"]
+    decoded = [tok.decode(observation_ids(tok, text, template_kwargs=kwargs)) for text in texts]
+    assert decoded == [head + text + tail for text in texts]
+    renders = tok.renders
+    assert renders <= 3  # the end of turn and two probes, once for this tokenizer, role and arguments
+    observation_ids(tok, "again", template_kwargs=kwargs)
+    assert tok.renders == renders
+
+
+def test_a_template_that_changes_the_observation_is_rendered_for_each_one():
+    tok = counting_renders(byte_tokenizer(CHATML.replace("{{ m.content }}", "{{ m.content | trim }}")))
+    assert tok.decode(observation_ids(tok, "  out \n")) == "<|im_start|>tool\nout<|im_end|>\n<|im_start|>assistant\n"
+    renders = tok.renders
+    assert tok.decode(observation_ids(tok, " b ")) == "<|im_start|>tool\nb<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.renders == renders + 1
