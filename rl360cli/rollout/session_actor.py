@@ -124,6 +124,7 @@ class SessionActor:
                  for i in range(num_samples)]
         if self._pull_sampler is None:  # started in the actor's event loop, with its first sessions
             self._pull_sampler = asyncio.ensure_future(self._sample_pulls())
+        self.provider.expect(self.tasks[task_id], num_samples)  # a warm pool sizes itself by what is coming
         trajectories = await asyncio.gather(*(self._one(spec) for spec in specs))
         return time.time(), trajectories
 

@@ -76,8 +76,9 @@ class WarmPoolConfig:
     """`[sandbox.warm_pool]`: idle sandboxes kept started ahead of demand (rl360cli/sandbox/warm_pool.py).
 
     Each node keeps up to `size` per task image and reservation, within what the node's reservation
-    leaves free; a start takes one (a lookup) and the pool refills behind it. Used by the docker
-    provider; 0 turns it off.
+    leaves free and, over all nodes, no more of a task than the step's sessions of it still to start;
+    a start takes one (a lookup) and the pool refills behind it. Used by the docker provider; 0 turns
+    it off.
     """
 
     size: int = 2

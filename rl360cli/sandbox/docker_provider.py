@@ -12,8 +12,9 @@ and `[sandbox] read_only_root` (volumes and tmpfs for the paths it writes:
 `rl360.managed=true`, `rl360.run`, `rl360.task`, `rl360.attempt`, so that the
 janitor finds everything a run made even after the orchestrator crashed.
 
-With `[sandbox.warm_pool] size` > 0, each node keeps that many idle containers per creation spec
-started ahead of demand (rl360cli/sandbox/warm_pool.py), so a start is a lookup; a pooled container
+With `[sandbox.warm_pool] size` > 0, each node keeps up to that many idle containers per creation spec
+started ahead of demand (rl360cli/sandbox/warm_pool.py), no more of a task than the starts the session
+actor said are coming (`expect`), so a start is a lookup; a pooled container
 carries the label `rl360.attempt=warm-pool` and serves one attempt only. `stop` returns once the
 removal is sent to the provider's threads; `close` waits for every removal it sent (and the janitor
 removes by label whatever a crashed orchestrator left).
@@ -328,6 +329,9 @@ class DockerProvider(SandboxProvider):
             finally:
                 self.pulls_in_flight -= 1
 
+    def expect(self, task, count: int) -> None:
+        self.pool.expect(task.id, count)
+
     def pull_load(self) -> tuple[int, int] | None:
         return self.pulls_in_flight, self.max_concurrent_pulls
 
@@ -409,7 +413,7 @@ class DockerProvider(SandboxProvider):
                 await sidecars.start(cpus=cpus, memory_mb=memory_mb)
             # A sandbox with sidecars or GPUs is one of a kind (its own network, its own devices): never pooled.
             if sidecars is None and not spec.gpus:
-                pooled = await self.pool.take(node, spec)
+                pooled = await self.pool.take(node, spec, key=task.id)
             if pooled is not None:
                 _, cid, name = pooled
             else:

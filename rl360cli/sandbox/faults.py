@@ -48,6 +48,9 @@ class FaultInjector(SandboxProvider):
     def reservation(self, task: Task) -> tuple[float, int]:
         return self.inner.reservation(task)
 
+    def expect(self, task, count: int) -> None:
+        self.inner.expect(task, count)
+
     def pull_load(self) -> tuple[int, int] | None:
         return self.inner.pull_load()
 

@@ -225,6 +225,10 @@ class SandboxProvider(abc.ABC):
     async def close(self) -> None:
         """Release connections and threads; live sandboxes are not touched."""
 
+    def expect(self, task: Task, count: int) -> None:
+        """`count` sessions of `task` are about to start (a group arrived): a provider that starts
+        sandboxes ahead of demand sizes its warm pool by it; others ignore it."""
+
     def pull_load(self) -> tuple[int, int] | None:
         """(image pulls in flight now, the most this provider runs at once), for each step's figures;
         None from a provider that does not say."""

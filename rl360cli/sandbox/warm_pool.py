@@ -14,6 +14,15 @@ same cost as a miss, taken off the attempt's critical path); what a (node, spec)
 once, so the pool keeps up with attempts shorter than one create + start, and a start that finds a
 sandbox still being made waits for it (counted as `waited`) rather than making one more.
 
+Sizing follows demand once the caller says what is coming: `expect(key, n)` (a session actor, as
+each group of n samples of a task arrives) announces n starts of `key`, and each `take(..., key=)`
+counts one off. The pool then holds no more sandboxes of a key, over all nodes, than the starts
+still expected of it, so the tail of a step does not make containers no attempt will take, and the
+slots the reservation leaves go to the tasks that are still to run. `expect` also refills at once
+the (node, spec)s that key has used, so a step's first starts find its sandboxes ready. Without any
+`expect` for a key (`rl360 tasks check`, a benchmark driving the provider) each (node, spec) keeps
+`size`, as before.
+
 A handle serves one attempt only: `take` removes it from the pool, and the provider removes the
 sandbox after its attempt. `close()` removes what is still pooled. Hits, misses and refill
 seconds are counted (`stats()`).
@@ -64,6 +73,10 @@ class WarmPool:
         # than making one more (which would put the node over its slots).
         self._queue: dict[tuple[str, Hashable], deque[asyncio.Future]] = defaultdict(deque)
         self._making: set[asyncio.Task] = set()
+        # Demand (see the module docstring): starts still expected per key, and the (node, spec)s of each key.
+        self._expected: dict[Hashable, int] = {}
+        self._pairs: dict[Hashable, set[tuple[str, Hashable]]] = defaultdict(set)
+        self._key_of: dict[tuple[str, Hashable], Hashable] = {}
         self._closed = False
         # Hits that found the sandbox still being made (a refill in flight) and waited for it.
         self.waited = 0
@@ -72,8 +85,20 @@ class WarmPool:
         self.refill_s: list[float] = []
         self.refill_failures = 0
 
-    async def take(self, node: str, spec: Hashable) -> Any | None:
-        """A sandbox for `spec` on `node` from the pool, or None (a miss); the pool refills behind it."""
+    def expect(self, key: Hashable, count: int) -> None:
+        """`count` more starts of `key` are coming: the pool may hold that many more of it (and refills now)."""
+        self._expected[key] = self._expected.get(key, 0) + count
+        for node, spec in list(self._pairs.get(key, ())):
+            self.refill(node, spec)
+
+    async def take(self, node: str, spec: Hashable, *, key: Hashable | None = None) -> Any | None:
+        """A sandbox for `spec` on `node` from the pool, or None (a miss); the pool refills behind it.
+        `key` (a task) is what `expect` counts starts by."""
+        if key is not None:
+            self._pairs[key].add((node, spec))
+            self._key_of[(node, spec)] = key
+            if key in self._expected:
+                self._expected[key] = max(0, self._expected[key] - 1)
         queue = self._queue[(node, spec)]
         handle = None
         while queue and handle is None:
@@ -125,7 +150,16 @@ class WarmPool:
         return pooled_cpus + extra[0] <= free_cpus + 1e-9 and pooled_mb + extra[1] <= free_mb
 
     def _room(self, node: str, spec: Any) -> bool:
-        return (len(self._queue[(node, spec)]) < self.size and self._fits(node, self._cost(spec)))
+        return (len(self._queue[(node, spec)]) < self.size and self._wanted(node, spec)
+                and self._fits(node, self._cost(spec)))
+
+    def _wanted(self, node: str, spec: Any) -> bool:
+        """Whether one more of (node, spec) serves a start still expected (always, where nothing was expected)."""
+        key = self._key_of.get((node, spec))
+        if key not in self._expected:
+            return True
+        held = sum(len(self._queue[pair]) for pair in self._pairs[key])
+        return held < self._expected[key]
 
     async def make_room(self, node: str) -> None:
         """Give back pooled sandboxes on `node` (ready ones, oldest spec first) until the pool fits beside

@@ -235,6 +235,9 @@ class AdmissionController(SandboxProvider):
                 "sandboxes": self.live_level.take(), "warm_starts": outcomes["warm"],
                 "cold_starts": outcomes["cold"], "failed_starts": outcomes["failed"]}
 
+    def expect(self, task, count: int) -> None:
+        self.inner.expect(task, count)
+
     def pull_load(self) -> tuple[int, int] | None:
         return self.inner.pull_load()
 

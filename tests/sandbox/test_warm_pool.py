@@ -147,3 +147,62 @@ def test_size_zero_is_off():
         return first
 
     assert asyncio.run(go()) is None and node.existing == set() and pool.stats().refills == 0
+
+
+def run_group_of(pool: WarmPool, cluster: Node, samples: int, nodes: list[str], *, expect: bool):
+    """`samples` starts of one task, one after the other over `nodes` in turn, each attempt removed after
+    it: (pooled count vs starts still expected after each start, hits, sandboxes the pool made)."""
+
+    async def go():
+        if expect:
+            pool.expect("task-a", samples)  # the group arrived
+        held_vs_expected, hits = [], 0
+        for i in range(samples):
+            handle = await pool.take(nodes[i % len(nodes)], "spec-a", key="task-a")
+            hits += handle is not None
+            if handle is None:
+                handle = await cluster.make("n", "spec-a")  # a miss: the provider makes its own
+            await asyncio.sleep(0.05)  # the attempt runs; the pool refills meanwhile
+            held = sum(pool.pooled_on(n)[0] for n in nodes)
+            held_vs_expected.append((held, samples - 1 - i))
+            await cluster.discard(handle)
+        made = pool.stats().refills
+        await pool.close()
+        return held_vs_expected, hits, made
+
+    return asyncio.run(go())
+
+
+def test_the_pool_holds_no_more_of_a_task_than_its_starts_still_expected():
+    cluster = Node(cpus=64, memory_mb=64000)  # room for all: only the demand limits the pool here
+    held_vs_expected, hits, made = run_group_of(pool_for(cluster, size=4), cluster, 6, ["n1"], expect=True)
+    assert all(held <= expected for held, expected in held_vs_expected), held_vs_expected
+    assert (hits, made) == (5, 5)  # every start after the first was a lookup, and nothing was made for none
+
+
+def test_over_several_nodes_the_pool_makes_no_more_than_the_starts_to_come():
+    with_demand, without = Node(cpus=64, memory_mb=64000), Node(cpus=64, memory_mb=64000)
+    _, _, made = run_group_of(pool_for(with_demand, size=4), with_demand, 6, ["n0", "n1"], expect=True)
+    _, _, made_blind = run_group_of(pool_for(without, size=4), without, 6, ["n0", "n1"], expect=False)
+    assert made <= 5  # the first start cannot be served; no more than the other five were made
+    assert made_blind >= 8  # without a demand, each node fills to its size and refills behind every start
+
+
+def test_a_new_group_refills_the_pool_at_once():
+    node = Node(cpus=8, memory_mb=8000)
+    pool = pool_for(node, size=3)
+
+    async def go():
+        pool.expect("task-a", 1)
+        assert await pool.take("n1", "spec-a", key="task-a") is None  # the only start expected: no refill
+        await asyncio.sleep(0.05)
+        empty = pool.stats().ready
+        pool.expect("task-a", 8)  # the next step's group: refilled before any start asks
+        await asyncio.sleep(0.05)
+        ready = pool.stats().ready
+        hit = await pool.take("n1", "spec-a", key="task-a")
+        await pool.close()
+        return empty, ready, hit
+
+    empty, ready, hit = asyncio.run(go())
+    assert (empty, ready) == (0, 3) and hit is not None
