@@ -65,8 +65,8 @@ class ConversationTokens:
         self.loss_mask: list[int] = [0] * len(self.token_ids)
         self.logprobs: list[float] = [0.0] * len(self.token_ids)
         self.turn_versions: list[int] = []
-        self._end_of_turn = list(tokenizer.encode(_frame(tokenizer, observation_role, self.template_kwargs).end_of_turn,
-                                                  add_special_tokens=False))
+        end_of_turn = _frame(tokenizer, observation_role, self.template_kwargs).end_of_turn
+        self._end_of_turn = list(tokenizer.encode(end_of_turn, add_special_tokens=False))
 
     def add_generated(self, output_ids: list[int], logprobs: list[float], version: int) -> None:
         if len(output_ids) != len(logprobs):
@@ -151,10 +151,11 @@ def _frame_of(tokenizer: Any, role: str, kwargs: dict[str, Any]) -> _Frame:
     end_of_turn = rendered[rendered.rfind(_PLACEHOLDER) + len(_PLACEHOLDER):]
     probes = [_after_assistant(tokenizer, probe, role, kwargs, end_of_turn) for probe in _PROBES]
     at = probes[0].find(_PROBES[0])
-    before, after = probes[0][:at], probes[0][at + len(_PROBES[0]):]
-    if at < 0 or probes[1] != before + _PROBES[1] + after:
-        return _Frame(end_of_turn=end_of_turn, before=None, after="")
-    return _Frame(end_of_turn=end_of_turn, before=before, after=after)
+    if at >= 0:
+        before, after = probes[0][:at], probes[0][at + len(_PROBES[0]):]
+        if probes[1] == before + _PROBES[1] + after:
+            return _Frame(end_of_turn=end_of_turn, before=before, after=after)
+    return _Frame(end_of_turn=end_of_turn, before=None, after="")
 
 
 def _after_assistant(tokenizer: Any, text: str, role: str, kwargs: dict[str, Any], end_of_turn: str) -> str:
