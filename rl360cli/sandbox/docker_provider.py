@@ -332,6 +332,9 @@ class DockerProvider(SandboxProvider):
     def expect(self, task, count: int) -> None:
         self.pool.expect(task.id, count)
 
+    def pooled_nodes(self, task) -> set[str]:
+        return self.pool.nodes_holding(task.id)
+
     def pull_load(self) -> tuple[int, int] | None:
         return self.pulls_in_flight, self.max_concurrent_pulls
 

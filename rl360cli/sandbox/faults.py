@@ -51,6 +51,9 @@ class FaultInjector(SandboxProvider):
     def expect(self, task, count: int) -> None:
         self.inner.expect(task, count)
 
+    def pooled_nodes(self, task) -> set[str]:
+        return self.inner.pooled_nodes(task)
+
     def pull_load(self) -> tuple[int, int] | None:
         return self.inner.pull_load()
 

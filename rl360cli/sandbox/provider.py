@@ -229,6 +229,11 @@ class SandboxProvider(abc.ABC):
         """`count` sessions of `task` are about to start (a group arrived): a provider that starts
         sandboxes ahead of demand sizes its warm pool by it; others ignore it."""
 
+    def pooled_nodes(self, task: Task) -> set[str]:
+        """The nodes where a start of `task` now finds a sandbox ready or being made ahead of it (a warm
+        pool), which placement prefers; empty from a provider that keeps none."""
+        return set()
+
     def pull_load(self) -> tuple[int, int] | None:
         """(image pulls in flight now, the most this provider runs at once), for each step's figures;
         None from a provider that does not say."""

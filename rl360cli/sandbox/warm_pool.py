@@ -135,6 +135,10 @@ class WarmPool:
             self._making.add(task)
             task.add_done_callback(self._making.discard)
 
+    def nodes_holding(self, key: Hashable) -> set[str]:
+        """The nodes whose pool holds (or is making) a sandbox that a start of `key` would take."""
+        return {node for node, spec in self._pairs.get(key, ()) if self._queue[(node, spec)]}
+
     def pooled_on(self, node: str) -> tuple[float, int]:
         """The reservations (CPUs, MB) of what the pool holds or is making on `node`."""
         cpus, mb = 0.0, 0

@@ -238,6 +238,9 @@ class AdmissionController(SandboxProvider):
     def expect(self, task, count: int) -> None:
         self.inner.expect(task, count)
 
+    def pooled_nodes(self, task) -> set[str]:
+        return self.inner.pooled_nodes(task)
+
     def pull_load(self) -> tuple[int, int] | None:
         return self.inner.pull_load()
 
@@ -360,9 +363,11 @@ class AdmissionController(SandboxProvider):
         if not candidates:
             return None
         ref = self.image_ref(task)
-        warm = [s for s in candidates if self._warm(s, ref)]
-        pool = warm or candidates
-        best = min(pool, key=lambda s: (s.load, s.live, s.capacity.name))
+        warm = [s for s in candidates if self._warm(s, ref)] or candidates
+        # Among those, a node whose warm pool holds a sandbox of the task: the start is a lookup there.
+        pooled = self.inner.pooled_nodes(task)
+        best = min([s for s in warm if s.capacity.name in pooled] or warm,
+                   key=lambda s: (s.load, s.live, s.capacity.name))
         return best.capacity.name
 
     def _any_could_free(self, cpus: float, memory_mb: int, gpus: int, excluded: set[str]) -> bool:

@@ -206,3 +206,20 @@ def test_a_new_group_refills_the_pool_at_once():
 
     empty, ready, hit = asyncio.run(go())
     assert (empty, ready) == (0, 3) and hit is not None
+
+
+def test_the_pool_says_which_nodes_hold_a_task():
+    node = Node(cpus=8, memory_mb=8000)
+    pool = pool_for(node, size=1)
+
+    async def go():
+        await pool.take("n1", "spec-a", key="task-a")  # a miss on n1: n1 refills
+        await asyncio.sleep(0.05)
+        holding = pool.nodes_holding("task-a"), pool.nodes_holding("task-b")
+        await pool.take("n1", "spec-a", key="task-a")  # the hit; its refill starts at once
+        in_flight = pool.nodes_holding("task-a")
+        await pool.close()
+        return holding, in_flight
+
+    (a, b), in_flight = asyncio.run(go())
+    assert a == {"n1"} and b == set() and in_flight == {"n1"}  # a refill being made counts: a start waits for it

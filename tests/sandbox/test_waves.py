@@ -141,6 +141,15 @@ def test_a_node_whose_cache_holds_the_image_is_preferred_while_it_has_room(nodes
     assert ctl.warm_start_ratio() == pytest.approx(2 / 6)
 
 
+def test_a_node_whose_warm_pool_holds_the_task_is_preferred_while_it_has_room(nodes, task):
+    provider = nodes(cpus=0.5)  # two of the task's 0.25-CPU sandboxes per node
+    provider.pooled_nodes = lambda t: {"n3"} if t.id == task.id else set()  # as a warm pool reports it
+    ctl = controller(provider, max_concurrent=6, wave_size=6, wave_interval_s=0)
+    placed = run(hold(ctl, task, 4, seconds=0.2))
+    assert [r.node for r in ctl.records[:2]] == ["n3", "n3"]  # a lookup there, though n1 comes first by name
+    assert placed.count("n3") == 2  # once n3 is full, the others go where they would have gone
+
+
 def test_a_cached_image_with_another_digest_is_cold(nodes, task):
     provider = nodes()
     ctl = AdmissionController(provider, config=SandboxConfig(), node_images={"n3": {"host": "sha256:old"}},
