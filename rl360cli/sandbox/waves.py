@@ -12,7 +12,8 @@ The `AdmissionController` wraps a provider and is itself a `SandboxProvider`:
   over-committed (the sum of its sandboxes' reservations stays within its
   `cpus` and `memory_mb`);
 - placement prefers a node whose image cache holds the task's image (by digest
-  when the expected digest is known), least loaded first, else the least-loaded
+  when the expected digest is known), among those one whose warm pool holds a
+  sandbox of the task (`pooled_nodes`), least loaded first, else the least-loaded
   node; a node whose daemon stopped answering gets nothing for `node_down_s`;
 - a start that fails for an infrastructure reason is retried on another node,
   up to `max_infra_retries` times, after `retry_backoff_s * 2**k` seconds.
