@@ -76,7 +76,6 @@ class WarmPool:
         # Demand (see the module docstring): starts still expected per key, and the (node, spec)s of each key.
         self._expected: dict[Hashable, int] = {}
         self._pairs: dict[Hashable, set[tuple[str, Hashable]]] = defaultdict(set)
-        self._key_of: dict[tuple[str, Hashable], Hashable] = {}
         self._closed = False
         # Hits that found the sandbox still being made (a refill in flight) and waited for it.
         self.waited = 0
@@ -88,15 +87,14 @@ class WarmPool:
     def expect(self, key: Hashable, count: int) -> None:
         """`count` more starts of `key` are coming: the pool may hold that many more of it (and refills now)."""
         self._expected[key] = self._expected.get(key, 0) + count
-        for node, spec in list(self._pairs.get(key, ())):
-            self.refill(node, spec)
+        for node, spec in self._pairs.get(key, ()):
+            self.refill(node, spec, key=key)
 
     async def take(self, node: str, spec: Hashable, *, key: Hashable | None = None) -> Any | None:
         """A sandbox for `spec` on `node` from the pool, or None (a miss); the pool refills behind it.
         `key` (a task) is what `expect` counts starts by."""
         if key is not None:
             self._pairs[key].add((node, spec))
-            self._key_of[(node, spec)] = key
             if key in self._expected:
                 self._expected[key] = max(0, self._expected[key] - 1)
         queue = self._queue[(node, spec)]
@@ -120,15 +118,16 @@ class WarmPool:
             self.misses += 1
         else:
             self.hits += 1
-        self.refill(node, spec)
+        self.refill(node, spec, key=key)
         return handle
 
-    def refill(self, node: str, spec: Hashable) -> None:
-        """Start making what (node, spec) lacks, all at once: each make is one create + start."""
+    def refill(self, node: str, spec: Hashable, *, key: Hashable | None = None) -> None:
+        """Start making what (node, spec) lacks, all at once: each make is one create + start; no more of
+        `key` than its starts still expected."""
         if self._closed:
             return
         loop = asyncio.get_running_loop()
-        while self._room(node, spec):
+        while self._room(node, spec, key):
             future = loop.create_future()
             self._queue[(node, spec)].append(future)
             task = loop.create_task(self._make_one(node, spec, future))
@@ -153,13 +152,12 @@ class WarmPool:
         free_cpus, free_mb = self._free(node)
         return pooled_cpus + extra[0] <= free_cpus + 1e-9 and pooled_mb + extra[1] <= free_mb
 
-    def _room(self, node: str, spec: Any) -> bool:
-        return (len(self._queue[(node, spec)]) < self.size and self._wanted(node, spec)
+    def _room(self, node: str, spec: Any, key: Hashable | None) -> bool:
+        return (len(self._queue[(node, spec)]) < self.size and self._wanted(key)
                 and self._fits(node, self._cost(spec)))
 
-    def _wanted(self, node: str, spec: Any) -> bool:
-        """Whether one more of (node, spec) serves a start still expected (always, where nothing was expected)."""
-        key = self._key_of.get((node, spec))
+    def _wanted(self, key: Hashable | None) -> bool:
+        """Whether one more sandbox of `key` serves a start still expected (always, where nothing was expected)."""
         if key not in self._expected:
             return True
         held = sum(len(self._queue[pair]) for pair in self._pairs[key])
