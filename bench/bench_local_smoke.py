@@ -33,6 +33,14 @@ RECIPE = REPO / "recipes" / "local-smoke.toml"
 SEEDS_JSON = REPO / "bench" / "results" / "local_smoke_seeds.json"
 
 
+def policy_v0() -> str:
+    """The sha256 of the recipe's policy v0 weights (its build record), so a result says which policy it ran."""
+    from rl360cli.config import load_recipe
+
+    record = Path(load_recipe(RECIPE).model.path) / "built.json"
+    return json.loads(record.read_text())["files"]["model.safetensors"][:16]
+
+
 def run(extra: list[str], *, cache: Path) -> dict:
     folder = Path(tempfile.mkdtemp(prefix="rl360-local-smoke-"))
     env = {**os.environ, "RL360_STATE": str(folder / "state.json"), "RL360_CACHE_DIR": str(cache)}
@@ -48,7 +56,7 @@ def run(extra: list[str], *, cache: Path) -> dict:
         raise SystemExit(f"rl360 up {' '.join(extra)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     doc = json.loads((folder / "state.json").read_text())
     rows = [json.loads(line) for line in Path(doc["runs"][doc["current_run"]]["metrics_path"]).read_text().splitlines()]
-    return {"wall_s": wall_s, "rows": rows, "load": load}
+    return {"wall_s": wall_s, "rows": rows, "load": load, "policy_v0": policy_v0()}
 
 
 def worst_dip(rewards: list[float]) -> float:
@@ -95,9 +103,12 @@ def seeds_section(results: dict[str, dict]) -> str:
         by_length.setdefault(len(result["rows"]), []).append(result["wall_s"])
     medians = "; ".join(f"{steps} steps: {_minutes(statistics.median(walls))} over {len(walls)} run(s)"
                         for steps, walls in sorted(by_length.items()))
+    policies = sorted({result.get("policy_v0", "?") for result in results.values()})
     lines = [
         "`rl360 up --recipe recipes/local-smoke.toml --set run.seed=N`, each in a fresh state file, whole command "
-        "timed (`bench/bench_local_smoke.py --seeds ...`). None of these run seeds was used while tuning. "
+        "timed (`bench/bench_local_smoke.py --seeds ...`), from policy v0 "
+        f"{', '.join(policies)} (sha256 of recipes/models/local-smoke-v0/model.safetensors). "
+        "None of these run seeds was used while tuning. "
         "Worst dip: the largest fall below the run's own best so far. Load: the 15-minute load average as the run "
         "ended (2 cores: above 2, other work shared them).",
         "",
@@ -120,7 +131,7 @@ def main() -> None:
     parser.add_argument("--slurm", action="store_true",
                         help="a third run with the tiers on the dev Slurm (start it: bash cluster/dev/slurm.sh up)")
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
-                        help="clean runs with these run seeds (the policy stays the recipe's: [model] warmup_seed), "
+                        help="clean runs with these run seeds (from the recipe's policy v0 whatever the seed), "
                              "added to bench/results/local_smoke_seeds.json; writes 'Local smoke: any seed'")
     parser.add_argument("--from-json", action="store_true", help="only render the seeds section from the JSON")
     args = parser.parse_args()

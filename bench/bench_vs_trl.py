@@ -1,8 +1,8 @@
 """Benchmark: rl360 side by side with TRL's GRPOTrainer, same policy, same 32 tasks, same machine.
 
-One invocation trains policy v0 of recipes/local-smoke.toml (built and cached by rl360's own
-`prepare_policy`, so both start from the same weights: the sha256 of model.safetensors is in the
-results) on the recipe's 32 arith tasks twice, one after the other:
+One invocation trains policy v0 of recipes/local-smoke.toml (linked by rl360's own `prepare_policy`
+from the committed folder, so both start from the same weights: the sha256 of model.safetensors is in
+the results) on the recipe's 32 arith tasks twice, one after the other:
 
 1. TRL's `GRPOTrainer`, with the recipe's values: num_generations = [loop] num_samples_per_task,
    [loop] num_tasks_per_step prompts per generation batch (one generation batch = one "step"),
@@ -293,7 +293,8 @@ def run_rl360(recipe_copy: Path, recipe, *, seed: int, steps: int | None, extra:
     env = {**os.environ, "RL360_STATE": str(folder / "state.json")}
     rl360 = [sys.executable, "-m", "rl360cli"]
     paths = ["--set", f"tasks.path={recipe.tasks.path}", *(["--set", f"eval.path={recipe.eval.path}"]
-                                                             if recipe.eval.path else [])]
+                                                             if recipe.eval.path else []),
+             *(["--set", f"model.path={recipe.model.path}"] if recipe.model.path else [])]
     overrides = ["--set", f"run.seed={seed}", *(["--set", f"loop.num_steps={steps}"] if steps else []), *extra]
     started = time.monotonic()
     proc = subprocess.run([*rl360, "up", "--recipe", str(recipe_copy), "--profile", str(profile), *paths, *overrides],
@@ -401,7 +402,7 @@ def main() -> None:
     recipe_copy.write_text(RECIPE.read_text())
     recipe = load_recipe(recipe_copy, base_dir=RECIPE.parent)
     steps = args.steps or recipe.loop.num_steps
-    # Policy v0 as `rl360 up` prepares it: built once per machine (the cache), linked here.
+    # Policy v0 as `rl360 up` prepares it (the recipe's committed folder, linked here).
     policy_dir = Path(tempfile.mkdtemp(prefix="rl360-vs-trl-policy-")) / "v0"
     prepare_policy(recipe.model, tasks_dir=Path(recipe.tasks.path), out_dir=policy_dir, seed=recipe.policy_seed)
     weights = {"trl": weights_digest(policy_dir), "rl360": None}

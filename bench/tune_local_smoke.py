@@ -1,10 +1,12 @@
 """Tune the local-smoke recipe: an in-process simulation of its GRPO loop, seconds per step on a CPU.
 
-    .venv/bin/python bench/tune_local_smoke.py --seeds 0 1 2            # the recipe's settings
-    .venv/bin/python bench/tune_local_smoke.py --hidden 96 --lr 2e-3 --staleness 1 --out /tmp/t.json
+    .venv/bin/python bench/tune_local_smoke.py --seeds 0 1 2            # the recipe's policy and settings
+    .venv/bin/python bench/tune_local_smoke.py --build --warmup-steps 150 --policy-seed 3 --lr 2e-3 --out /tmp/t.json
 
-What it keeps from the real loop: policy v0 from `prepare_policy` (tokenizer, tiny Llama,
-warm-up), the agent conversation of `rl360cli.agent.conversation`, `build_batch` (dynamic filtering,
+What it keeps from the real loop: the recipe's policy v0 (recipes/models/local-smoke-v0), or with
+`--build` a tiny policy from `prepare_policy` with the builder's settings as defaults (tokenizer, tiny
+Llama, warm-up; unlike recipes/models/build_local_smoke_v0.py, its warm-up may show held-out
+instructions), the agent conversation of `rl360cli.agent.conversation`, `build_batch` (dynamic filtering,
 GRPO advantages) and the trainer's update (`policy_loss` over micro-batches, AdamW, gradient
 clipping, as `rl360cli.trainer.torch_trainer` does it), with the recipe's [model], [trainer],
 [grpo], [loop] and [rollout] values as defaults. What it replaces: the engine (sampling with the
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import sys
 import tempfile
@@ -31,22 +34,25 @@ sys.path.insert(0, str(REPO))
 
 from rl360cli.config import load_recipe  # noqa: E402
 
+BUILT = importlib.import_module("recipes.models.build_local_smoke_v0")
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     recipe = load_recipe(REPO / "recipes" / "local-smoke.toml")
-    m, t, g, loop, r = recipe.model, recipe.trainer, recipe.grpo, recipe.loop, recipe.rollout
+    m, t, g, loop, r = BUILT.MODEL, recipe.trainer, recipe.grpo, recipe.loop, recipe.rollout
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[recipe.run.seed],
-                   help="sampling seeds; each also builds its own policy v0 unless --policy-seed is given")
+    p.add_argument("--seeds", type=int, nargs="+", default=[recipe.run.seed], help="sampling seeds")
+    p.add_argument("--build", action="store_true",
+                   help="build policy v0 with the settings below instead of loading the recipe's")
     p.add_argument("--policy-seed", type=int, default=None,
-                   help="build policy v0 with this seed for every run (as [model] warmup_seed does)")
+                   help="with --build: the warm-up's seed for every run (default: each run's sampling seed)")
     p.add_argument("--tasks", type=Path, default=Path(recipe.tasks.path))
     p.add_argument("--hidden", type=int, default=m.hidden_size)
     p.add_argument("--layers", type=int, default=m.num_layers)
     p.add_argument("--heads", type=int, default=m.num_heads)
     p.add_argument("--warmup-steps", type=int, default=m.warmup_steps)
     p.add_argument("--warmup-lr", type=float, default=m.warmup_lr)
-    p.add_argument("--from-policy", type=Path, default=None, help="start from this saved policy instead")
+    p.add_argument("--from-policy", type=Path, default=Path(recipe.model.path), help="start from this saved policy")
     p.add_argument("--lr", type=float, default=t.lr)
     p.add_argument("--lr-schedule", choices=("constant", "cosine"), default=t.lr_schedule)
     p.add_argument("--lr-warmup-steps", type=int, default=t.lr_warmup_steps)
@@ -102,7 +108,8 @@ def run_seed(args: argparse.Namespace, seed: int, root: Path) -> dict:
     started = time.perf_counter()
     policy_seed = seed if args.policy_seed is None else args.policy_seed
     name = f"h{args.hidden}-l{args.layers}-w{args.warmup_steps}-wlr{args.warmup_lr:g}-s{policy_seed}"
-    path = args.from_policy or prepare_policy(config, tasks_dir=args.tasks, out_dir=root / name, seed=policy_seed)
+    path = prepare_policy(config, tasks_dir=args.tasks, out_dir=root / name, seed=policy_seed) if args.build \
+        else args.from_policy
     prepare_s = time.perf_counter() - started
     model, tok = load_policy(path)
     tasks = load_tasks(args.tasks)

@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 
 from rl360cli.backends import procinfo
-from rl360cli.config import load_recipe
 from rl360cli.ports import free_port_block
 from tests.conftest import REPO
 
 TASKS = REPO / "recipes" / "tasks" / "arith-32"
-# The seed of recipes/local-smoke.toml's policy v0 ([model] warmup_seed): tests that warm up as it does,
-# with this as their run seed, share its cached policy v0.
-LOCAL_SMOKE_SEED = load_recipe(REPO / "recipes" / "local-smoke.toml").policy_seed
+# recipes/local-smoke.toml's policy v0, committed with the recipe: it earns rewards on the 32 tasks.
+LOCAL_SMOKE_V0 = REPO / "recipes" / "models" / "local-smoke-v0"
+# The run seed of the tests that warm up a tiny policy of their own ([model] kind = "tiny", 172 steps):
+# the seed is the warm-up's too, so they share one cached build (rl360cli/trainer/cache.py).
+TINY_POLICY_SEED = 2
 
 
 def write_run_files(folder: Path, *, recipe_body: str, name: str = "e2e", seed: int = 0) -> Path:

@@ -26,21 +26,15 @@ import pytest
 
 from rl360cli.backends import procinfo
 from tests.conftest import run_cli
-from tests.loop.conftest import LOCAL_SMOKE_SEED, metrics_of, write_run_files
+from tests.loop.conftest import LOCAL_SMOKE_V0, metrics_of, write_run_files
 
 pytestmark = pytest.mark.slow
 
 RECIPE = """
 [model]
-# local-smoke's policy v0 (shared with the other tests through the cache): it earns rewards, so steps train.
-kind = "tiny"
-hidden_size = 128
-num_layers = 2
-num_heads = 4
-vocab_size = 512
-warmup_steps = 140
-warmup_lr = 3e-3
-warmup_batch_size = 32
+# local-smoke's policy v0: it earns rewards, so steps train.
+kind = "huggingface"
+path = "{policy}"
 [rollout]
 num_session_actors = 2
 max_turns = 4
@@ -78,7 +72,7 @@ def current_run(state_path) -> tuple[dict, dict]:
 
 
 def test_injected_failures_are_masked_and_a_killed_engine_is_back_at_the_trainers_version(run_folder, state_path):
-    recipe = write_run_files(run_folder, recipe_body=RECIPE, seed=LOCAL_SMOKE_SEED)  # on a random free port block
+    recipe = write_run_files(run_folder, recipe_body=RECIPE.format(policy=LOCAL_SMOKE_V0))  # on a random free port block
     up = run_cli("up", "--recipe", str(recipe), "--detach", "--inject-failures", "0.25", state=state_path,
                  cwd=run_folder, timeout=600)
     assert up.returncode == 0, up.stdout + up.stderr

@@ -15,7 +15,7 @@ import pytest
 
 from rl360cli.loop.ledger import read_ledger
 from tests.conftest import REPO, run_cli
-from tests.loop.conftest import TASKS, metrics_of, write_run_files
+from tests.loop.conftest import LOCAL_SMOKE_V0, TASKS, metrics_of, write_run_files
 from tests.loop.test_eval import EVAL_KEYS, HELDOUT
 
 # 10 steps take ~3 minutes on 2 quiet cores; the suite-wide 300 s limit is too close on a loaded machine.
@@ -34,6 +34,7 @@ def ci_sized_recipe(folder: Path) -> Path:
     text = re.sub(r"(?m)^num_tasks_per_step = \d+", "num_tasks_per_step = 16", text)
     text = text.replace('profile = "../cluster/local.toml"', 'profile = "profile.toml"')
     text = text.replace('path = "tasks/arith-32"', f'path = "{TASKS}"')
+    text = text.replace('path = "models/local-smoke-v0"', f'path = "{LOCAL_SMOKE_V0}"')
     # Three of the held-out tasks, 3 samples each, half way and at the end: the whole set would add minutes.
     text = text[:text.index("[eval]")] + (f'[eval]\npath = "{HELDOUT}"\ninclude = {list(HELD)}\n'
                                           f"every = {EVAL_EVERY}\nnum_samples_per_task = 3\nk = 2\n")

@@ -126,3 +126,23 @@ def test_coding_32_does_not_fit_the_dev_cluster(cli):
     message = (proc.stdout + proc.stderr).strip()
     assert "TP=4" in message and "tensor_parallel" in message
     assert "Traceback" not in message
+
+
+def test_local_smoke_loads_the_committed_policy_v0_as_its_build_record_says():
+    """The folder is what recipes/models/build_local_smoke_v0.py wrote (nothing wrote through a run's
+    hard link into it), built from today's task set with the builder's settings."""
+    import importlib.util
+
+    from rl360cli.tasks.tiny_policy import tasks_digest
+
+    recipe = load_recipe(REPO / "recipes" / "local-smoke.toml")
+    folder = Path(recipe.model.path)
+    assert recipe.model.kind == "huggingface" and folder == REPO / "recipes" / "models" / "local-smoke-v0"
+    spec = importlib.util.spec_from_file_location("builder", REPO / "recipes" / "models" / "build_local_smoke_v0.py")
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    record = json.loads((folder / builder.RECORD).read_text())
+    assert record["files"] == {p.name: builder.sha256_of(p) for p in sorted(folder.iterdir()) if p.name != builder.RECORD}
+    assert record["model"] == dataclasses.asdict(builder.MODEL) and record["seed"] == builder.SEED
+    # Rebuild when the tasks change: the tokenizer is trained on them and the warm-up skips them.
+    assert record["tasks"]["digest"] == tasks_digest(Path(recipe.tasks.path))
