@@ -45,6 +45,8 @@ node_dir() { echo "$DOCKER_DIR/$1"; }
 node_sock() { echo "$DOCKER_DIR/$1/docker.sock"; }
 node_pidfile() { echo "$DOCKER_DIR/$1/rl360.pid"; }
 dk() { local n=$1; shift; "$DOCKER_CLI" -H "unix://$(node_sock "$n")" "$@"; }
+# dk_within SECONDS NODE ARGS...: a docker call that may not hang the script (a daemon that stopped answering).
+dk_within() { local secs=$1; shift; timeout "$secs" "$DOCKER_CLI" -H "unix://$(node_sock "$1")" "${@:2}"; }
 
 check_node_name() {
     [[ "${1:-}" =~ ^n[0-9]+$ ]] || dev_die "node name must be nX (got '${1:-}')"
@@ -183,13 +185,15 @@ stop_node() { # NODE [GRACE] [SIGNAL]
         # timeout (10 s default, --shutdown-timeout does not cap it): kill
         # them first so that a stop takes ~1 s.
         # A paused container is thawed first: `docker kill` of a frozen one can hang for good (cgroup v1).
-        ids=$(dk "$n" ps -q --filter status=paused 2>/dev/null || true)
+        ids=$(dk_within 30 "$n" ps -q --filter status=paused 2>/dev/null || true)
         # shellcheck disable=SC2086
-        [ -z "$ids" ] || timeout 30 "$DOCKER_CLI" -H "unix://$(node_sock "$n")" unpause $ids >/dev/null 2>&1 || true
-        ids=$(dk "$n" ps -q 2>/dev/null || true)
+        [ -z "$ids" ] || dk_within 30 "$n" unpause $ids >/dev/null 2>&1 || true
+        ids=$(dk_within 30 "$n" ps -q 2>/dev/null || true)
         if [ -n "$ids" ]; then
+            # Bounded all the same (a container frozen after the look above, or a daemon that stopped
+            # answering): the daemon's own stop below, then the cgroup sweep, end what is left.
             # shellcheck disable=SC2086
-            dk "$n" kill $ids >/dev/null 2>&1 || true
+            dk_within 60 "$n" kill $ids >/dev/null 2>&1 || true
             dev_log "$n: killed $(echo $ids | wc -w) running container(s)"
         fi
     fi

@@ -17,7 +17,8 @@ started=0
 cleanup() {
     if [ "$started" = 1 ]; then
         echo "› stopping the dev services"
-        bash cluster/dev/all.sh down || true
+        # Bounded: a stop that hangs (a daemon that stopped answering) must not eat CI's 90 minutes.
+        timeout --kill-after=30 600 bash cluster/dev/all.sh down || echo "› the dev services did not stop in 600 s"
     fi
 }
 trap cleanup EXIT
@@ -32,7 +33,10 @@ set +e
 # answered one prewarm; one Slurm allocation waited past 120 s behind the previous test's jobs).
 workers=()
 if [ "${RL360_TEST_WORKERS:-1}" -gt 1 ]; then workers=(-n "$RL360_TEST_WORKERS" --dist loadgroup); fi
-.venv/bin/python -m pytest -q -ra "${workers[@]}" "$@"
+# Each test has its own limit (pytest-timeout); this one is for a hang that no test's limit can end (one
+# outside a test, or in C code the signal never interrupts). SIGINT lets pytest print what ran and where
+# it stood, so such a run fails with its report instead of running out CI's 90 minutes in silence.
+timeout --signal=INT --kill-after=60 "${RL360_TEST_LIMIT_S:-4200}" .venv/bin/python -m pytest -q -ra "${workers[@]}" "$@"
 code=$?
 set -e
 # pytest's 5 means it collected no test: that is a failure of this command, not a pass.
