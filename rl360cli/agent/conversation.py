@@ -59,8 +59,7 @@ class ConversationTokens:
         self.tokenizer = tokenizer
         self.observation_role = observation_role
         self.template_kwargs = dict(template_kwargs or {})
-        self.token_ids: list[int] = list(_ids(tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, **self.template_kwargs)))
+        self.token_ids: list[int] = list(prompt_ids(tokenizer, messages, template_kwargs=self.template_kwargs))
         self.num_prompt_tokens = len(self.token_ids)
         self.loss_mask: list[int] = [0] * len(self.token_ids)
         self.logprobs: list[float] = [0.0] * len(self.token_ids)
@@ -90,6 +89,31 @@ class ConversationTokens:
 
     def __len__(self) -> int:
         return len(self.token_ids)
+
+
+def prompt_ids(tokenizer: Any, messages: list[dict], *, template_kwargs: dict[str, Any] | None = None) -> tuple[int, ...]:
+    """The chat template's rendering of `messages` and the generation prompt, as token ids.
+
+    Every sample of a group starts from the same prompt, so a session actor renders each one once
+    (a small cache: a group's sessions arrive together); messages or arguments that cannot be a cache
+    key (a list of content parts, a list of tools) are rendered each time.
+    """
+    kwargs = dict(template_kwargs or {})
+    try:
+        return _cached_prompt(tokenizer, tokenizer.chat_template, tuple(tuple(sorted(m.items())) for m in messages),
+                              tuple(sorted(kwargs.items())))
+    except TypeError:
+        return _prompt_of(tokenizer, messages, kwargs)
+
+
+# A prompt of the reference recipe is ~2k tokens: 256 of them hold a few MB.
+@functools.lru_cache(maxsize=256)
+def _cached_prompt(tokenizer: Any, template: str, messages: tuple, kwargs: tuple) -> tuple[int, ...]:
+    return _prompt_of(tokenizer, [dict(m) for m in messages], dict(kwargs))
+
+
+def _prompt_of(tokenizer: Any, messages: list[dict], kwargs: dict[str, Any]) -> tuple[int, ...]:
+    return tuple(_ids(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **kwargs)))
 
 
 # Stands in for an assistant message when the template's own text around messages is worked out.

@@ -6,7 +6,8 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, decoders
 from transformers import PreTrainedTokenizerFast
 
-from rl360cli.agent.conversation import ConversationTokens, format_observation, observation_ids, parse_action
+from rl360cli.agent.conversation import (ConversationTokens, format_observation, observation_ids, parse_action,
+                                         prompt_ids)
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -126,3 +127,35 @@ def test_a_template_that_changes_the_observation_is_rendered_for_each_one():
     renders = tok.renders
     assert tok.decode(observation_ids(tok, " b ")) == "<|im_start|>tool\nb<|im_end|>\n<|im_start|>assistant\n"
     assert tok.renders == renders + 1
+
+
+def test_a_groups_sessions_render_their_prompt_once():
+    tok = counting_renders(byte_tokenizer(QWEN3_LIKE))
+    task = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "fix the bug"}]
+    first = ConversationTokens(tok, task, template_kwargs={"enable_thinking": False})
+    expected = "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nfix the bug<|im_end|>\n" \
+               "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    assert tok.decode(first.token_ids) == expected and first.num_prompt_tokens == len(first.token_ids)
+    renders = tok.renders
+    others = [ConversationTokens(tok, [dict(m) for m in task], template_kwargs={"enable_thinking": False})
+              for _ in range(7)]
+    assert tok.renders == renders
+    assert all(conv.token_ids == first.token_ids for conv in others)
+    # Each conversation owns its ids: appending to one leaves the cached prompt and the others alone.
+    others[0].add_generated([7], [0.0], version=0)
+    assert tok.decode(others[1].token_ids) == expected
+    # Another prompt, other arguments or another template are rendered anew.
+    assert tok.decode(prompt_ids(tok, [{"role": "user", "content": "other"}])).startswith("<|im_start|>user\nother")
+    assert tok.decode(prompt_ids(tok, task)).endswith("<|im_start|>assistant\n")
+    tok.chat_template = CHATML
+    assert tok.decode(prompt_ids(tok, task, template_kwargs={"enable_thinking": False})).endswith(
+        "fix the bug<|im_end|>\n<|im_start|>assistant\n")
+    assert tok.renders == renders + 3
+
+
+def test_a_prompt_that_cannot_be_a_cache_key_is_rendered_each_time():
+    tok = counting_renders(byte_tokenizer(CHATML))
+    tools = [{"name": "bash"}]  # a list: not hashable
+    ids = [prompt_ids(tok, [{"role": "user", "content": "q"}], template_kwargs={"tools": tools}) for _ in range(2)]
+    assert ids[0] == ids[1] and tok.decode(ids[0]) == "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.renders == 2
