@@ -325,7 +325,7 @@ def render(results: dict) -> str:
         "when the first step begins with the model loaded; a step counts at the end of its update, with the "
         "mean reward of its first 32 x 8 samples.",
         "",
-        f"Policy v0 weights (sha256 of its safetensors): TRL {results['weights']['trl'] or '-'}, "
+        f"Policy v0 weights (a digest over its safetensors files' sha256, `weights_digest`): TRL {results['weights']['trl'] or '-'}, "
         f"rl360 {results['weights']['rl360'] or '-'}.",
         "",
         "Wall seconds to the first step at or above each reward level:",

@@ -4,11 +4,11 @@
     .venv/bin/python recipes/models/build_local_smoke_v0.py --out /tmp/v0 --seed 3 --warmup-steps 150
 
 The tiny policy's warm-up is chaotic: one rounding difference in one step changes the policy it ends
-with, and the same seed built with pinned kernels still gave three different policies on three
-machines (docs/recipes.md, "Policy v0 ships with the recipe"). So the recipe does not build its v0 on
+with, and the same seed built with pinned kernels still gave other weights on one machine of the
+three seen (docs/recipes.md, "Policy v0 ships with the recipe"). So the recipe does not build its v0 on
 each machine: the folder is committed, and every run of local-smoke, anywhere, starts from the same
 bytes. This script is how that folder was made; `built.json` beside the weights records its
-settings, the task sets' digests, the machine and each file's sha256 (tests/recipes/test_recipes.py
+settings, the task set's digest, the machine and each file's sha256 (tests/recipes/test_recipes.py
 checks the folder against it).
 
 The warm-up skips the instructions of the 32 training tasks, not those of `[eval]`'s held-out set:
