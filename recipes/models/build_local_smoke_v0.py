@@ -49,7 +49,7 @@ def sha256_of(path: Path) -> str:
 
 
 def record_of(model: ModelConfig, seed: int, folder: Path) -> dict:
-    """What `folder` was built from and holds: the settings, the task sets, the machine, each file's sha256."""
+    """What `folder` was built from and holds: the settings, the task set, the machine, each file's sha256."""
     return {
         "model": dataclasses.asdict(model),
         "seed": seed,
