@@ -25,10 +25,9 @@ class LoopConfig:
     # Dynamic filtering: keep sampling until the batch holds `num_tasks_per_step` groups with
     # reward variance, at most this many generation rounds per step.
     max_generation_rounds: int = 3
-    # A further round starts only while fewer than this fraction of `num_tasks_per_step` groups have
-    # reward variance, and then samples for the whole shortfall. 1.0 always tops the batch up. On
-    # local-smoke, 0.625 cut the steps from 19.6 s to 13.5 s, but the run stalled below 0.90 as with one
-    # round (docs/benchmarks.md, "rl360 against TRL: what the runs show").
+    # Further rounds run only where the first round left fewer than this fraction of
+    # `num_tasks_per_step` groups with reward variance, and then top the batch up to the quota (a
+    # first round with that much signal is trained as it is). 1.0 always tops the batch up.
     resample_below: float = 1.0
     # The long tail: keep ceil(num_tasks_per_step * (1 + over_sample)) groups in flight, train on the
     # first num_tasks_per_step (and any others) that finish, and carry the unfinished ones into the

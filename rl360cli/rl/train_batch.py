@@ -125,11 +125,14 @@ class TrainBatch:
         """The divisor `aggregate_loss` uses for this whole batch under `aggregation`."""
         return _loss_denominator(self.totals, aggregation, norm_tokens)
 
-    def split(self, max_tokens: int) -> "MicroBatches":
+    def split(self, max_tokens: int, *, keep_groups: bool = False) -> "MicroBatches":
         """Padded micro-batches of at most `max_tokens` padded tokens (rows x width) each.
 
         Sequences are taken longest first, so each micro-batch holds sequences of similar length
         and little padding; a sequence longer than `max_tokens` gets a micro-batch of its own.
+        `keep_groups`: a group's sequences are taken one after another (longest group first), so
+        a micro-batch holds whole groups where they fit, for a trainer that runs each group's
+        shared prompt once (rl360cli/trainer/shared_prompts.py).
         The result is a sequence whose items are padded when they are taken, so a training loop
         holds one micro-batch's padding at a time.
         """
@@ -137,13 +140,23 @@ class TrainBatch:
             raise ValueError(f"max_tokens must be >= 1 (got {max_tokens}); use the tokens one forward pass fits")
         lengths = self.lengths.numpy()
         order = np.argsort(-lengths, kind="stable")
+        if keep_groups:
+            first_seen: dict[str, int] = {}
+            for row in order.tolist():
+                first_seen.setdefault(self.group_ids[row], len(first_seen))
+            rank = np.fromiter((first_seen[self.group_ids[row]] for row in order.tolist()), dtype=np.int64,
+                               count=len(order))
+            order = order[np.argsort(rank, kind="stable")]
         parts: list[np.ndarray] = []
-        start = 0
-        for stop in range(1, len(order) + 1):
-            # Longest first: the first row of a part sets its width.
-            if stop == len(order) or (stop - start + 1) * lengths[order[start]] > max_tokens:
+        start, width = 0, 0
+        for stop, length in enumerate(lengths[order].tolist()):
+            # The part's longest row sets its width.
+            if stop > start and (stop - start + 1) * max(width, length) > max_tokens:
                 parts.append(order[start:stop])
-                start = stop
+                start, width = stop, 0
+            width = max(width, length)
+        if start < len(order):
+            parts.append(order[start:])
         return MicroBatches(self, parts)
 
     def padded(self) -> MicroBatch:

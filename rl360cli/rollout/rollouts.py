@@ -5,8 +5,9 @@
 actors — and returns at once, so the trainer can update on the previous batch
 meanwhile. `collect(generation)` waits for it; while fewer than
 `num_tasks_per_step` groups have reward variance, it samples further rounds
-of fresh tasks (at most `max_generation_rounds`), each for the whole shortfall, but only while the
-groups with variance number fewer than `resample_below` of `num_tasks_per_step`.
+of fresh tasks (at most `max_generation_rounds`), each for the whole shortfall, but only where the
+first round left fewer than `resample_below` of `num_tasks_per_step` groups with variance: a first
+round with that much signal is trained as it is, one with less is topped up to the quota.
 
 The long tail (`[loop] over_sample`, docs/architecture.md "The long tail"). Agent sessions take
 heavy-tailed times (lognormal, p99 ~10x the median), and a step that waits for all its groups waits
@@ -147,7 +148,7 @@ class Rollouts:
         self.max_generation_rounds = max_generation_rounds
         self.seed = seed
         self.over_sample = over_sample
-        # Further rounds start while fewer groups than this have reward variance (at most the quota).
+        # Further rounds run where the first round left fewer groups than this with reward variance.
         self.enough_with_signal = _groups_for(resample_below * num_tasks_per_step)
         self.max_staleness = max_staleness
         # False leaves stale carried groups running until build_batch drops them (for the benchmark).
@@ -221,8 +222,10 @@ class Rollouts:
         groups = [_decode(g.result[1]) for g in finished]
         first_round = [t.reward for g in groups for t in g if t.is_valid]
         done = {g[0].task_id for g in groups if g and _has_signal(g)}
-        for round_index in range(1, self.max_generation_rounds):
-            if len(done) >= self.enough_with_signal:
+        # A first round with enough signal is trained as it is; one without is topped up to the quota.
+        further_rounds = range(1, self.max_generation_rounds) if len(done) < self.enough_with_signal else ()
+        for round_index in further_rounds:
+            if len(done) >= self.num_tasks_per_step:
                 break
             missing = self.num_tasks_per_step - len(done)
             fresh = [t for t in self.task_ids if t not in done]

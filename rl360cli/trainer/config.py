@@ -88,6 +88,10 @@ class TrainerConfig:
     micro_batch_tokens: int = 8192
     # Optimizer passes over each batch (PPO epochs).
     num_epochs: int = 1
+    # torch only: run each distinct prompt of a micro-batch once and every sample after its keys and
+    # values (a group's samples share their prompt; rl360cli/trainer/shared_prompts.py). false: the
+    # plain forward pass, for a model whose cache cannot be gathered by rows.
+    share_prompts: bool = True
     checkpoint_every: int = 10
     # megatron only
     tensor_parallel: int = 1

@@ -1,6 +1,7 @@
 """The torch trainer: GRPO updates of any Hugging Face causal LM, on CPU or one GPU.
 
-It recomputes the policy's logprobs of every generated token and runs the
+It recomputes the policy's logprobs of every generated token (each distinct prompt of a
+micro-batch once: `trainer.share_prompts`) and runs the
 shared step loop (`rl360cli.trainer.step`: the GRPO loss of `rl360cli.rl.grpo`,
 AdamW with gradient clipping over micro-batches cut by a token budget).
 Checkpoints hold the model in Hugging Face format, the optimizer, and the
@@ -21,6 +22,7 @@ from rl360cli.rl.config import GRPOConfig
 from rl360cli.rl.train_batch import TrainBatch
 from rl360cli.trainer.config import TrainerConfig
 from rl360cli.trainer.fault_points import fault_point
+from rl360cli.trainer.shared_prompts import logprobs_sharing_prompts
 from rl360cli.trainer.step import train_step
 
 
@@ -41,10 +43,12 @@ class TorchTrainer:
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         """One policy update on `batch` (num_epochs passes); the policy version goes up by one."""
         clip = self.config.grad_clip if self.config.grad_clip > 0 else float("inf")
+        share = self.config.share_prompts
         stats = train_step(
-            batch.split(max_tokens=self.config.micro_batch_tokens), grpo=self.grpo,
+            batch.split(max_tokens=self.config.micro_batch_tokens, keep_groups=share), grpo=self.grpo,
             num_epochs=self.config.num_epochs, optimizer=self.optimizer, lr=self.config.lr_at(self.version),
-            logprobs=lambda micro: self.logprobs(micro.input_ids, micro.attention_mask),
+            logprobs=(lambda micro: logprobs_sharing_prompts(self.model, micro)) if share
+            else (lambda micro: self.logprobs(micro.input_ids, micro.attention_mask)),
             clip_grads=lambda: float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)),
         )
         self.version += 1

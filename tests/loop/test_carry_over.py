@@ -5,8 +5,8 @@ actor's holds ends only once the policy version has moved on, so which groups ar
 test, not by a clock. Checked: `collect` returns without the late groups; they come back in a later
 step with the versions that generated their turns; a carried group that could only be stale is
 cancelled on its actor; nothing beyond `grpo.max_staleness` is trained; the run's end leaves no
-group running; dynamic-filtering rounds still run, and only while too few groups have signal
-(`resample_below`); a bad `over_sample` or `resample_below` is refused at load time.
+group running; dynamic-filtering rounds still run, only where the first round left too few groups
+with signal (`resample_below`), and then up to the quota; a bad `over_sample` or `resample_below` is refused at load time.
 """
 
 from __future__ import annotations
@@ -237,6 +237,28 @@ def test_a_further_round_runs_only_while_too_few_groups_have_signal(shared_actor
     trajectories, report = rollouts.collect(rollouts.submit(0, policy_version=0))
     assert report.rounds == rounds
     assert len({t.group_id for t in trajectories}) == QUOTA + (rounds - 1)  # the second round: the one missing
+
+
+def test_a_first_round_short_of_signal_is_topped_up_to_the_quota_not_to_the_threshold(shared_actor):
+    # resample_below 0.5: further rounds only where the first round left fewer than 2 of the 4 with signal.
+    drawn = rollouts_over([], over_sample=0.0).tasks_for_step(0)
+    everything_but = lambda *tasks: frozenset(TASK_IDS) - set(tasks)  # noqa: E731
+    # First: only drawn[3] ever has signal, so the step runs all three rounds and shows what round 2 samples.
+    actor = gated_actor(shared_actor, {}, flat=everything_but(drawn[3]))
+    rollouts = rollouts_over([actor], over_sample=0.0, max_generation_rounds=3, resample_below=0.5)
+    generation = rollouts.submit(0, policy_version=0)
+    _, report = rollouts.collect(generation)
+    second_round = [g.task_id for g in generation.groups if "-r1-" in g.group_id]
+    assert report.rounds == 3 and len(second_round) == 3
+    # Again, with one of the tasks round 2 draws (the draw is the same: same seed, step and first round)
+    # given signal: 2 of 4 after round 2 is the threshold, but not the quota, so round 3 still runs.
+    actor = gated_actor(shared_actor, {}, flat=everything_but(drawn[3], second_round[0]))
+    rollouts = rollouts_over([actor], over_sample=0.0, max_generation_rounds=3, resample_below=0.5)
+    generation = rollouts.submit(0, policy_version=0)
+    trajectories, report = rollouts.collect(generation)
+    assert [g.task_id for g in generation.groups if "-r1-" in g.group_id] == second_round
+    assert report.rounds == 3
+    assert len([g for g in generation.groups if "-r2-" in g.group_id]) == 2  # the quota's 2 still missing
 
 
 def test_the_loop_trains_nothing_beyond_the_staleness_bound_and_ends_with_no_group_running(shared_actor,

@@ -1,0 +1,110 @@
+"""Benchmark of the torch trainer's update: each distinct prompt once (`trainer.share_prompts`) against
+the plain forward pass, and one math thread against every core.
+
+Run: `.venv/bin/python bench/bench_trainer.py` (about a minute on 2 cores). Batches as GRPO makes them:
+30 groups of 8 samples kept, each group's samples after the same prompt. `local-smoke`: policy v0 of
+recipes/local-smoke.toml, prompts of 50-60 tokens and two turns of 14-22 tokens (a step of that
+recipe); `long prompts`: the same policy on prompts of 1,000-1,100 tokens and 100-300 tokens of its
+own (an agent's task statement and tool schema before short turns). Writes the `## Torch trainer:
+shared prompts` section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench.report import write_section
+from rl360cli.outcome import Outcome
+from rl360cli.rl.batch import build_batch
+from rl360cli.rl.config import GRPOConfig
+from rl360cli.rl.trajectory import Trajectory
+from rl360cli.trainer.config import TrainerConfig
+from rl360cli.trainer.torch_trainer import TorchTrainer
+
+REPO = Path(__file__).resolve().parents[1]
+POLICY_V0 = REPO / "recipes" / "models" / "local-smoke-v0"
+GROUPS, SAMPLES = 30, 8
+# name: (prompt tokens, own generated tokens, observation tokens, final generated tokens) as ranges
+SHAPES = {"local-smoke": ((50, 60), (14, 22), (6, 6), (2, 2)),
+          "long prompts": ((1000, 1100), (60, 200), (20, 80), (20, 40))}
+
+
+def step_batch(shape, vocab: int, seed: int = 0):
+    """GRPO's batch of GROUPS x SAMPLES two-turn samples, a group's samples after one prompt."""
+    rng = np.random.default_rng(seed)
+    (p_lo, p_hi), (g_lo, g_hi), (o_lo, o_hi), (f_lo, f_hi) = shape
+    trajectories = []
+    for group in range(GROUPS):
+        prompt = rng.integers(2, vocab, size=int(rng.integers(p_lo, p_hi + 1)))
+        for sample in range(SAMPLES):
+            turns = [int(rng.integers(g_lo, g_hi + 1)), int(rng.integers(o_lo, o_hi + 1)),
+                     int(rng.integers(f_lo, f_hi + 1))]
+            mask = np.concatenate([np.zeros(len(prompt)), np.ones(turns[0]), np.zeros(turns[1]),
+                                   np.ones(turns[2])]).astype(np.uint8)
+            ids = np.concatenate([prompt, rng.integers(2, vocab, size=len(mask) - len(prompt))]).astype(np.int32)
+            trajectories.append(Trajectory(
+                task_id=f"t{group}", group_id=f"g{group}", sample_index=sample, token_ids=ids, loss_mask=mask,
+                logprobs=np.where(mask == 1, -rng.random(len(mask)), 0.0).astype(np.float32), versions=(0, 0),
+                num_prompt_tokens=len(prompt), reward=float(sample % 2), outcome=Outcome.OK))
+    batch, _ = build_batch(trajectories, **GRPOConfig().batch_kwargs())
+    return batch
+
+
+def seconds_per_update(batch, *, share: bool, repeats: int) -> float:
+    trainer = TorchTrainer(POLICY_V0, TrainerConfig(num_epochs=2, share_prompts=share), GRPOConfig())
+    trainer.train_step(batch)  # the first update allocates the optimizer's state
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        trainer.train_step(batch)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    vocab = int(json.loads((POLICY_V0 / "config.json").read_text())["vocab_size"])
+    cores = os.cpu_count() or 1
+    rows = []
+    for name, shape in SHAPES.items():
+        batch = step_batch(shape, vocab)
+        tokens = int(batch.lengths.sum())
+        for threads in sorted({1, cores}):
+            torch.set_num_threads(threads)
+            plain = seconds_per_update(batch, share=False, repeats=args.repeats)
+            shared = seconds_per_update(batch, share=True, repeats=args.repeats)
+            rows.append(f"| {name} | {batch.num_sequences} x {tokens / batch.num_sequences:.0f} | {threads} | "
+                        f"{plain:.2f} s | {shared:.2f} s | {plain / shared:.1f}x |")
+            print(rows[-1], flush=True)
+    body = "\n".join([
+        "`bench/bench_trainer.py`: one update of the torch trainer (2 passes, AdamW) on policy v0 of local-smoke "
+        f"(2 layers, 128 wide), {GROUPS} groups of {SAMPLES} samples that share their group's prompt; the median of "
+        f"{args.repeats} updates after a first one. Plain: the whole of every sequence through the model; shared "
+        "(`trainer.share_prompts`, the default): each distinct prompt once, every sample after its keys and values "
+        "(the same logprobs and gradient: tests/trainer/test_shared_prompts.py).",
+        "",
+        "| batch | sequences x mean tokens | threads | plain | shared | faster |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+        f"Measured {time.strftime('%Y-%m-%d')} on {cores} cores ({platform.processor() or platform.machine()}), "
+        f"torch {torch.__version__}.",
+    ])
+    if not args.no_write:
+        write_section("Torch trainer: shared prompts", body)
+
+
+if __name__ == "__main__":
+    main()
