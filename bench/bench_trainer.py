@@ -1,11 +1,12 @@
 """Benchmark of the torch trainer's update: each distinct prompt once (`trainer.share_prompts`) against
 the plain forward pass, and one math thread against every core.
 
-Run: `.venv/bin/python bench/bench_trainer.py` (about a minute on 2 cores). Batches as GRPO makes them:
-30 groups of 8 samples kept, each group's samples after the same prompt. `local-smoke`: policy v0 of
-recipes/local-smoke.toml, prompts of 50-60 tokens and two turns of 14-22 tokens (a step of that
-recipe); `long prompts`: the same policy on prompts of 1,000-1,100 tokens and 100-300 tokens of its
-own (an agent's task statement and tool schema before short turns). Writes the `## Torch trainer:
+Run: `.venv/bin/python bench/bench_trainer.py` (about three minutes on 2 cores). Batches as GRPO makes
+them, groups of 8 samples kept, each group's samples after the same prompt, on policy v0 of
+recipes/local-smoke.toml. `local-smoke`: 30 groups, prompts of 50-60 tokens and two turns of 16-24
+tokens with a 6-token observation between (a step of that recipe); `long prompts`: 8 groups, prompts
+of 1,000-1,100 tokens and 100-320 tokens of their own (an agent's task statement and tool schema
+before short turns). Writes the `## Torch trainer:
 shared prompts` section of docs/benchmarks.md.
 """
 
@@ -19,31 +20,35 @@ import statistics
 import time
 from pathlib import Path
 
+import sys
+
 import numpy as np
 import torch
 
-from bench.report import write_section
-from rl360cli.outcome import Outcome
-from rl360cli.rl.batch import build_batch
-from rl360cli.rl.config import GRPOConfig
-from rl360cli.rl.trajectory import Trajectory
-from rl360cli.trainer.config import TrainerConfig
-from rl360cli.trainer.torch_trainer import TorchTrainer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.report import write_section  # noqa: E402
+from rl360cli.outcome import Outcome  # noqa: E402
+from rl360cli.rl.batch import build_batch  # noqa: E402
+from rl360cli.rl.config import GRPOConfig  # noqa: E402
+from rl360cli.rl.trajectory import Trajectory  # noqa: E402
+from rl360cli.trainer.config import TrainerConfig  # noqa: E402
+from rl360cli.trainer.torch_trainer import TorchTrainer  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 POLICY_V0 = REPO / "recipes" / "models" / "local-smoke-v0"
-GROUPS, SAMPLES = 30, 8
-# name: (prompt tokens, own generated tokens, observation tokens, final generated tokens) as ranges
-SHAPES = {"local-smoke": ((50, 60), (14, 22), (6, 6), (2, 2)),
-          "long prompts": ((1000, 1100), (60, 200), (20, 80), (20, 40))}
+SAMPLES = 8
+# name: (groups, then as ranges: prompt tokens, own generated tokens, observation tokens, final generated tokens)
+SHAPES = {"local-smoke": (30, (50, 60), (14, 22), (6, 6), (2, 2)),
+          "long prompts": (8, (1000, 1100), (60, 200), (20, 80), (20, 40))}
 
 
 def step_batch(shape, vocab: int, seed: int = 0):
-    """GRPO's batch of GROUPS x SAMPLES two-turn samples, a group's samples after one prompt."""
+    """GRPO's batch of groups x SAMPLES two-turn samples, a group's samples after one prompt."""
     rng = np.random.default_rng(seed)
-    (p_lo, p_hi), (g_lo, g_hi), (o_lo, o_hi), (f_lo, f_hi) = shape
+    groups, (p_lo, p_hi), (g_lo, g_hi), (o_lo, o_hi), (f_lo, f_hi) = shape
     trajectories = []
-    for group in range(GROUPS):
+    for group in range(groups):
         prompt = rng.integers(2, vocab, size=int(rng.integers(p_lo, p_hi + 1)))
         for sample in range(SAMPLES):
             turns = [int(rng.integers(g_lo, g_hi + 1)), int(rng.integers(o_lo, o_hi + 1)),
@@ -90,7 +95,7 @@ def main() -> None:
             print(rows[-1], flush=True)
     body = "\n".join([
         "`bench/bench_trainer.py`: one update of the torch trainer (2 passes, AdamW) on policy v0 of local-smoke "
-        f"(2 layers, 128 wide), {GROUPS} groups of {SAMPLES} samples that share their group's prompt; the median of "
+        f"(2 layers, 128 wide), groups of {SAMPLES} samples that share their group's prompt; the median of "
         f"{args.repeats} updates after a first one. Plain: the whole of every sequence through the model; shared "
         "(`trainer.share_prompts`, the default): each distinct prompt once, every sample after its keys and values "
         "(the same logprobs and gradient: tests/trainer/test_shared_prompts.py).",

@@ -70,8 +70,10 @@ def logprobs_sharing_prompts(model: torch.nn.Module, micro: MicroBatch) -> torch
     # predicts the row's first own token), else from the row's own logits at t - its prompt's length.
     targets = input_ids[:, 1:].to(device)
     in_prompt = min(prompt_width, width - 1)
-    from_prompt = torch.log_softmax(out.logits[prompt_of_row.to(device), :in_prompt].float(), dim=-1).gather(
-        -1, targets[:, :in_prompt, None])[..., 0]
+    # Picked per row from the distinct prompts' logprobs, without a copy of them for every row.
+    prompt_logp = torch.log_softmax(out.logits[:, :in_prompt].float(), dim=-1)
+    from_prompt = prompt_logp[prompt_of_row.to(device)[:, None], torch.arange(in_prompt, device=device)[None, :],
+                              targets[:, :in_prompt]]
     from_prompt = torch.nn.functional.pad(from_prompt, (0, width - 1 - in_prompt))
     next_ids = input_ids.gather(1, (take + 1).clamp(max=width - 1)).to(device)  # own position j predicts these
     own = torch.log_softmax(rest_logits.float(), dim=-1).gather(-1, next_ids[..., None])[..., 0]
