@@ -6,8 +6,7 @@ them, groups of 8 samples kept, each group's samples after the same prompt, on p
 recipes/local-smoke.toml. `local-smoke`: 30 groups, prompts of 50-60 tokens and two turns of 16-24
 tokens with a 6-token observation between (a step of that recipe); `long prompts`: 8 groups, prompts
 of 1,000-1,100 tokens and 100-320 tokens of their own (an agent's task statement and tool schema
-before short turns). Writes the `## Torch trainer:
-shared prompts` section of docs/benchmarks.md.
+before short turns). Writes the `## Torch trainer: shared prompts` section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -17,10 +16,9 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
-
-import sys
 
 import numpy as np
 import torch

@@ -140,12 +140,9 @@ class TrainBatch:
             raise ValueError(f"max_tokens must be >= 1 (got {max_tokens}); use the tokens one forward pass fits")
         lengths = self.lengths.numpy()
         order = np.argsort(-lengths, kind="stable")
-        if keep_groups:
+        if keep_groups:  # groups in the order of their longest row, each group's rows longest first
             first_seen: dict[str, int] = {}
-            for row in order.tolist():
-                first_seen.setdefault(self.group_ids[row], len(first_seen))
-            rank = np.fromiter((first_seen[self.group_ids[row]] for row in order.tolist()), dtype=np.int64,
-                               count=len(order))
+            rank = [first_seen.setdefault(self.group_ids[row], len(first_seen)) for row in order.tolist()]
             order = order[np.argsort(rank, kind="stable")]
         parts: list[np.ndarray] = []
         start, width = 0, 0

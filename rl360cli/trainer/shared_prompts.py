@@ -64,7 +64,7 @@ def logprobs_sharing_prompts(model: torch.nn.Module, micro: MicroBatch) -> torch
     rest_ids = torch.where(rest_mask.bool(), input_ids.gather(1, take.clamp(max=width - 1)), 0)
     attention_mask = torch.cat([prompt_mask[prompt_of_row], rest_mask], dim=1)
     rest_logits = model(input_ids=rest_ids.to(device), attention_mask=attention_mask.to(device),
-                        position_ids=take.to(device), use_cache=False, **{_cache_argument(model): cache}).logits
+                        position_ids=take.to(device), use_cache=False, **{_cache_argument(type(model)): cache}).logits
 
     # Position t's prediction: from the prompt's logits while t is inside the prompt (its last position
     # predicts the row's first own token), else from the row's own logits at t - its prompt's length.
@@ -84,10 +84,6 @@ def logprobs_sharing_prompts(model: torch.nn.Module, micro: MicroBatch) -> torch
 
 
 @functools.cache
-def _cache_argument_of(forward_type: type) -> str:
+def _cache_argument(model_type: type) -> str:
     # transformers 5.2x names it `cache` (and warns at each `past_key_values`); 4.x `past_key_values`.
-    return "cache" if "cache" in inspect.signature(forward_type.forward).parameters else "past_key_values"
-
-
-def _cache_argument(model: torch.nn.Module) -> str:
-    return _cache_argument_of(type(model))
+    return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
