@@ -248,6 +248,11 @@ async def _run_agent(agent: Agent, sandbox: _Recorder, observed: list[Observed],
     return False
 
 
+# What the agent sees when its command holds a NUL byte: nothing ran (126: "cannot execute").
+NUL_EXIT_CODE = 126
+NUL_REFUSAL = "rl360: the command holds a NUL byte, which no shell command line can carry; nothing ran"
+
+
 class _Recorder(Sandbox):
     """The sandbox as the agent sees it: notes each command's timeout, limit or provider failure."""
 
@@ -267,6 +272,11 @@ class _Recorder(Sandbox):
         self.observed.append(error.observed())
 
     async def exec(self, command: str, *, timeout_s: float, env=None, user=None) -> ExecResult:
+        if "\0" in command:
+            # No shell command line can carry a NUL byte (execve would refuse it). A policy can sample
+            # one: the turn is the model's failure, answered as a shell answers a command it cannot run.
+            self.commands.append({"exit_code": NUL_EXIT_CODE, "seconds": 0.0, "timed_out": False, "limit": None})
+            return ExecResult(exit_code=NUL_EXIT_CODE, output=NUL_REFUSAL)
         try:
             result = await self.inner.exec(command, timeout_s=timeout_s, env=env, user=user)
         except InfraError as e:

@@ -76,6 +76,28 @@ def test_the_agent_cannot_forge_a_reward(provider_of, tmp_path):
     assert result.outcome == Outcome.OK and result.reward == 0.0, (result.detail, result.verifier_output)
 
 
+@pytest.mark.parametrize("answer, reward", [("42", 1.0), ("41", 0.0)])
+def test_a_command_with_a_nul_byte_is_the_models_failed_turn_not_an_infra_failure(process_provider, tmp_path,
+                                                                                   answer, reward):
+    """A policy can sample a NUL byte into its bash block; no shell command line can carry one. The
+    turn is answered like a command that cannot run (exit 126, nothing ran), and the attempt goes on
+    and is scored by its verifier: a wrong answer stays a wrong answer, never masked."""
+    test_sh = '[ "$(cat /tmp/answer)" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n'
+    task = load_task(write_task(tmp_path, "t", test_sh=test_sh))
+    seen = []
+
+    async def agent(sandbox):
+        seen.append(await sandbox.exec("echo 42 > /tmp/answer\0", timeout_s=10))
+        seen.append(await sandbox.exec("cat /tmp/answer || echo nothing", timeout_s=10))
+        await sandbox.exec(f"echo {answer} > /tmp/answer", timeout_s=10)
+
+    result = attempt(process_provider(), task, agent)
+    refused, after = seen
+    assert refused.exit_code == 126 and "NUL byte" in refused.output
+    assert "nothing" in after.output  # the refused command did not run, in part or whole
+    assert result.outcome == Outcome.OK and result.cause is None and result.reward == reward
+
+
 def test_a_cancelled_attempt_still_stops_its_sandbox(process_provider, tmp_path):
     provider = process_provider()
     task = load_task(write_task(tmp_path, "t"))
