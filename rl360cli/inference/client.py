@@ -23,18 +23,22 @@ see health.py) is sent once more, as soon as the server is back
 under the router: that attempt fails, as before (the router does not resend it
 elsewhere either).
 
-Tested by tests/inference/test_client.py and test_router.py; its answers fuzzed by
+The requests go over `http1.Http1Client`, keep-alive connections at a fraction of aiohttp's
+CPU a request (the session actors send every agent turn through it). Tested by
+tests/inference/test_client.py, test_http1.py and test_router.py; its answers fuzzed by
 tests/fuzz/test_fuzz_engine.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rl360cli.inference.http1 import BadAnswer, ConnectFailed, ConnectionCut, Http1Client
 from rl360cli.inference.protocol import SamplingParams
 
 # No vocabulary comes near it; past it an id is no int32 index of an embedding table.
@@ -154,7 +158,7 @@ class EngineClient:
         self.max_connections = max_connections
         self.num_cut_retries = num_cut_retries
         self.reconnect_wait_s = reconnect_wait_s
-        self._session: Any = None
+        self._client: Http1Client | None = None
 
     async def __aenter__(self) -> EngineClient:
         return self
@@ -163,18 +167,23 @@ class EngineClient:
         await self.close()
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
 
-    def _http(self) -> Any:
-        import aiohttp
-
-        if self._session is None or self._session.closed:
+    def _http(self) -> Http1Client:
+        if self._client is None:
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            self._session = aiohttp.ClientSession(
-                headers=headers, connector=aiohttp.TCPConnector(limit=self.max_connections))
-        return self._session
+            self._client = Http1Client(self.base_url, headers=headers, max_connections=self.max_connections)
+        return self._client
+
+    async def _get_status(self, path: str, *, timeout_s: float) -> int | None:
+        """The status `GET path` answers within `timeout_s`, or None if none came."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                return (await self._http().request("GET", path)).status
+        except (TimeoutError, OSError, BadAnswer):  # ConnectFailed and ConnectionCut are OSErrors
+            return None
 
     # ------------------------------------------------------------------ generation
 
@@ -197,14 +206,7 @@ class EngineClient:
 
     async def health(self, *, timeout_s: float = 5.0) -> bool:
         """True if /health answers 200 now."""
-        import aiohttp
-
-        try:
-            async with self._http().get(self.base_url + "/health",
-                                        timeout=aiohttp.ClientTimeout(total=timeout_s)) as reply:
-                return reply.status == 200
-        except (TimeoutError, aiohttp.ClientError, OSError):
-            return False
+        return await self._get_status("/health", timeout_s=timeout_s) == 200
 
     async def wait_healthy(self, *, timeout_s: float = 120.0, interval_s: float = 0.25) -> None:
         deadline = time.monotonic() + timeout_s
@@ -224,10 +226,8 @@ class EngineClient:
     async def request(self, method: str, path: str, body: Any = None, *, timeout_s: float | None = None,
                       retry: bool = True) -> Any:
         """One HTTP call; JSON in and out (text answers come back as {"text": ...}). Raises EngineError."""
-        import aiohttp
-
-        url = self.base_url + path
-        timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
+        limit_s = timeout_s or self.timeout_s
+        data = None if body is None else json.dumps(body).encode()
         attempts = 1 + (self.num_connect_retries if retry else 0)
         cuts_left = self.num_cut_retries if retry else 0
         # Set once a request was cut by a server that went away: until then, connecting is retried.
@@ -236,80 +236,66 @@ class EngineClient:
         while True:
             last = attempt >= attempts - 1
             try:
-                async with self._http().request(method, url, json=body, timeout=timeout) as reply:
-                    raw = await reply.read()
-                    if reply.status in (429, 503) and not last:
-                        await asyncio.sleep(self.retry_backoff_s * 2 ** attempt)
-                        attempt += 1
-                        continue
-                    if reply.status >= 400:
-                        cause: Cause = ("unavailable" if reply.status in (429, 503)
-                                        else "rejected" if reply.status < 500 else "http")
-                        raise EngineError(f"{method} {path} answered {reply.status}: {_snippet(raw)}",
-                                          url=self.base_url, cause=cause, status=reply.status)
-                    try:
-                        return _decode(raw, reply.content_type)
-                    except (ValueError, RecursionError) as e:  # RecursionError: `[[[[...` nested too deep
-                        raise EngineError(f"{method} {path}: the answer is not JSON ({e})", url=self.base_url,
-                                          cause="protocol") from None
-            except aiohttp.ClientConnectorError as e:
+                async with asyncio.timeout(limit_s):
+                    reply = await self._http().request(method, path, data)
+            except ConnectFailed as e:
                 # The connection was never opened: nothing ran, a retry is safe.
                 if back_by is not None and time.monotonic() < back_by:
                     await asyncio.sleep(min(1.0, self.retry_backoff_s))
                     continue
                 if last or back_by is not None:
-                    raise EngineError(f"cannot connect ({e.os_error})", url=self.base_url, cause="connect") from None
+                    raise EngineError(f"cannot connect ({e.strerror})", url=self.base_url, cause="connect") from None
                 await asyncio.sleep(self.retry_backoff_s * 2 ** attempt)
                 attempt += 1
+                continue
             except TimeoutError:
-                raise EngineError(f"{method} {path} timed out after {timeout.total:g}s", url=self.base_url,
+                raise EngineError(f"{method} {path} timed out after {limit_s:g}s", url=self.base_url,
                                   cause="timeout") from None
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError) as e:
+            except ConnectionCut as e:
                 if cuts_left and not await self._listening():
                     # The server itself went away (a router restart): send it again once it is back and ready.
                     cuts_left -= 1
                     back_by = time.monotonic() + self.reconnect_wait_s
                     await self._wait_ready(back_by)
                     continue
-                raise EngineError(f"{method} {path}: connection lost ({type(e).__name__}: {e})", url=self.base_url,
+                raise EngineError(f"{method} {path}: connection lost ({e})", url=self.base_url,
                                   cause="disconnected") from None
-            except aiohttp.ClientError as e:
-                raise EngineError(f"{method} {path}: {type(e).__name__}: {e}", url=self.base_url,
-                                  cause="http") from None
+            except BadAnswer as e:
+                raise EngineError(f"{method} {path}: {e}", url=self.base_url, cause="http") from None
+            if reply.status in (429, 503) and not last:
+                await asyncio.sleep(self.retry_backoff_s * 2 ** attempt)
+                attempt += 1
+                continue
+            if reply.status >= 400:
+                cause: Cause = ("unavailable" if reply.status in (429, 503)
+                                else "rejected" if reply.status < 500 else "http")
+                raise EngineError(f"{method} {path} answered {reply.status}: {_snippet(reply.body)}",
+                                  url=self.base_url, cause=cause, status=reply.status)
+            try:
+                return _decode(reply.body, reply.content_type)
+            except (ValueError, RecursionError) as e:  # RecursionError: `[[[[...` nested too deep
+                raise EngineError(f"{method} {path}: the answer is not JSON ({e})", url=self.base_url,
+                                  cause="protocol") from None
 
     async def _wait_ready(self, deadline: float) -> None:
         """Until `deadline`: wait for the server to be ready — a router's `/readiness` (it has a healthy
         engine: a router just started answers 5xx before that), or an engine's `/health`."""
-        import aiohttp
-
         while time.monotonic() < deadline:
             for path in ("/readiness", "/health"):
-                try:
-                    async with self._http().get(self.base_url + path,
-                                                timeout=aiohttp.ClientTimeout(total=2.0)) as reply:
-                        if reply.status == 200:
-                            return
-                        if reply.status != 404:  # a router that is not ready yet: do not ask /health
-                            break
-                except (TimeoutError, aiohttp.ClientError, OSError):
+                status = await self._get_status(path, timeout_s=2.0)
+                if status == 200:
+                    return
+                if status != 404:  # no answer, or a router that is not ready yet: do not ask /health
                     break
             await asyncio.sleep(0.25)
 
     async def _listening(self) -> bool:
         """True if the server answers `/health` now, whatever it says (it still runs: what was cut was behind
         it). A dying process may still accept a connection from its backlog, so an answer is what counts."""
-        import aiohttp
-
-        try:
-            async with self._http().get(self.base_url + "/health", timeout=aiohttp.ClientTimeout(total=2.0)):
-                return True
-        except (TimeoutError, aiohttp.ClientError, OSError):
-            return False
+        return await self._get_status("/health", timeout_s=2.0) is not None
 
 
 def _decode(raw: bytes, content_type: str) -> Any:
-    import json
-
     if content_type == "application/json":
         return json.loads(raw)
     return {"text": raw.decode("utf-8", "replace")}
