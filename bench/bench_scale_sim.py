@@ -172,7 +172,8 @@ def py_spy_top(py_spy: str, state_path: Path, seconds: int = 20) -> str:
     return "\n".join(f"{100 * c / total:5.1f}%  {frame}" for frame, c in top)
 
 
-def one_run(sessions: int, *, steps: int, latency_scale: float, py_spy: str | None, workdir: Path) -> dict:
+def one_run(sessions: int, *, steps: int, latency_scale: float, py_spy: str | None, workdir: Path,
+            extra: tuple[str, ...] = ()) -> dict:
     base = free_base_port()
     profile = workdir / f"profile-{sessions}.toml"
     text = (REPO / "cluster" / "sim-24-nodes.toml").read_text()
@@ -184,6 +185,7 @@ def one_run(sessions: int, *, steps: int, latency_scale: float, py_spy: str | No
                 f"rollout.max_concurrent_sessions={sessions}", f"sandbox.max_concurrent={sessions // 2}",
                 f'sandbox.simulated.ledger_dir="{ledgers}"']
     settings += [f"{key}={value * latency_scale!r}" for key, value in RECIPE_LATENCIES.items()]
+    settings += extra
     argv = [sys.executable, "-m", "rl360cli", "up", "--recipe", str(RECIPE), "--profile", str(profile)]
     for setting in settings:
         argv += ["--set", setting]
@@ -243,6 +245,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--latency-scale", type=float, default=1.0)
     parser.add_argument("--py-spy", default=None)
+    parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+                        help="a further recipe setting for every run (e.g. sandbox.cpus=0.25: more sandboxes a node)")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--prior", type=Path, default=None,
                         help="rows measured earlier (the JSON lines this prints), put first in the table")
@@ -253,7 +257,8 @@ def main() -> int:
         results = [{**json.loads(line), "profile": None} for line in args.prior.read_text().splitlines() if line]
     for sessions in args.sessions:
         spy = args.py_spy if sessions == max(args.sessions) else None
-        result = one_run(sessions, steps=args.steps, latency_scale=args.latency_scale, py_spy=spy, workdir=workdir)
+        result = one_run(sessions, steps=args.steps, latency_scale=args.latency_scale, py_spy=spy, workdir=workdir,
+                         extra=tuple(args.extra))
         print(json.dumps({k: v for k, v in result.items() if k != "profile"}), flush=True)
         if result["profile"]:
             print(result["profile"], flush=True)

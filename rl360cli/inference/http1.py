@@ -1,12 +1,13 @@
 """A small HTTP/1.1 client for the rollout's hot path: one request at a time per connection, kept alive.
 
 Every agent turn is a `POST /generate` to the router, and at the reference scale the session actors
-make ~1,000 of them a second. aiohttp's client spent ~300 us of CPU per request on this machine
-(cookie jar, tracing hooks, multidicts, its payload and response classes), ~60% of it for what a
-keep-alive exchange of a JSON body needs; this client spends ~120 us, JSON and the answer's checks
-included (docs/benchmarks.md, "Engine client"). It speaks only what rl360's servers answer: plain
-`http://` (the router and the engines listen on their node's network), bodies delimited by
-Content-Length, chunked, or the connection's end; no redirects, proxies, cookies or compression.
+make ~1,000 of them a second. aiohttp's client session (cookie jar, tracing hooks, multidicts, its
+payload and response classes) took 128 us of the client's CPU per request with 64 at once; this
+client takes 79 us, JSON and the answer's checks included, and the session actors' CPU fell by a
+fifth (docs/benchmarks.md, "Engine client" and "Scale simulation"). It speaks only what rl360's
+servers answer: plain `http://` (the router and the engines listen on their node's network), bodies
+delimited by Content-Length, chunked, or the connection's end; no redirects, proxies, cookies or
+compression.
 
 What can go wrong is told apart, because the caller's retry policy depends on it
 (rl360cli/inference/client.py): `ConnectFailed` — the connection could not be opened, so nothing
@@ -130,7 +131,7 @@ class Http1Client:
         try:
             reader, writer = await asyncio.open_connection(self.host, self.port, limit=MAX_HEAD_BYTES)
         except OSError as e:
-            raise ConnectFailed(e.errno, f"cannot connect to {self.host}:{self.port}: {e.strerror or e}") from None
+            raise ConnectFailed(e.errno, e.strerror or str(e)) from None
         return _Connection(reader, writer)
 
 
