@@ -80,8 +80,11 @@ class SimulatedEngine:
 
     def __init__(self, *, port: int, action: Reply, submit: Reply, per_token_s: float, prefill_s_per_token: float,
                  max_batch_size: int, submit_probability: float, weight_update_s: float, weight_version: str,
-                 seed: int):
+                 seed: int, model_path: str = "simulated"):
         self.port = port
+        # What /model_info says it serves. The router loads a tokenizer for it when an engine joins: a
+        # local folder (the policy's tokenizer) keeps it on this machine; a bare name sends it to the Hub.
+        self.model_path = model_path
         self.action, self.submit = action, submit
         self.per_token_s = per_token_s
         self.prefill_s_per_token = prefill_s_per_token
@@ -179,7 +182,7 @@ class SimulatedEngine:
         return web.Response(status=200)
 
     def _model_info(self) -> dict[str, Any]:
-        return {"model_path": "simulated", "tokenizer_path": None, "is_generation": True,
+        return {"model_path": self.model_path, "tokenizer_path": None, "is_generation": True,
                 "preferred_sampling_params": None, "weight_version": self.weight_version,
                 "model_type": "simulated", "architectures": ["SimulatedEngine"]}
 
@@ -377,7 +380,7 @@ async def serve(args: argparse.Namespace) -> None:
                                  prefill_s_per_token=args.prefill_ms_per_1k / 1e6, max_batch_size=args.max_batch_size,
                                  submit_probability=args.submit_probability,
                                  weight_update_s=args.weight_update_ms / 1000, weight_version=str(args.weight_version),
-                                 seed=args.seed)
+                                 seed=args.seed, model_path=args.tokenizer or "simulated")
         runner = web.AppRunner(engine.app(api_key=api_key), access_log=None, handler_cancellation=True)
         await runner.setup()
         await web.TCPSite(runner, args.host, port, backlog=1024).start()

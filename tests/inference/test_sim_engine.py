@@ -68,7 +68,7 @@ def sim_cluster(tmp_path_factory, tiny_model):
         router_url = f"http://127.0.0.1:{port}"
         wait_http_ok(router_ready_url("127.0.0.1", port), router, router_log)
         wait_router_workers(router_url, urls, timeout_s=60)
-        yield router_url, urls
+        yield router_url, urls, router_log
     finally:
         for proc in (router, engines):
             if proc is not None and proc.poll() is None:
@@ -81,8 +81,12 @@ def sim_cluster(tmp_path_factory, tiny_model):
 
 
 def test_requests_through_the_real_router_reach_every_simulated_engine(sim_cluster, tiny_model):
-    router_url, urls = sim_cluster
+    router_url, urls, router_log = sim_cluster
     before = [info(u)["num_finished_requests"] for u in urls]
+    # Each engine names the policy's tokenizer folder as its model, so the router loads that tokenizer
+    # from this machine when the engine joins instead of asking the Hub for a model called "simulated".
+    assert {info(u)["model_path"] for u in urls} == {str(tiny_model)}
+    assert "HuggingFace" not in router_log.read_text(errors="replace")
 
     async def go():
         async with EngineClient(router_url) as client:
@@ -99,7 +103,7 @@ def test_requests_through_the_real_router_reach_every_simulated_engine(sim_clust
 
 
 def test_max_new_tokens_cuts_a_reply_at_length(sim_cluster):
-    router_url, _ = sim_cluster
+    router_url, _, _ = sim_cluster
 
     async def go():
         async with EngineClient(router_url) as client:
@@ -110,7 +114,7 @@ def test_max_new_tokens_cuts_a_reply_at_length(sim_cluster):
 
 
 def test_a_weight_update_is_a_no_op_that_sets_the_version_every_engine_then_reports(sim_cluster):
-    router_url, urls = sim_cluster
+    router_url, urls, _ = sim_cluster
     for url in urls:
         assert post(url, "/pause_generation", {"mode": "retract"})["status"] == "ok"
         answer = post(url, "/update_weights_from_distributed",
@@ -129,7 +133,7 @@ def test_a_weight_update_is_a_no_op_that_sets_the_version_every_engine_then_repo
 
 
 def test_a_pause_in_abort_mode_aborts_requests_in_flight_and_in_place_holds_them(sim_cluster):
-    _, urls = sim_cluster
+    _, urls, _ = sim_cluster
     url = urls[0]
 
     async def go(mode: str):
