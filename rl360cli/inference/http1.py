@@ -111,7 +111,7 @@ class Http1Client:
             return answer
         except asyncio.IncompleteReadError as e:
             raise ConnectionCut(f"the connection ended {len(e.partial)} byte(s) into a part of the answer") from None
-        except (ConnectionError, OSError) as e:  # reset, broken pipe: ConnectionCut is one too
+        except OSError as e:  # reset, broken pipe, ...
             raise ConnectionCut(f"{type(e).__name__}: {e}") from None
         finally:
             if keep:
