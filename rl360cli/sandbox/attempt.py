@@ -275,13 +275,13 @@ class _Recorder(Sandbox):
         if "\0" in command:
             # No shell command line can carry a NUL byte (execve would refuse it). A policy can sample
             # one: the turn is the model's failure, answered as a shell answers a command it cannot run.
-            self.commands.append({"exit_code": NUL_EXIT_CODE, "seconds": 0.0, "timed_out": False, "limit": None})
-            return ExecResult(exit_code=NUL_EXIT_CODE, output=NUL_REFUSAL)
-        try:
-            result = await self.inner.exec(command, timeout_s=timeout_s, env=env, user=user)
-        except InfraError as e:
-            self._failed(e)
-            raise
+            result = ExecResult(exit_code=NUL_EXIT_CODE, output=NUL_REFUSAL)
+        else:
+            try:
+                result = await self.inner.exec(command, timeout_s=timeout_s, env=env, user=user)
+            except InfraError as e:
+                self._failed(e)
+                raise
         self.commands.append({"exit_code": result.exit_code, "seconds": round(result.duration_s, 4),
                               "timed_out": result.timed_out, "limit": result.limit})
         if result.timed_out:
