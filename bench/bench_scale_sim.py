@@ -8,10 +8,13 @@ recipe): 32 tasks x sessions/32 samples a step, all of a step's sessions allowed
 the recipe's latencies multiplied by `--latency-scale`. While it runs, the orchestrating processes —
 the driver (the trainer component) and everything under it: Ray's GCS and raylet, the session
 actors — are sampled every second for CPU time and RSS; the stand-in engines and the router are
-measured apart. Figures per run:
+measured apart (the router's CPU as well). Figures per run:
 
 - sessions in flight (max): the most simulated sandboxes live at once, summed over the actors;
-- agent turns per second: agent commands (one per turn that acted) over the run's step time;
+- agent turns per second: agent commands (one per turn that acted) over the run's step time, and over
+  only the seconds in which at least 95% of the peak of sessions were in flight (the rate the
+  orchestrator sustains at that load: the simulated provider's ledgers time their commands), with the
+  whole machine's busy cores in those seconds (2.0 on 2 cores: the rate is what the CPU allows);
 - router requests per second: /generate requests the simulated engines answered over the same time;
 - orchestration CPU seconds per 1,000 sessions, and peak RSS per 1,000 sessions in flight;
 - step wall time (mean of the steps).
@@ -24,6 +27,7 @@ in the middle of the largest run and its top functions are printed. Rewrites the
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -33,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 import urllib.request
 from pathlib import Path
 
@@ -45,9 +50,13 @@ from bench.report import write_section  # noqa: E402
 
 RECIPE = REPO / "recipes" / "scale-sim.toml"
 # The recipe's latencies, which `--latency-scale` multiplies.
-RECIPE_LATENCIES = {"engine.simulated.per_token_ms": 200.0, "sandbox.simulated.exec_median_s": 4.0,
-                    "sandbox.simulated.start_latency_s": 1.0, "sandbox.simulated.verifier_latency_s": 2.0,
-                    "trainer.simulated.step_s": 10.0}
+LATENCY_KEYS = ("engine.simulated.per_token_ms", "sandbox.simulated.exec_median_s", "sandbox.simulated.start_latency_s",
+                "sandbox.simulated.verifier_latency_s", "trainer.simulated.step_s")
+
+
+def recipe_latencies() -> dict[str, float]:
+    recipe = tomllib.loads(RECIPE.read_text())
+    return {key: functools.reduce(lambda table, name: table[name], key.split("."), recipe) for key in LATENCY_KEYS}
 
 
 def free_base_port(count: int = 110) -> int:
@@ -111,6 +120,47 @@ def component_pid(state_path: Path, kind_prefix: str) -> int | None:
             # The record holds the supervisor's pid; the component is its child.
             return rec["pid"]
     return None
+
+
+class MachineCpu(threading.Thread):
+    """The whole machine's busy CPU (cores' worth) in each wall-clock second, from /proc/stat."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.busy: dict[int, float] = {}
+        self.done = threading.Event()
+
+    @staticmethod
+    def _jiffies() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            user, nice, system, idle, iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
+        return user + nice + system + irq + softirq + steal, idle + iowait
+
+    def run(self) -> None:
+        cores = os.cpu_count() or 1
+        second, (busy, idle) = int(time.time()), self._jiffies()
+        while not self.done.wait(1.0 - time.time() % 1.0):
+            now, (busy2, idle2) = int(time.time()), self._jiffies()
+            total = (busy2 - busy) + (idle2 - idle)
+            self.busy[second] = cores * (busy2 - busy) / total if total else 0.0
+            second, busy, idle = now, busy2, idle2
+
+
+def busy_seconds(ledgers: list[dict], at_least: int) -> dict[int, int]:
+    """{second: agent turns started in it} for the seconds in which at least `at_least` sandboxes were live,
+    summed over the actors' ledgers (each reading carried forward to the seconds it has none for)."""
+    seconds = sorted({second for ledger in ledgers for second, _, _ in ledger["timeline"]})
+    live = dict.fromkeys(seconds, 0)
+    done = dict.fromkeys(seconds, 0)
+    for ledger in ledgers:
+        readings = {second: (n_live, n_done) for second, n_live, n_done in ledger["timeline"]}
+        last = (0, 0)
+        for second in seconds:
+            last = readings.get(second, last)
+            live[second] += last[0]
+            done[second] += last[1]
+    return {second: done[after] - done[second] for second, after in zip(seconds, seconds[1:])
+            if after == second + 1 and live[second] >= at_least}
 
 
 class RequestCounter(threading.Thread):
@@ -184,7 +234,7 @@ def one_run(sessions: int, *, steps: int, latency_scale: float, py_spy: str | No
     settings = [f"loop.num_steps={steps}", f"loop.num_samples_per_task={sessions // 32}",
                 f"rollout.max_concurrent_sessions={sessions}", f"sandbox.max_concurrent={sessions // 2}",
                 f'sandbox.simulated.ledger_dir="{ledgers}"']
-    settings += [f"{key}={value * latency_scale!r}" for key, value in RECIPE_LATENCIES.items()]
+    settings += [f"{key}={value * latency_scale!r}" for key, value in recipe_latencies().items()]
     settings += extra
     argv = [sys.executable, "-m", "rl360cli", "up", "--recipe", str(RECIPE), "--profile", str(profile)]
     for setting in settings:
@@ -192,9 +242,13 @@ def one_run(sessions: int, *, steps: int, latency_scale: float, py_spy: str | No
     env = {**os.environ, "RL360_STATE": str(state), "COLUMNS": "200"}
     orchestration = Sampler(lambda: component_pid(state, "trainer"))
     engines = Sampler(lambda: component_pid(state, "engine-"))
+    router = Sampler(lambda: component_pid(state, "router"))
+    machine = MachineCpu()
     requests = RequestCounter(state, range(base + 2, base + 2 + 96))
     orchestration.start()
     engines.start()
+    router.start()
+    machine.start()
     requests.start()
     began = time.time()
     up = subprocess.Popen(argv, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -210,6 +264,8 @@ def one_run(sessions: int, *, steps: int, latency_scale: float, py_spy: str | No
     wall = time.time() - began
     orchestration.done.set()
     engines.done.set()
+    router.done.set()
+    machine.done.set()
     requests.done.set()
     try:
         if up.returncode != 0:
@@ -224,9 +280,13 @@ def one_run(sessions: int, *, steps: int, latency_scale: float, py_spy: str | No
     in_flight = sum(ledger["max_live"] for ledger in found)
     agent_turns = sum(ledger["execs"] - ledger["verifier_execs"] for ledger in found)
     run_s = sum(row["step_s"] for row in rows)
+    peak = busy_seconds(found, int(0.95 * in_flight))
+    peak_cpu = [machine.busy[second] for second in peak if second in machine.busy]
     return {
         "sessions": sessions, "steps": len(rows), "samples": sum(row["samples"] for row in rows),
         "in_flight_max": in_flight, "agent_turns": agent_turns, "turns_per_s": agent_turns / run_s,
+        "turns_per_s_at_peak": sum(peak.values()) / len(peak) if peak else 0.0, "seconds_at_peak": len(peak),
+        "machine_cores_busy_at_peak": sum(peak_cpu) / len(peak_cpu) if peak_cpu else None,
         "router_rps": requests.count / run_s, "step_s": run_s / len(rows),
         "step_s_each": [round(row["step_s"], 1) for row in rows],
         "generation_s_each": [round(row["generation_s"], 1) for row in rows],
@@ -234,7 +294,7 @@ def one_run(sessions: int, *, steps: int, latency_scale: float, py_spy: str | No
         "cpu_s_per_1k": orchestration.cpu_s / (sum(row["samples"] for row in rows) / 1000),
         "rss_mb": orchestration.peak_rss / 2**20,
         "rss_mb_per_1k_in_flight": orchestration.peak_rss / 2**20 / (in_flight / 1000),
-        "engines_cpu_s": engines.cpu_s, "up_wall_s": wall,
+        "engines_cpu_s": engines.cpu_s, "router_cpu_s": router.cpu_s, "up_wall_s": wall,
         "infra": [row["infra_failures_by_cause"] for row in rows], "profile": profile_text,
     }
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -59,6 +60,7 @@ def main(argv: list[str]) -> int:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab", buffering=0)
 
+    open_files_up_to_hard_limit()
     try:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as e:
@@ -92,6 +94,19 @@ def main(argv: list[str]) -> int:
     # Output still in the pipe is copied; a grandchild that holds the pipe open is not waited for.
     copier.join(timeout=2.0)
     return status["exit_code"]
+
+
+def open_files_up_to_hard_limit() -> None:
+    """Raise this process's (and so the component's) soft limit of open files to its hard limit.
+
+    Components are servers that hold a descriptor per connection (the router two per request in flight),
+    and a login shell's soft limit is often 1,024 whatever the hard limit allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):  # an unlimited hard limit is above the kernel's nr_open: keep the soft one
+            pass
 
 
 def _wait_for(pid: int) -> int:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import resource
 import sys
 import time
 import urllib.error
@@ -40,6 +41,9 @@ from rl360cli.inference.keyed_launch import keyed_command
 from rl360cli.inference.templates import LaunchCommand, render
 
 ROUTER_MODULE = "sglang_router.launch_router"
+# Besides two per request in flight (the client's connection and its own to the engine) and one per
+# engine (its health probe), the router's listeners, logs and runtime hold a few dozen file descriptors.
+ROUTER_SPARE_FILES = 256
 
 
 def require_router() -> None:
@@ -75,6 +79,30 @@ def router_command(engine: EngineConfig, *, worker_urls: Sequence[str], host: st
         "worker_startup_timeout_s": worker_startup_timeout_s,
     }
     return keyed_command(render("sglang-router", values), api_key_file=api_key_file, python=python)
+
+
+def generations_in_flight(engine: EngineConfig, max_concurrent_sessions: int) -> int:
+    """The most generate requests the rollout tier keeps open through the router: one per session, and no
+    more than the engines run at once (more would only wait in the engines' queues, each holding two of
+    the router's file descriptors all the while)."""
+    return min(engine.num_engines * engine.max_batch_size, max_concurrent_sessions)
+
+
+def check_router_open_files(engine: EngineConfig, max_concurrent_sessions: int, *,
+                            hard_limit: int | None = None) -> None:
+    """Refuse a run whose generations in flight need more file descriptors than the router may open here.
+
+    Past its limit the router cannot reach the engines: its circuit breakers open and every request
+    fails as an engine error (masked, but the step is lost). `hard_limit` defaults to this process's
+    (the components' supervisor raises their soft limit to it)."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1] if hard_limit is None else hard_limit
+    in_flight = generations_in_flight(engine, max_concurrent_sessions)
+    need = 2 * in_flight + engine.num_engines + ROUTER_SPARE_FILES
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise Rl360Error(f"the router needs ~{need:,} open files for {in_flight:,} generations in flight and "
+                         f"this machine allows {hard:,}",
+                         "raise the hard limit (`ulimit -Hn`, /etc/security/limits.conf), or lower "
+                         "[rollout] max_concurrent_sessions or [engine] max_batch_size")
 
 
 def router_ready_url(host: str, port: int) -> str:

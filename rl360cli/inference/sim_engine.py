@@ -46,6 +46,7 @@ from aiohttp import web
 from rl360cli.backends.base import ComponentSpec
 from rl360cli.inference import protocol
 from rl360cli.inference.config import EngineConfig
+from rl360cli.inference.collector import collect_for_many_requests
 from rl360cli.inference.http import api_key_middleware, json_body, protocol_errors
 from rl360cli.inference.protocol import ProtocolError
 
@@ -375,6 +376,7 @@ async def serve(args: argparse.Namespace) -> None:
 
         api_key = read_api_key(args.api_key_file)
     runners = []
+    collect_for_many_requests()
     for port in args.ports:
         engine = SimulatedEngine(port=port, action=action, submit=submit, per_token_s=args.per_token_ms / 1000,
                                  prefill_s_per_token=args.prefill_ms_per_1k / 1e6, max_batch_size=args.max_batch_size,

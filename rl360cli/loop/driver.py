@@ -269,6 +269,7 @@ def start_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_
     import ray
 
     from rl360cli.images.config import RegistrySpec
+    from rl360cli.inference.router import generations_in_flight
     from rl360cli.rollout.session_actor import ActorSetup, SessionActor
 
     remote_actor = ray.remote(SessionActor)
@@ -276,13 +277,16 @@ def start_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_
     placement = {"resources": {"tier_rollout": 0.001}, "scheduling_strategy": "SPREAD"} if in_cluster else {}
     # The local backend may pin the rollout tier to some CPUs: the actors and their sandboxes keep to them.
     pinned = profile is not None and profile.backend == "local"
+    num_actors = recipe.rollout.num_session_actors
+    in_flight = generations_in_flight(recipe.engine, recipe.rollout.max_concurrent_sessions)
     setup = ActorSetup(run_id=run_id, policy_dir=str(policy_dir), router_url=router, actor_index=0,
                        tasks_path=recipe.tasks.path, tasks_include=recipe.tasks.include, rollout=recipe.rollout,
                        eval_tasks_path=recipe.eval.path if recipe.eval.active else None,
                        eval_tasks_include=recipe.eval.include,
                        sandbox=recipe.sandbox, nodes=profile.nodes if profile else (), node_images=node_images,
                        registry=profile.registry if profile else RegistrySpec(),
-                       cpu_list=profile.tiers["rollout"].cpu_list if pinned else (), api_key_file=api_key_file)
+                       cpu_list=profile.tiers["rollout"].cpu_list if pinned else (), api_key_file=api_key_file,
+                       max_generate_connections=-(-in_flight // num_actors))
     # A dead actor (its node lost, its process killed) is started again by Ray on the rollout tier,
     # and the groups it held run again there: what they had generated died with it, none was trained.
     # Its tasks are retried without a count of their own (-1): every call that finds it restarting
@@ -290,7 +294,7 @@ def start_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_
     actors = [remote_actor.options(num_cpus=0, max_concurrency=10_000,
                                    max_restarts=recipe.rollout.actor_max_restarts, max_task_retries=-1, **placement)
               .remote(dataclasses.replace(setup, actor_index=i))
-              for i in range(recipe.rollout.num_session_actors)]
+              for i in range(num_actors)]
     # Ray waits for resources without end: an actor no node can take (the rollout tier's Ray worker
     # never joined) would hang the run's first step. Fail it here instead, naming what to look at.
     timeout_s = recipe.rollout.actor_start_timeout_s

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from rl360cli.agent.config import RolloutConfig
 from rl360cli.agent.session import SessionSpec, run_session
+from rl360cli.inference.collector import collect_for_many_requests
 from rl360cli.images.config import RegistrySpec
 from rl360cli.metrics import Level
 from rl360cli.nodes.config import NodeSpec
@@ -67,6 +68,9 @@ class ActorSetup:
     cpu_list: tuple[int, ...] = ()
     # The run's API key file (mode 0600): the router requires the key; its path, not the key, travels by Ray.
     api_key_file: str | None = None
+    # Generate requests this actor keeps open through the router at once (0: no cap): its share of
+    # what the engines run at once (rl360cli.inference.router.generations_in_flight).
+    max_generate_connections: int = 0
 
 
 class SessionActor:
@@ -95,7 +99,8 @@ class SessionActor:
                                                                include=setup.eval_tasks_include))
         self.tokenizer = AutoTokenizer.from_pretrained(setup.policy_dir)
         api_key = read_api_key(setup.api_key_file) if setup.api_key_file else None
-        self.client = CountedClient(EngineClient(setup.router_url, api_key=api_key))
+        self.client = CountedClient(EngineClient(setup.router_url, api_key=api_key,
+                                                max_connections=setup.max_generate_connections))
         # Each actor injects its own sequence of failures (when asked to inject any).
         sandbox = dataclasses.replace(setup.sandbox, inject_seed=setup.sandbox.inject_seed * 1000 + setup.actor_index)
         # `share`: each actor its slice of the pull cap (and of the simulated provider's stand-in nodes).
@@ -113,6 +118,7 @@ class SessionActor:
         self._pulls_peak = 0
         self._pull_sampler: asyncio.Task | None = None
         self._peak_resets = reset_memory_peak()
+        collect_for_many_requests()  # what is loaded now stays; sessions come and go by the thousand
 
     async def ready(self) -> int:
         """Answers once the actor is built (its tasks, tokenizer and provider loaded): its index."""

@@ -156,6 +156,16 @@ class Ledger:
     # Failures the provider drew, by taxonomy cause, and (attempt, operation, cause) of each.
     failures_by_cause: collections.Counter = field(default_factory=collections.Counter)
     failures: list[tuple[str, str, str]] = field(default_factory=list)
+    # At the first command of each wall-clock second: (that second, sandboxes live, agent commands so
+    # far). Summed over the actors' ledgers, the rate of turns while a given number were in flight.
+    timeline: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def command(self, *, verifier: bool) -> None:
+        self.execs += 1
+        self.verifier_execs += verifier
+        second = int(time.time())
+        if not self.timeline or self.timeline[-1][0] != second:
+            self.timeline.append((second, self.live, self.execs - self.verifier_execs))
 
     def failed(self, attempt_id: str, operation: str, event: Event) -> None:
         cause = RULES[event].cause
@@ -263,7 +273,7 @@ class SimulatedProvider(SandboxProvider):
             "share": list(self.share), "starts": ledger.starts, "warm_starts": ledger.warm_starts,
             "cold_starts": ledger.cold_starts, "pulls": ledger.pulls, "pull_cap": ledger.pull_cap,
             "max_pulls_in_flight": ledger.max_pulls_in_flight, "execs": ledger.execs,
-            "verifier_execs": ledger.verifier_execs, "max_live": ledger.max_live,
+            "verifier_execs": ledger.verifier_execs, "max_live": ledger.max_live, "timeline": ledger.timeline,
             "failures_by_cause": dict(ledger.failures_by_cause), "failures": [list(f) for f in ledger.failures],
             "nodes": {name: {"cpus": s.capacity.cpus, "memory_mb": s.capacity.memory_mb, "peak_cpus": s.peak_cpus,
                              "peak_mb": s.peak_mb, "overcommits": s.overcommits}
@@ -358,10 +368,9 @@ class SimulatedSandbox(Sandbox):
         self._check_alive()
         owner, sim = self.owner, self.owner.sim
         self._execs += 1
-        owner.ledger.execs += 1
         operation = f"exec{self._execs}"
         verifier = command == VERIFY_COMMAND
-        owner.ledger.verifier_execs += verifier
+        owner.ledger.command(verifier=verifier)
         latency = sim.verifier_latency_s if verifier else owner.exec_latency()
         if draw(owner.seed, self.attempt_id, operation + "-node") < sim.node_lost_rate:
             await asyncio.sleep(min(latency, timeout_s) / 2)

@@ -141,13 +141,15 @@ def plan(ctx: Context) -> list[Action]:
 
 def apply(ctx: Context) -> list[dict]:
     from rl360cli.inference.apikey import create_api_key, read_api_key
-    from rl360cli.inference.router import wait_router_workers
+    from rl360cli.inference.router import check_router_open_files, wait_router_workers
     from rl360cli.trainer.model import prepare_policy
 
     recipe = ctx.need_recipe()
     if recipe.engine.kind == "sglang" and ctx.profile.backend == "local":
         raise Rl360Error("SGLang engines need GPUs, which the local backend does not have",
                          "set [engine] kind = \"local\" in the recipe, or use a Slurm profile")
+    if ctx.profile.backend == "local":  # the router runs on this machine, under its limits
+        check_router_open_files(recipe.engine, recipe.rollout.max_concurrent_sessions)
     specs = component_specs(ctx)
     for spec in specs:
         _check_port_free(ctx, spec)

@@ -172,3 +172,43 @@ def test_a_tier_with_a_cpu_list_pins_its_components(state_path, tmp_path):
         assert allowed == "0"
     finally:
         ctx.backend.stop({"pinned": rec}, grace_s=1)
+
+
+def test_a_component_may_open_as_many_files_as_the_hard_limit_allows(ctx):
+    # A shell's soft limit is often 1,024 below a far higher hard one; a router at 8,192 sessions
+    # needs ~16,000. The supervisor lifts the component's soft limit to the hard one.
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        rec = spawn(ctx, "files", "sleep 300")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        limits = Path(f"/proc/{rec['pid']}/limits").read_text()
+        line = next(line for line in limits.splitlines() if line.startswith("Max open files"))
+        got_soft, got_hard = line.split()[3:5]
+        assert got_soft == got_hard == ("unlimited" if hard == resource.RLIM_INFINITY else str(hard))
+    finally:
+        ctx.backend.stop({"files": rec}, grace_s=1)
+
+
+def test_serve_refuses_a_run_the_router_has_too_few_file_descriptors_for(state_path, tmp_path):
+    # local-smoke keeps up to 64 generations in flight: 2 x 64 + 1 engine + 256 spares = 385 needed.
+    def low_limit():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (300, 300))
+
+    env = {**os.environ, "RL360_STATE": str(state_path), "COLUMNS": "400"}
+    serve = [sys.executable, "-m", "rl360cli", "serve", "--recipe", str(REPO / "recipes/local-smoke.toml")]
+    proc = subprocess.run(serve, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+                          preexec_fn=low_limit)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    error = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("error:")]
+    assert error == ["error: the router needs ~385 open files for 64 generations in flight and this machine allows "
+                     "300; raise the hard limit (`ulimit -Hn`, /etc/security/limits.conf), or lower [rollout] "
+                     "max_concurrent_sessions or [engine] max_batch_size"]
+    doc = json.loads(state_path.read_text())  # still a valid state file, and nothing was started
+    assert doc["components"] == {}

@@ -10,7 +10,8 @@ import pytest
 from rl360cli.errors import Rl360Error
 from rl360cli.inference.config import EngineConfig
 from rl360cli.inference.launch import engine_command, engine_spec, router_spec, serve_ports
-from rl360cli.inference.router import require_router, router_command
+from rl360cli.inference.router import (check_router_open_files, generations_in_flight, require_router,
+                                       router_command)
 from rl360cli.inference.sglang import sglang_server_command
 from rl360cli.inference.templates import render
 from tests.conftest import need
@@ -96,6 +97,22 @@ def test_missing_router_package_names_the_install_command(monkeypatch):
     assert info.value.fix == "install it with: pip install 'rl360[rollout]'"
     with pytest.raises(Rl360Error, match="sglang-router"):
         router_command(EngineConfig(), worker_urls=["http://x:1"], host="h", port=1, prometheus_port=2)
+
+
+def test_generations_in_flight_are_the_sessions_but_no_more_than_the_engines_run():
+    engine = EngineConfig(kind="simulated", num_engines=96, max_batch_size=96)
+    assert generations_in_flight(engine, 8192) == 8192
+    assert generations_in_flight(engine, 16384) == 96 * 96
+
+
+def test_the_router_open_files_check_counts_two_per_generation_and_one_per_engine():
+    engine = EngineConfig(kind="simulated", num_engines=96, max_batch_size=96)
+    need = 2 * 9216 + 96 + 256
+    check_router_open_files(engine, 16384, hard_limit=need)  # just enough
+    with pytest.raises(Rl360Error) as refused:
+        check_router_open_files(engine, 16384, hard_limit=need - 1)
+    assert "needs ~18,784 open files for 9,216 generations in flight" in str(refused.value)
+    assert "ulimit -Hn" in refused.value.fix and "max_concurrent_sessions" in refused.value.fix
 
 
 def test_an_operator_changes_a_flag_in_the_template(tmp_path, monkeypatch):

@@ -86,6 +86,22 @@ def test_a_whole_attempt_runs_through_make_provider_and_the_verifier_writes_a_re
     asyncio.run(scenario())
 
 
+def test_the_ledger_times_the_agents_commands_with_the_sandboxes_live():
+    async def scenario():
+        provider = make_provider(config(num_nodes=2), run_id="r1")
+        await asyncio.gather(*(provider.run_attempt(TASK, one_command_agent, attempt_id=f"a{i}") for i in range(30)))
+        return provider.inner.ledger_dict()
+
+    ledger = asyncio.run(scenario())
+    assert ledger["execs"] - ledger["verifier_execs"] == 30  # one agent command per attempt
+    seconds = [second for second, _, _ in ledger["timeline"]]
+    assert seconds == sorted(set(seconds))  # one reading a second, the first command's
+    for _, live, agent_commands in ledger["timeline"]:
+        assert 1 <= live <= 30 and 0 <= agent_commands <= 30
+    # The first reading is taken at the very first command, an agent's: its count is already 1.
+    assert ledger["timeline"][0][2] == 1
+
+
 def test_a_command_drawn_longer_than_its_timeout_times_out_as_a_model_failure():
     async def scenario():
         provider = SimulatedProvider(config(exec_median_s=0.05, exec_p99_ratio=1.0))
