@@ -18,7 +18,8 @@ Sizing follows demand once the caller says what is coming: `expect(key, n)` (a s
 each group of n samples of a task arrives) announces n starts of `key`, and each `take(..., key=)`
 counts one off. The pool then holds no more sandboxes of a key, over all nodes, than the starts
 still expected of it, so the tail of a step does not make containers no attempt will take, and the
-slots the reservation leaves go to the tasks that are still to run. `expect` also refills at once
+slots the reservation leaves go to the tasks that are still to run; a ready sandbox beyond them (a
+start missed on one node while another held one) is given back at once. `expect` also refills at once
 the (node, spec)s that key has used, so a step's first starts find its sandboxes ready. Without any
 `expect` for a key (`rl360 tasks check`, a benchmark driving the provider) each (node, spec) keeps
 `size`, as before.
@@ -118,8 +119,21 @@ class WarmPool:
             self.misses += 1
         else:
             self.hits += 1
+        self._trim(key)
         self.refill(node, spec, key=key)
         return handle
+
+    def _trim(self, key: Hashable | None) -> None:
+        """Give back ready sandboxes of `key` beyond its starts still expected: after a miss (or a start that
+        went to another node) one of them would idle, holding its node's slot, until the run ends."""
+        if key not in self._expected:
+            return
+        surplus = sum(len(self._queue[pair]) for pair in self._pairs[key]) - self._expected[key]
+        for pair in self._pairs[key]:
+            queue = self._queue[pair]
+            while surplus > 0 and queue and queue[-1].done():
+                self._discard_later(queue.pop())
+                surplus -= 1
 
     def refill(self, node: str, spec: Hashable, *, key: Hashable | None = None) -> None:
         """Start making what (node, spec) lacks, all at once: each make is one create + start; no more of

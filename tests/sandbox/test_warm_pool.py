@@ -188,6 +188,28 @@ def test_over_several_nodes_the_pool_makes_no_more_than_the_starts_to_come():
     assert made_blind >= 8  # without a demand, each node fills to its size and refills behind every start
 
 
+def test_a_pooled_sandbox_no_start_will_take_is_given_back_at_once():
+    node = Node(cpus=8, memory_mb=8000)
+    pool = pool_for(node, size=1)
+
+    async def go():
+        pool.expect("task-a", 3)
+        assert await pool.take("n0", "spec-a", key="task-a") is None  # a miss; n0 refills one (2 still to come)
+        await asyncio.sleep(0.05)
+        assert await pool.take("n1", "spec-a", key="task-a") is None  # placed on n1 anyway: 1 to come, n0 holds 1
+        await asyncio.sleep(0.05)
+        kept = set(node.existing)
+        assert await pool.take("n1", "spec-a", key="task-a") is None  # the last start, again not on n0
+        await asyncio.sleep(0.05)
+        left = set(node.existing)
+        await pool.close()
+        return kept, left, pool.stats().ready
+
+    kept, left, ready = asyncio.run(go())
+    assert len(kept) == 1  # n0's sandbox, for the one start still expected
+    assert left == set() and ready == 0  # no start is left for it: removed, not kept to the end of the run
+
+
 def test_a_new_group_refills_the_pool_at_once():
     node = Node(cpus=8, memory_mb=8000)
     pool = pool_for(node, size=3)
