@@ -30,8 +30,8 @@ from pathlib import Path
 
 from rl360cli.agent.config import RolloutConfig
 from rl360cli.agent.session import SessionSpec, run_session
-from rl360cli.inference.collector import collect_for_many_requests
 from rl360cli.images.config import RegistrySpec
+from rl360cli.inference.collector import collect_for_many_requests
 from rl360cli.metrics import Level
 from rl360cli.nodes.config import NodeSpec
 from rl360cli.sandbox.config import SandboxConfig

@@ -128,7 +128,7 @@ class WarmPool:
         went to another node) one of them would idle, holding its node's slot, until the run ends."""
         if key not in self._expected:
             return
-        surplus = sum(len(self._queue[pair]) for pair in self._pairs[key]) - self._expected[key]
+        surplus = self._held(key) - self._expected[key]
         for pair in self._pairs[key]:
             queue = self._queue[pair]
             while surplus > 0 and queue and queue[-1].done():
@@ -174,8 +174,11 @@ class WarmPool:
         """Whether one more sandbox of `key` serves a start still expected (always, where nothing was expected)."""
         if key not in self._expected:
             return True
-        held = sum(len(self._queue[pair]) for pair in self._pairs[key])
-        return held < self._expected[key]
+        return self._held(key) < self._expected[key]
+
+    def _held(self, key: Hashable) -> int:
+        """Sandboxes of `key` the pool holds or is making, over all nodes."""
+        return sum(len(self._queue[pair]) for pair in self._pairs[key])
 
     async def make_room(self, node: str) -> None:
         """Give back pooled sandboxes on `node` (ready ones, oldest spec first) until the pool fits beside
