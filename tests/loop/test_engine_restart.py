@@ -20,6 +20,7 @@ import os
 import re
 import signal
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,19 @@ num_threads = 1
 """
 
 
+def wait_until_running_a_request(engine_url: str, api_key: str, timeout_s: float = 120.0) -> None:
+    """Poll the engine's load (the route sglang-router probes) until it has a request running or waiting."""
+    request = urllib.request.Request(engine_url.rstrip("/") + "/get_load",
+                                     headers={"Authorization": f"Bearer {api_key}"})
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            if json.load(reply)[0]["num_reqs"] > 0:
+                return
+        assert time.monotonic() < deadline, f"{engine_url} ran no request for {timeout_s:g}s"
+        time.sleep(0.02)
+
+
 def session_actor_pids(driver_pid: int) -> list[int]:
     """The run's Ray session actor processes: below its driver, titled by Ray after their class."""
     pids = []
@@ -85,6 +99,10 @@ def test_injected_failures_are_masked_and_a_killed_engine_is_back_at_the_trainer
         assert time.monotonic() < deadline, "the run did not reach step 1"
         time.sleep(0.2)
     victim = doc["components"]["rollout/engine-1"]
+    # Killed while it runs a request, which the kill then cuts: in a synchronous step the engines sit idle
+    # while the trainer updates, and a kill then costs no attempt at all (seen once in CI).
+    wait_until_running_a_request(victim["url"], (Path(run["run_dir"]) / "api-key").read_text().strip())
+    doc, run = current_run(state_path)
     os.kill(victim["pid"], signal.SIGKILL)
     killed_at, killed_at_step, version_then = time.monotonic(), run["step"], run["policy_version"]
 
