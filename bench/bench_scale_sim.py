@@ -245,11 +245,9 @@ def one_run(sessions: int, *, steps: int, latency_scale: float, py_spy: str | No
     router = Sampler(lambda: component_pid(state, "router"))
     machine = MachineCpu()
     requests = RequestCounter(state, range(base + 2, base + 2 + 96))
-    orchestration.start()
-    engines.start()
-    router.start()
-    machine.start()
-    requests.start()
+    watchers = (orchestration, engines, router, machine, requests)
+    for watcher in watchers:
+        watcher.start()
     began = time.time()
     up = subprocess.Popen(argv, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     profile_text = None
@@ -262,11 +260,8 @@ def one_run(sessions: int, *, steps: int, latency_scale: float, py_spy: str | No
         spier.start()
     output, _ = up.communicate(timeout=7200)
     wall = time.time() - began
-    orchestration.done.set()
-    engines.done.set()
-    router.done.set()
-    machine.done.set()
-    requests.done.set()
+    for watcher in watchers:
+        watcher.done.set()
     try:
         if up.returncode != 0:
             raise RuntimeError(f"rl360 up exited {up.returncode}:\n{output[-4000:]}")
