@@ -3,7 +3,7 @@
     python3 bench/gpu/check.py [--out FILE]      # on a GPU machine (bench/gpu/check.sh wraps it)
     python3 bench/gpu/check.py --dry-run         # prints the plan, then runs it all on the CPU, tiny
 
-Five parts, each timed, all figures into one JSON file (default: $OUT/gpu-check.json, else
+Six parts, each timed, all figures into one JSON file (default: $OUT/gpu-check.json, else
 bench/gpu/gpu-check.json):
 1. engine: rl360's engine (`python -m rl360cli.inference.server --device cuda --dtype bfloat16`, a
    real server process driven over HTTP by the rollouts' `EngineClient`) serving a randomly
@@ -13,11 +13,15 @@ bench/gpu/gpu-check.json):
    batch when megatron-core is importable (it travels as a wheel; else the part says why not).
 3. hand-over: the trainer's weights to the engine on the same GPU by CUDA IPC handles
    (`rl360cli.trainer.handoff`), in seconds, against a raw device-to-device copy of the same bytes.
-4. loop: 5 GRPO steps on local-smoke's 32 tasks and its policy: rollouts through the engine on the
+4. engine_step: where one decode step of that engine goes, at each batch size, without HTTP: the
+   model's forward alone (launched back to back, one sync at the end), the sampling alone
+   (`sample_next` on logits of the vocabulary's width), and the engine's whole step; then the
+   torch profiler's top operators by host time over 8 steps (forward and sampling) at batch 1 (printed).
+5. loop: 5 GRPO steps on local-smoke's 32 tasks and its policy: rollouts through the engine on the
    GPU (the arith conversation of `rl360cli.tasks.arith_rollout`, its emulated shell standing in for
    sandboxes: the GPU machine has no bubblewrap, Ray or router), `build_batch`, the torch trainer on
    the GPU, the hand-over; reward and seconds per step.
-5. env: the machine, torch, CUDA and transformers versions.
+6. env: the machine, torch, CUDA and transformers versions.
 
 A part that fails records its error and the others still run; the exit code is 1 if any failed.
 `--dry-run` runs the same code with tiny sizes on the CPU (float32, gloo-free), so CI checks that
@@ -77,6 +81,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="print the plan, then run it tiny on the CPU")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of: {', '.join(PARTS)}")
     args = parser.parse_args()
     plan = DRY if args.dry_run else GPU
     out = args.out or Path(os.environ.get("OUT") or REPO / "bench" / "gpu") / "gpu-check.json"
@@ -92,8 +97,8 @@ def main() -> int:
     report: dict = {"plan": asdict(plan), "dry_run": args.dry_run, "parts": {}}
     with tempfile.TemporaryDirectory(prefix="rl360-gpu-check-") as tmp:
         work = Path(tmp)
-        for name, part in (("env", env), ("engine", engine_throughput), ("trainer", trainer_steps),
-                           ("handoff", handoff), ("loop", loop)):
+        for name in args.parts.split(","):
+            part = PARTS[name]
             began = time.perf_counter()
             print(f"[{name}] ...", flush=True)
             try:
@@ -175,6 +180,10 @@ def trainer_steps(plan: Plan, work: Path) -> dict:
     batch = _synthetic_batch(plan)
     trainer = TorchTrainer(model, config, GRPOConfig(), device=plan.device)
     out = {"torch_step_s": _timed_steps(trainer, batch, plan)}
+    if plan.device == "cuda":  # the engine turns cuDNN's attention off (it re-plans per length): the trainer?
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        out["torch_step_s_without_cudnn_attention"] = _timed_steps(trainer, batch, plan)
+        torch.backends.cuda.enable_cudnn_sdp(True)
     del trainer
     if plan.device == "cuda":
         torch.cuda.empty_cache()
@@ -229,6 +238,61 @@ def _synthetic_batch(plan: Plan):
             versions=(0,), num_prompt_tokens=prompt, reward=float(i % 2), outcome=Outcome.OK))
     batch, _ = build_batch(trajectories)
     return batch
+
+
+def engine_step(plan: Plan, work: Path) -> dict:
+    """Milliseconds per decode step: forward alone, sampling alone, the engine's whole step."""
+    import torch
+    from transformers import DynamicCache
+
+    from rl360cli.inference.engine import Engine
+    from rl360cli.inference.protocol import SamplingParams, parse_generate
+    from rl360cli.inference.sampling import sample_next
+
+    model_dir, _ = qwen3_model(plan, work / "qwen3-step")
+    engine = Engine.load(model_dir, dtype=plan.dtype, device=plan.device, max_batch_size=max(plan.batches),
+                         max_wait_ms=0)
+    steps = plan.new_tokens
+    out: dict = {}
+    for batch in plan.batches:
+        ids = torch.ones(batch, plan.prompt_tokens, dtype=torch.long, device=plan.device)
+        cache = DynamicCache(config=engine.config)
+        with torch.no_grad():
+            engine.model(input_ids=ids, **{engine._cache_kw: cache}, use_cache=True, logits_to_keep=1)
+            _sync(plan)
+            began = time.perf_counter()
+            for _ in range(steps):
+                logits = engine.model(input_ids=ids[:, :1], **{engine._cache_kw: cache}, use_cache=True).logits
+            _sync(plan)
+        out[f"batch_{batch}_forward_ms"] = round((time.perf_counter() - began) / steps * 1000, 2)
+        params = [SamplingParams(temperature=1.0)] * batch
+        generator = torch.Generator(device=plan.device).manual_seed(0)
+        began = time.perf_counter()
+        for _ in range(steps):
+            sample_next(logits[:, -1, :], params, [None] * batch, generator)
+        out[f"batch_{batch}_sampling_ms"] = round((time.perf_counter() - began) / steps * 1000, 2)
+        if batch == plan.batches[0]:  # what the host spends a step on, operator by operator
+            with torch.no_grad(), torch.profiler.profile() as profiler:
+                for _ in range(8):
+                    logits = engine.model(input_ids=ids[:, :1], **{engine._cache_kw: cache}, use_cache=True).logits
+                    sample_next(logits[:, -1, :], params, [None] * batch, generator)
+            print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=20), flush=True)
+        del cache, logits
+    engine.start()
+    try:
+        for batch in plan.batches:
+            body = {"input_ids": [list(range(1, plan.prompt_tokens + 1))] * batch,
+                    "sampling_params": {"max_new_tokens": steps, "ignore_eos": True, "temperature": 1.0},
+                    "return_logprob": True}
+            first = engine.num_forward_steps
+            began = time.perf_counter()
+            for future in [engine.submit(item) for item in parse_generate(body)[0]]:
+                future.result()
+            out[f"batch_{batch}_engine_step_ms"] = round(
+                (time.perf_counter() - began) / (engine.num_forward_steps - first) * 1000, 2)
+    finally:
+        engine.stop()
+    return out
 
 
 def handoff(plan: Plan, work: Path) -> dict:
@@ -399,6 +463,9 @@ def _sync(plan: Plan) -> None:
 
         torch.cuda.synchronize()
 
+
+PARTS = {"env": env, "engine": engine_throughput, "engine_step": engine_step, "trainer": trainer_steps,
+         "handoff": handoff, "loop": loop}
 
 if __name__ == "__main__":
     sys.exit(main())

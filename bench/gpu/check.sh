@@ -6,8 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON="${PYTHON:-python3}"
-if [ -x .venv/bin/python ] && [ "${1:-}" = "--dry-run" ]; then PYTHON=.venv/bin/python; fi
-if compgen -G ".whl/*.whl" >/dev/null; then
+if [ "${1:-}" = "--dry-run" ]; then
+    if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; fi   # it holds megatron-core already
+elif compgen -G ".whl/*.whl" >/dev/null; then
     "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
     export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi

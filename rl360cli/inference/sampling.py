@@ -30,40 +30,44 @@ def sample_next(logits: torch.Tensor, params: Sequence[SamplingParams],
     logits = logits.float()
     device = logits.device
     logprobs = torch.log_softmax(logits, dim=-1)
-    # Each row's token stays on the device until all are drawn: one copy to the host per step, not per row.
-    drawn: list[torch.Tensor | None] = [None] * logits.shape[0]
-    sampled_rows = []
-    for i, p in enumerate(params):
-        row_banned = banned[i] if i < len(banned) else ()
-        if p.greedy:
-            row = logits[i]
-            if row_banned:
-                row = row.clone()
-                row[list(row_banned)] = float("-inf")
-            drawn[i] = torch.argmax(row).reshape(1)
-        else:
-            sampled_rows.append(i)
-    if sampled_rows:
-        idx = torch.tensor(sampled_rows, device=device)
-        probs = _filtered_probs(logits[idx], [params[i] for i in sampled_rows],
-                                [banned[i] if i < len(banned) else () for i in sampled_rows])
-        for j, i in enumerate(sampled_rows):
-            gen = generators[i] if generators[i] is not None else default_generator
-            drawn[i] = torch.multinomial(probs[j], 1, generator=gen)
-    tokens = torch.cat(drawn)
+    banned = [banned[i] if i < len(banned) else () for i in range(len(params))]
+    # Rows are drawn in as few launches as the generators allow: all greedy rows in one argmax, all rows
+    # on the engine's generator in one multinomial; only a row with its own seed draws alone. On a GPU a
+    # launch costs microseconds of host time, and one per row made sampling 256 rows take 39 ms a step.
+    tokens = torch.empty(len(params), dtype=torch.long, device=device)
+    greedy = [i for i, p in enumerate(params) if p.greedy]
+    if greedy:
+        tokens[greedy] = _without(logits[greedy], [banned[i] for i in greedy]).argmax(dim=-1)
+    sampled = [i for i, p in enumerate(params) if not p.greedy]
+    if sampled:
+        probs = _filtered_probs(logits[sampled], [params[i] for i in sampled], [banned[i] for i in sampled])
+        shared = [j for j, i in enumerate(sampled) if generators[i] is None]
+        if shared:
+            draws = torch.multinomial(probs[shared], 1, generator=default_generator).squeeze(1)
+            tokens[[sampled[j] for j in shared]] = draws
+        for j, i in enumerate(sampled):
+            if generators[i] is not None:
+                tokens[i] = torch.multinomial(probs[j], 1, generator=generators[i])[0]
     chosen = logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1)
     return tokens.tolist(), chosen.tolist()
+
+
+def _without(logits: torch.Tensor, banned: Sequence[Sequence[int]]) -> torch.Tensor:
+    """`logits` with each row's banned ids at -inf (a copy only when some row bans something)."""
+    if not any(banned):
+        return logits
+    logits = logits.clone()
+    for j, row_banned in enumerate(banned):
+        if row_banned:
+            logits[j, list(row_banned)] = float("-inf")
+    return logits
 
 
 def _filtered_probs(logits: torch.Tensor, params: Sequence[SamplingParams],
                     banned: Sequence[Sequence[int]]) -> torch.Tensor:
     device = logits.device
     temps = torch.tensor([p.temperature for p in params], dtype=logits.dtype, device=device).unsqueeze(1)
-    scaled = logits / temps
-    for j, row_banned in enumerate(banned):
-        if row_banned:
-            scaled[j, list(row_banned)] = float("-inf")
-    probs = torch.softmax(scaled, dim=-1)
+    probs = torch.softmax(_without(logits, banned) / temps, dim=-1)
     if any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params):
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         vocab = probs.shape[-1]
