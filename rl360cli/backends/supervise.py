@@ -96,8 +96,8 @@ def main(argv: list[str]) -> int:
     return status["exit_code"]
 
 
-def open_files_up_to_hard_limit() -> None:
-    """Raise this process's (and so the component's) soft limit of open files to its hard limit.
+def open_files_up_to_hard_limit() -> int:
+    """Raise this process's (and so the component's) soft limit of open files to its hard limit; return it.
 
     Components are servers that hold a descriptor per connection (the router two per request in flight),
     and a login shell's soft limit is often 1,024 whatever the hard limit allows."""
@@ -107,6 +107,7 @@ def open_files_up_to_hard_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         except (ValueError, OSError):  # an unlimited hard limit is above the kernel's nr_open: keep the soft one
             pass
+    return hard
 
 
 def _wait_for(pid: int) -> int:

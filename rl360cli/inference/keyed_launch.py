@@ -1,7 +1,7 @@
 """Start a program whose command line needs values known only on its node: the run's API key, the node's address.
 
-    python -m rl360cli.inference.keyed_launch [--api-key-file PATH] -- python -m sglang.launch_server \
-        --host '<node address>' ... --api-key '<api-key file>'
+    python -m rl360cli.inference.keyed_launch [--api-key-file PATH] [--min-open-files N] -- \
+        python -m sglang.launch_server --host '<node address>' ... --api-key '<api-key file>'
 
 Launch commands are rendered where `rl360 serve` runs, and recorded in plans,
 the state file and logs, so they hold placeholders instead:
@@ -15,15 +15,22 @@ SGLang and sglang-router take the key only on the command line (given as `--api-
 their command line once they run (visible to `ps` on that node); rl360's own
 engine reads the file itself (`--api-key-file`) and never has it there.
 
+`--min-open-files N` checks the node's own limit, where the program runs (a Slurm step's limits are
+the node's, not those of the machine that ran `rl360 serve`): the soft limit is raised to the hard
+one, and a hard limit below N ends the launch in one line that names the fix, before the program
+starts (the router needs two descriptors per generation in flight: `router_open_files_needed`).
+
 Tested by tests/inference/test_api_key.py.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import sys
 
+from rl360cli.backends.supervise import open_files_up_to_hard_limit
 from rl360cli.errors import Rl360Error
 from rl360cli.inference.apikey import KEY_PLACEHOLDER, read_api_key
 from rl360cli.inference.templates import LaunchCommand
@@ -32,16 +39,30 @@ NODE_ADDRESS = "<node address>"
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "", "*"})
 
 
-def keyed_command(cmd: LaunchCommand, *, api_key_file: str | None, python: str) -> LaunchCommand:
-    """`cmd` behind this launcher when its argv holds a placeholder only the node can fill; else `cmd` itself."""
-    if KEY_PLACEHOLDER not in cmd.argv and NODE_ADDRESS not in cmd.argv:
+def keyed_command(cmd: LaunchCommand, *, api_key_file: str | None, python: str,
+                  min_open_files: int | None = None) -> LaunchCommand:
+    """`cmd` behind this launcher when it has something to do on the node (fill a placeholder, check the
+    open-files limit); else `cmd` itself."""
+    if KEY_PLACEHOLDER not in cmd.argv and NODE_ADDRESS not in cmd.argv and min_open_files is None:
         return cmd
     prefix = [python, "-m", "rl360cli.inference.keyed_launch"]
     if KEY_PLACEHOLDER in cmd.argv:
         if api_key_file is None:
             raise ValueError(f"{KEY_PLACEHOLDER} in a command without an api_key_file")
         prefix += ["--api-key-file", api_key_file]
+    if min_open_files is not None:
+        prefix += ["--min-open-files", str(min_open_files)]
     return LaunchCommand(argv=(*prefix, "--", *cmd.argv), env=cmd.env)
+
+
+def check_open_files(need: int) -> None:
+    """Raise the soft limit to the hard one; refuse, naming the fix, when the hard limit is below `need`."""
+    hard = open_files_up_to_hard_limit()
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise Rl360Error(f"{socket.gethostname()} allows {hard:,} open files and this program needs ~{need:,}",
+                         "raise the node's hard limit (`ulimit -Hn`, /etc/security/limits.conf; Slurm passes the "
+                         "submitting shell's limits to its steps), or lower [rollout] max_concurrent_sessions or "
+                         "[engine] max_batch_size")
 
 
 def node_address() -> str:
@@ -87,17 +108,22 @@ def fill(argv: list[str], *, api_key_file: str | None) -> list[str]:
     return out
 
 
+USAGE = ("usage: python -m rl360cli.inference.keyed_launch [--api-key-file PATH] [--min-open-files N] -- "
+         "PROGRAM [ARGS...]")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    key_file = None
-    if args[:1] == ["--api-key-file"] and len(args) >= 2:
-        key_file, args = args[1], args[2:]
-    if args[:1] != ["--"] or len(args) < 2:
-        print("usage: python -m rl360cli.inference.keyed_launch [--api-key-file PATH] -- PROGRAM [ARGS...]",
-              file=sys.stderr)
+    options: dict[str, str] = {}
+    while len(args) >= 2 and args[0] in ("--api-key-file", "--min-open-files"):
+        options[args[0]], args = args[1], args[2:]
+    if args[:1] != ["--"] or len(args) < 2 or not options.get("--min-open-files", "0").isdigit():
+        print(USAGE, file=sys.stderr)
         return 2
     try:
-        command = fill(args[1:], api_key_file=key_file)
+        if "--min-open-files" in options:
+            check_open_files(int(options["--min-open-files"]))
+        command = fill(args[1:], api_key_file=options.get("--api-key-file"))
     except Rl360Error as e:
         print(f"keyed_launch: {e}", file=sys.stderr)
         return 2

@@ -96,9 +96,10 @@ def engine_spec(engine: EngineConfig, *, index: int, model_path: str, host: str,
 
 def router_spec(engine: EngineConfig, *, worker_urls: Sequence[str], host: str, port: int, prometheus_port: int,
                 run: str | None = None, tier: str = "service", stage: str = "serve", node: str | None = None,
-                api_key_file: str | None = None, url_host: str | None = None) -> ComponentSpec:
+                api_key_file: str | None = None, url_host: str | None = None,
+                max_concurrent_sessions: int | None = None) -> ComponentSpec:
     cmd = router_command(engine, worker_urls=worker_urls, host=host, port=port, prometheus_port=prometheus_port,
-                         api_key_file=api_key_file)
+                         api_key_file=api_key_file, max_concurrent_sessions=max_concurrent_sessions)
     # Ready once it has a healthy engine (its /health is up as soon as the process is);
     # `wait_router_workers` then waits for all of them.
     return ComponentSpec(name="router", tier=tier, stage=stage, kind="router", argv=cmd.argv, env=cmd.env,

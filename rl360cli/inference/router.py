@@ -55,11 +55,13 @@ def require_router() -> None:
 
 def router_command(engine: EngineConfig, *, worker_urls: Sequence[str], host: str, port: int, prometheus_port: int,
                    api_key_file: str | None = None, worker_startup_timeout_s: int = 600, python: str = sys.executable,
-                   check_installed: bool = True) -> LaunchCommand:
+                   check_installed: bool = True, max_concurrent_sessions: int | None = None) -> LaunchCommand:
     """The router on host:port in front of `worker_urls`. `check_installed=False` builds it for another machine.
 
     With `api_key_file` the router requires the run's key from every client (and sends it to the engines):
-    `--api-key` of sglang-router 0.3.x does both; `keyed_launch` fills it in from the file on the node."""
+    `--api-key` of sglang-router 0.3.x does both; `keyed_launch` fills it in from the file on the node.
+    With `max_concurrent_sessions`, `keyed_launch` also checks on that node that the router may open the
+    files those sessions' generations need (`router_open_files_needed`)."""
     if check_installed:
         require_router()
     if not worker_urls:
@@ -78,7 +80,9 @@ def router_command(engine: EngineConfig, *, worker_urls: Sequence[str], host: st
         "request_timeout_s": engine.router_request_timeout_s,
         "worker_startup_timeout_s": worker_startup_timeout_s,
     }
-    return keyed_command(render("sglang-router", values), api_key_file=api_key_file, python=python)
+    need = None if max_concurrent_sessions is None else router_open_files_needed(engine, max_concurrent_sessions)
+    return keyed_command(render("sglang-router", values), api_key_file=api_key_file, python=python,
+                         min_open_files=need)
 
 
 def generations_in_flight(engine: EngineConfig, max_concurrent_sessions: int) -> int:
@@ -88,16 +92,22 @@ def generations_in_flight(engine: EngineConfig, max_concurrent_sessions: int) ->
     return min(engine.num_engines * engine.max_batch_size, max_concurrent_sessions)
 
 
+def router_open_files_needed(engine: EngineConfig, max_concurrent_sessions: int) -> int:
+    """File descriptors the router needs: two per generation in flight, one per engine, and spares."""
+    return 2 * generations_in_flight(engine, max_concurrent_sessions) + engine.num_engines + ROUTER_SPARE_FILES
+
+
 def check_router_open_files(engine: EngineConfig, max_concurrent_sessions: int, *,
                             hard_limit: int | None = None) -> None:
     """Refuse a run whose generations in flight need more file descriptors than the router may open here.
 
     Past its limit the router cannot reach the engines: its circuit breakers open and every request
     fails as an engine error (masked, but the step is lost). `hard_limit` defaults to this process's
-    (the components' supervisor raises their soft limit to it)."""
+    (the components' supervisor raises their soft limit to it). On other nodes the router's launcher
+    checks its own node (`keyed_launch --min-open-files`)."""
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1] if hard_limit is None else hard_limit
     in_flight = generations_in_flight(engine, max_concurrent_sessions)
-    need = 2 * in_flight + engine.num_engines + ROUTER_SPARE_FILES
+    need = router_open_files_needed(engine, max_concurrent_sessions)
     if hard != resource.RLIM_INFINITY and hard < need:
         raise Rl360Error(f"the router needs ~{need:,} open files for {in_flight:,} generations in flight and "
                          f"this machine allows {hard:,}",

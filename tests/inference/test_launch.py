@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ from rl360cli.errors import Rl360Error
 from rl360cli.inference.config import EngineConfig
 from rl360cli.inference.launch import engine_command, engine_spec, router_spec, serve_ports
 from rl360cli.inference.router import (check_router_open_files, generations_in_flight, require_router,
-                                       router_command)
+                                       router_command, router_open_files_needed)
 from rl360cli.inference.sglang import sglang_server_command
 from rl360cli.inference.templates import render
 from tests.conftest import need
@@ -113,6 +116,36 @@ def test_the_router_open_files_check_counts_two_per_generation_and_one_per_engin
         check_router_open_files(engine, 16384, hard_limit=need - 1)
     assert "needs ~18,784 open files for 9,216 generations in flight" in str(refused.value)
     assert "ulimit -Hn" in refused.value.fix and "max_concurrent_sessions" in refused.value.fix
+
+
+def test_the_routers_launcher_checks_the_open_files_limit_on_its_own_node():
+    engine = EngineConfig(kind="simulated", num_engines=96, max_batch_size=96)
+    cmd = router_command(engine, worker_urls=["http://127.0.0.1:1"], host="127.0.0.1", port=2, prometheus_port=3,
+                         api_key_file="/runs/r1/api-key", python="python3", check_installed=False,
+                         max_concurrent_sessions=16384)
+    assert cmd.argv[:8] == ("python3", "-m", "rl360cli.inference.keyed_launch", "--api-key-file", "/runs/r1/api-key",
+                            "--min-open-files", str(router_open_files_needed(engine, 16384)), "--")
+    assert router_open_files_needed(engine, 16384) == 2 * 96 * 96 + 96 + 256
+
+
+def _launch_under_limits(soft: int, hard: int, need: int) -> subprocess.CompletedProcess:
+    """keyed_launch with a need of `need` files, started with these limits, running a program that prints its own."""
+    def limits():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    program = [sys.executable, "-c", "import resource; print(resource.getrlimit(resource.RLIMIT_NOFILE))"]
+    return subprocess.run([sys.executable, "-m", "rl360cli.inference.keyed_launch", "--min-open-files", str(need), "--",
+                           *program], capture_output=True, text=True, timeout=60, cwd=REPO, preexec_fn=limits)
+
+
+def test_on_a_node_that_allows_too_few_open_files_the_launch_ends_in_one_line_before_the_program_runs():
+    refused = _launch_under_limits(256, 300, need=385)
+    assert refused.returncode == 2 and refused.stdout == ""  # the program never ran
+    assert refused.stderr.count("\n") == 1
+    assert "allows 300 open files and this program needs ~385; raise the node's hard limit (`ulimit -Hn`" \
+        in refused.stderr
+    ran = _launch_under_limits(256, 300, need=300)
+    assert ran.returncode == 0 and ran.stdout.strip() == "(300, 300)"  # the soft limit raised to the hard one
 
 
 def test_an_operator_changes_a_flag_in_the_template(tmp_path, monkeypatch):
