@@ -27,12 +27,15 @@ import argparse
 import collections
 import json
 import os
+import queue
 import re
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -247,6 +250,37 @@ class ChaosRun:
                 continue
         return sorted(found, key=lambda nc: nc[1].attrs["Created"], reverse=True)
 
+    def containers_as_started(self, until: float) -> Iterator[tuple[str, object]]:
+        """The run's containers as their daemons start them (the daemons' `start` events), until `until`.
+
+        A fault on a sandbox must find one before its agent answers: a step's attempts answer within a
+        second of their start, and polling the daemons' lists found none unanswered in 120 s once (CI)."""
+        import docker.errors
+
+        started: queue.Queue = queue.Queue()
+        streams = []
+        for node, client in self.docker.items():
+            try:
+                stream = client.api.events(decode=True, filters={"type": "container", "event": "start",
+                                                                 "label": f"rl360.run={self.run_id}"})
+            except Exception:  # noqa: BLE001 — a node that is down starts nothing
+                continue
+            streams.append(stream)
+            threading.Thread(target=_queue_events, args=(node, stream, started), daemon=True).start()
+        try:
+            while time.time() < until:
+                try:
+                    node, container_id = started.get(timeout=min(0.5, max(0.0, until - time.time())))
+                except queue.Empty:
+                    continue
+                try:
+                    yield node, self.docker[node].containers.get(container_id)
+                except docker.errors.NotFound:  # its attempt ended already
+                    continue
+        finally:
+            for stream in streams:
+                stream.close()
+
     def container_exec(self, node: str, container, command: str) -> int | None:
         try:
             return container.exec_run(["/bin/sh", "-c", command], user="0").exit_code
@@ -328,6 +362,14 @@ class ChaosRun:
         return {"processes": sorted(set(alive) | set(mentioning)), "ray": ray,
                 "containers": {n: c for n, c in containers.items() if c},
                 "slurm_jobs": sorted(self._jobs & set(queued))}
+
+
+def _queue_events(node: str, stream, started: queue.Queue) -> None:
+    try:
+        for event in stream:
+            started.put((node, event["id"]))
+    except Exception:  # noqa: BLE001 — the stream was closed, or its daemon stopped
+        pass
 
 
 def run_chaos(folder: Path, *, steps: int, faults: list[str | Fault], tasks_per_step: int = 6,

@@ -100,23 +100,20 @@ class Fault:
 
 
 class _SandboxFault(Fault):
-    """A fault on one sandbox: the newest container of the run that has not been scored yet.
+    """A fault on one sandbox: the first of the run's containers to start from now on that has not answered.
 
     Detected: the container is gone (the attempt saw the failure and its sandbox was stopped).
     Recovered: the step that collected the victim is in the ledger with the victim masked."""
 
     def fire(self, run: ChaosRun) -> None:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            for node, container in run.containers_newest_first():
-                fired_at = time.time()
-                if self.damage(run, node, container):
-                    self.node, self.container = node, container
-                    self.victims = {container.labels["rl360.attempt"]}
-                    self.fired_at = fired_at
-                    return
-            time.sleep(0.3)
-        raise RuntimeError(f"{self.name}: no unanswered sandbox of the run in 120 s")
+        for node, container in run.containers_as_started(until=time.time() + 120):
+            fired_at = time.time()
+            if self.damage(run, node, container):
+                self.node, self.container = node, container
+                self.victims = {container.labels["rl360.attempt"]}
+                self.fired_at = fired_at
+                return
+        raise RuntimeError(f"{self.name}: no sandbox of the run started and still unanswered in 120 s")
 
     def damage(self, run: ChaosRun, node: str, container) -> bool:
         """Damage the container if its attempt has not answered yet; whether it did."""

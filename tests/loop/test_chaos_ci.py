@@ -23,7 +23,7 @@ from bench.chaos_faults import SCHEDULE, StateLockHeld
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.docker, pytest.mark.timeout(900)]
 
-STEPS = 8
+STEPS = 7
 
 
 def test_a_run_on_the_dev_slurm_tiers_recovers_from_four_faults_and_leaves_nothing(slurm_cluster, docker_nodes,
