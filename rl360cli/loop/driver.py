@@ -68,13 +68,11 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     from rl360cli.inference.apikey import api_key_path, optional_api_key
     from rl360cli.loop.eval import Evaluation
     from rl360cli.loop.samples import SampleKeeper
-    from rl360cli.loop.train_loop import LoopParts, latest_checkpoint, train_loop
-    from rl360cli.metrics import MetricsLogger, drop_steps_from
+    from rl360cli.loop.train_loop import LoopParts, train_loop
+    from rl360cli.metrics import MetricsLogger
     from rl360cli.rollout.rollouts import Rollouts
     from rl360cli.sandbox.task import load_task_set
     from rl360cli.sandbox.waves import node_images_from_state
-    from rl360cli.trainer.broadcast import WeightBroadcaster
-    from rl360cli.trainer.builder import build_trainer
 
     doc = state.read()
     record = doc["runs"][run_id]
@@ -89,40 +87,19 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     api_key = optional_api_key(run_dir)
     api_key_file = str(api_key_path(run_dir)) if api_key else None
 
-    trainer = build_trainer(policy_dir, recipe.trainer, recipe.grpo, seed=recipe.run.seed)
-    start_step = 0
-    checkpoint = latest_checkpoint(run_dir / "checkpoints") if resume else None
-    if checkpoint is not None:
-        start_step = trainer.load_checkpoint(checkpoint)["next_step"]
-        log(f"resumed from {checkpoint} at step {start_step}, policy version {trainer.version}")
-    if resume:  # the steps from `start_step` on run again: their rows from before would repeat
-        for name in ("metrics.jsonl", "samples.jsonl"):
-            drop_steps_from(run_dir / name, start_step)
-
-    # The profile's weight-sync port if it is free here, else any free port (two runs on one
-    # machine must not meet in each other's process group).
-    if recipe.trainer.kind == "simulated":  # stand-in engines take each version over HTTP, no tensors
-        from rl360cli.trainer.simulated import SimulatedWeightSync
-
-        broadcaster = SimulatedWeightSync(engines, router_url=router, api_key=api_key)
-    else:
-        broadcaster = WeightBroadcaster(
-            engines, backend=recipe.trainer.sync_backend, master_address="127.0.0.1",
-            master_port=free_port(profile.sync_port if profile else 0), bucket_mb=recipe.trainer.sync_bucket_mb,
-            group_name=f"rl360-{run_id}", api_key=api_key,
-        )
-    broadcaster.connect()
-    # On resume always: engines that outlived a killed trainer may hold weights newer than its checkpoint.
-    if resume or trainer.version > 0:
-        broadcaster.broadcast(trainer.named_tensors(), trainer.version)  # engines start from v0
-    weights_lock = threading.RLock()
-    watcher = start_health_watcher(state, run_id, profile, recipe, broadcaster, trainer, weights_lock,
-                                   api_key=api_key)
-
-    # On this thread: started from another one, Ray's driver took ~16 s longer to shut down (measured).
-    actors = start_ray_and_actors(recipe, profile, run_id=run_id, policy_dir=policy_dir, router=router,
-                                  node_images=node_images_from_state(doc), ray_address=ray_address,
-                                  api_key_file=api_key_file)
+    # Ray and the session actors start first and get ready in their own processes while the trainer loads
+    # its policy and joins the engines (a tiny run's Ray and actor take ~7 s, its trainer ~3 s). On this
+    # thread: started from another one, Ray's driver took ~16 s longer to shut down (measured).
+    actors = launch_ray_and_actors(recipe, profile, run_id=run_id, policy_dir=policy_dir, router=router,
+                                   node_images=node_images_from_state(doc), ray_address=ray_address,
+                                   api_key_file=api_key_file)
+    try:
+        trainer, broadcaster, watcher, weights_lock, start_step = _set_up_trainer(
+            state, run_id, run_dir, recipe, profile, policy_dir, engines, router, api_key, resume=resume)
+        wait_actors_ready(actors, recipe, in_cluster=ray_address is not None)
+    except BaseException:
+        ray.shutdown()
+        raise
     task_ids = [t.id for t in load_task_set(Path(recipe.tasks.path), include=recipe.tasks.include)]
     rollouts = Rollouts(actors, task_ids, num_tasks_per_step=recipe.loop.num_tasks_per_step,
                         num_samples_per_task=recipe.loop.num_samples_per_task,
@@ -170,6 +147,47 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
         ray.shutdown()
         broadcaster.close()
     return {"policy_version": trainer.version, "engine_versions": versions}
+
+
+def _set_up_trainer(state: StateFile, run_id: str, run_dir: Path, recipe: Recipe, profile: ClusterProfile | None,
+                    policy_dir: Path, engines: list[str], router: str, api_key: str | None, *, resume: bool):
+    """The trainer (from its last checkpoint on resume), its weight sync joined to the engines, and the
+    health watcher; (trainer, weight sync, watcher or None, the lock they take turns with, first step)."""
+    from rl360cli.loop.train_loop import latest_checkpoint
+    from rl360cli.metrics import drop_steps_from
+    from rl360cli.trainer.broadcast import WeightBroadcaster
+    from rl360cli.trainer.builder import build_trainer
+
+    trainer = build_trainer(policy_dir, recipe.trainer, recipe.grpo, seed=recipe.run.seed)
+    start_step = 0
+    checkpoint = latest_checkpoint(run_dir / "checkpoints") if resume else None
+    if checkpoint is not None:
+        start_step = trainer.load_checkpoint(checkpoint)["next_step"]
+        log(f"resumed from {checkpoint} at step {start_step}, policy version {trainer.version}")
+    if resume:  # the steps from `start_step` on run again: their rows from before would repeat
+        for name in ("metrics.jsonl", "samples.jsonl"):
+            drop_steps_from(run_dir / name, start_step)
+
+    # The profile's weight-sync port if it is free here, else any free port (two runs on one
+    # machine must not meet in each other's process group).
+    if recipe.trainer.kind == "simulated":  # stand-in engines take each version over HTTP, no tensors
+        from rl360cli.trainer.simulated import SimulatedWeightSync
+
+        broadcaster = SimulatedWeightSync(engines, router_url=router, api_key=api_key)
+    else:
+        broadcaster = WeightBroadcaster(
+            engines, backend=recipe.trainer.sync_backend, master_address="127.0.0.1",
+            master_port=free_port(profile.sync_port if profile else 0), bucket_mb=recipe.trainer.sync_bucket_mb,
+            group_name=f"rl360-{run_id}", api_key=api_key,
+        )
+    broadcaster.connect()
+    # On resume always: engines that outlived a killed trainer may hold weights newer than its checkpoint.
+    if resume or trainer.version > 0:
+        broadcaster.broadcast(trainer.named_tensors(), trainer.version)  # engines start from v0
+    weights_lock = threading.RLock()
+    watcher = start_health_watcher(state, run_id, profile, recipe, broadcaster, trainer, weights_lock,
+                                   api_key=api_key)
+    return trainer, broadcaster, watcher, weights_lock, start_step
 
 
 # The trainer's methods that read or change its weights: the loop and the health watcher's rejoins take turns.
@@ -225,13 +243,13 @@ def component_backend(profile: ClusterProfile, state: StateFile):
     return LocalBackend(profile)
 
 
-def start_ray_and_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_id: str, policy_dir: Path,
-                         router: str, node_images: dict[str, dict[str, str | None]], ray_address: str | None,
-                         api_key_file: str | None) -> list:
-    """Join the tiers' Ray cluster (or start a private one here) and start the run's session actors."""
+def launch_ray_and_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_id: str, policy_dir: Path,
+                          router: str, node_images: dict[str, dict[str, str | None]], ray_address: str | None,
+                          api_key_file: str | None) -> list:
+    """Join the tiers' Ray cluster (or start a private one here) and launch the run's session actors;
+    `wait_actors_ready` waits for them."""
     import ray
 
-    started = time.monotonic()
     if ray_address:
         # ray.init waits for a head that never answers without end (its `ray start` failed, say).
         wait_for_ray_head(ray_address, recipe.rollout.actor_start_timeout_s)
@@ -240,11 +258,9 @@ def start_ray_and_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_
     # "local" starts a private Ray instance even when another one runs on this machine.
     ray.init(address=ray_address or "local", num_cpus=None if ray_address else max(2, os.cpu_count() or 2),
              include_dashboard=False, log_to_driver=True, configure_logging=False)
-    actors = start_session_actors(recipe, profile, run_id=run_id, policy_dir=policy_dir, router=router,
-                                  node_images=node_images, in_cluster=ray_address is not None,
-                                  api_key_file=api_key_file)
-    log(f"Ray and {len(actors)} session actors ready in {time.monotonic() - started:.1f}s")
-    return actors
+    return launch_session_actors(recipe, profile, run_id=run_id, policy_dir=policy_dir, router=router,
+                                 node_images=node_images, in_cluster=ray_address is not None,
+                                 api_key_file=api_key_file)
 
 
 def wait_for_ray_head(address: str, timeout_s: float) -> None:
@@ -262,10 +278,10 @@ def wait_for_ray_head(address: str, timeout_s: float) -> None:
             time.sleep(0.5)
 
 
-def start_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_id: str, policy_dir: Path,
-                         router: str, node_images: dict[str, dict[str, str | None]], in_cluster: bool,
-                         api_key_file: str | None = None) -> list:
-    """The run's Ray session actors, each given its configuration as plain data."""
+def launch_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_id: str, policy_dir: Path,
+                          router: str, node_images: dict[str, dict[str, str | None]], in_cluster: bool,
+                          api_key_file: str | None = None) -> list:
+    """The run's Ray session actors, launched, each given its configuration as plain data."""
     import ray
 
     from rl360cli.images.config import RegistrySpec
@@ -291,12 +307,19 @@ def start_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_
     # and the groups it held run again there: what they had generated died with it, none was trained.
     # Its tasks are retried without a count of their own (-1): every call that finds it restarting
     # counts as a retry, and three ran out while a lost Slurm node's actors came back (chaos bench).
-    actors = [remote_actor.options(num_cpus=0, max_concurrency=10_000,
-                                   max_restarts=recipe.rollout.actor_max_restarts, max_task_retries=-1, **placement)
-              .remote(dataclasses.replace(setup, actor_index=i))
-              for i in range(num_actors)]
+    return [remote_actor.options(num_cpus=0, max_concurrency=10_000,
+                                 max_restarts=recipe.rollout.actor_max_restarts, max_task_retries=-1, **placement)
+            .remote(dataclasses.replace(setup, actor_index=i))
+            for i in range(num_actors)]
+
+
+def wait_actors_ready(actors: list, recipe: Recipe, *, in_cluster: bool) -> None:
+    """Until every session actor is built; `RunFailed` past `[rollout] actor_start_timeout_s`."""
+    import ray
+
     # Ray waits for resources without end: an actor no node can take (the rollout tier's Ray worker
     # never joined) would hang the run's first step. Fail it here instead, naming what to look at.
+    started = time.monotonic()
     timeout_s = recipe.rollout.actor_start_timeout_s
     ready, waiting = ray.wait([a.ready.remote() for a in actors], num_returns=len(actors), timeout=timeout_s)
     ray.get(ready)  # an actor whose constructor raised raises here, with its own error
@@ -305,7 +328,7 @@ def start_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_
         raise RunFailed(f"{len(waiting)} of {len(actors)} session actors did not start within {timeout_s:g}s "
                          f"on {where}", fix="check that the tier's Ray worker runs, or raise "
                                             "[rollout] actor_start_timeout_s")
-    return actors
+    log(f"{len(actors)} session actors ready ({time.monotonic() - started:.1f}s after the trainer was)")
 
 
 def follow_run(state_path: str, run_id: str) -> int:

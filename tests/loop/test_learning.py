@@ -18,10 +18,10 @@ from tests.conftest import REPO, run_cli
 from tests.loop.conftest import LOCAL_SMOKE_V0, TASKS, metrics_of, write_run_files
 from tests.loop.test_eval import EVAL_KEYS, HELDOUT
 
-# 10 steps take ~3 minutes on 2 quiet cores; the suite-wide 300 s limit is too close on a loaded machine.
+# 8 steps take ~1.5 minutes on 2 quiet cores; the suite-wide 300 s limit is too close on a loaded machine.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
-NUM_STEPS = 10
+NUM_STEPS = 8
 HELD = ("arith-heldout-00", "arith-heldout-06", "arith-heldout-09")
 EVAL_EVERY = NUM_STEPS // 2
 
