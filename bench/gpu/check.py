@@ -3,7 +3,7 @@
     python3 bench/gpu/check.py [--out FILE]      # on a GPU machine (bench/gpu/check.sh wraps it)
     python3 bench/gpu/check.py --dry-run         # prints the plan, then runs it all on the CPU, tiny
 
-Six parts, each timed, all figures into one JSON file (default: $OUT/gpu-check.json, else
+Seven parts, each timed, all figures into one JSON file (default: $OUT/gpu-check.json, else
 bench/gpu/gpu-check.json):
 1. engine: rl360's engine (`python -m rl360cli.inference.server --device cuda --dtype bfloat16`, a
    real server process driven over HTTP by the rollouts' `EngineClient`) serving a randomly
@@ -17,11 +17,13 @@ bench/gpu/gpu-check.json):
    model's forward alone (launched back to back, one sync at the end), the sampling alone
    (`sample_next` on logits of the vocabulary's width), and the engine's whole step; then the
    torch profiler's top operators by host time over 8 steps (forward and sampling) at batch 1 (printed).
-5. loop: 5 GRPO steps on local-smoke's 32 tasks and its policy: rollouts through the engine on the
+5. trainer_profile: where the torch trainer's step goes (the profiler's top operators by device and
+   host time, printed; the step's device and host totals).
+6. loop: 5 GRPO steps on local-smoke's 32 tasks and its policy: rollouts through the engine on the
    GPU (the arith conversation of `rl360cli.tasks.arith_rollout`, its emulated shell standing in for
    sandboxes: the GPU machine has no bubblewrap, Ray or router), `build_batch`, the torch trainer on
    the GPU, the hand-over; reward and seconds per step.
-6. env: the machine, torch, CUDA and transformers versions.
+7. env: the machine, torch, CUDA and transformers versions.
 
 A part that fails records its error and the others still run; the exit code is 1 if any failed.
 `--dry-run` runs the same code with tiny sizes on the CPU (float32, gloo-free), so CI checks that
@@ -202,6 +204,36 @@ def trainer_steps(plan: Plan, work: Path) -> dict:
     finally:
         megatron.close()
     return out
+
+
+def trainer_profile(plan: Plan, work: Path) -> dict:
+    """Where the torch trainer's step goes: the torch profiler's top operators by device and by host time
+    over one step after a warm-up one (printed), and the step's device and host totals."""
+    import torch
+
+    from rl360cli.rl.config import GRPOConfig
+    from rl360cli.trainer.config import TrainerConfig
+    from rl360cli.trainer.torch_trainer import TorchTrainer
+
+    model, _ = qwen3_model(plan, work / "qwen3-profile")
+    trainer = TorchTrainer(model, TrainerConfig(lr=1e-6, micro_batch_tokens=plan.train_tokens * 8), GRPOConfig(),
+                           device=plan.device)
+    batch = _synthetic_batch(plan)
+    trainer.train_step(batch)  # warm-up: kernels, optimizer state
+    _sync(plan)
+    began = time.perf_counter()
+    with torch.profiler.profile() as profiler:
+        trainer.train_step(batch)
+        _sync(plan)
+    seconds = time.perf_counter() - began
+    events = profiler.key_averages()
+    if plan.device == "cuda":
+        print(events.table(sort_by="self_device_time_total", row_limit=15), flush=True)
+    print(events.table(sort_by="self_cpu_time_total", row_limit=15), flush=True)
+    # Kernels only: an operator's row repeats its kernels' device time.
+    kernels = [e for e in events if e.device_type != torch.autograd.DeviceType.CPU]
+    return {"step_s_profiled": round(seconds, 3), "host_busy_s": round(events.self_cpu_time_total / 1e6, 3),
+            "device_busy_s": round(sum(e.self_device_time_total for e in kernels) / 1e6, 3)}
 
 
 def _timed_steps(trainer, batch, plan: Plan) -> float:
@@ -465,7 +497,7 @@ def _sync(plan: Plan) -> None:
 
 
 PARTS = {"env": env, "engine": engine_throughput, "engine_step": engine_step, "trainer": trainer_steps,
-         "handoff": handoff, "loop": loop}
+         "trainer_profile": trainer_profile, "handoff": handoff, "loop": loop}
 
 if __name__ == "__main__":
     sys.exit(main())
