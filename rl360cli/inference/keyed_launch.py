@@ -20,7 +20,7 @@ the node's, not those of the machine that ran `rl360 serve`): the soft limit is 
 one, and a hard limit below N ends the launch in one line that names the fix, before the program
 starts (the router needs two descriptors per generation in flight: `router_open_files_needed`).
 
-Tested by tests/inference/test_api_key.py.
+Tested by tests/inference/test_api_key.py (and the open-files check by tests/inference/test_launch.py).
 """
 
 from __future__ import annotations
