@@ -28,9 +28,11 @@ bash cluster/dev/all.sh up
 
 set +e
 # RL360_TEST_WORKERS=2 runs the suite on two pytest-xdist workers, the tests of the shared dev services
-# on one of them (tests/conftest.py): 972 s against 1,026 s serial (serial is 1,180 s since the CI chaos
-# test), not yet the default: two of the services' tests fail there (a stopped spare Docker node still
-# answered one prewarm; one Slurm allocation waited past 120 s behind the previous test's jobs).
+# on one of them (tests/conftest.py). Not the default: on 2 cores it gains little and breaks timing
+# (2026-12-04: 915 s against 986 s serial, 3 failures: a stopped spare Docker node still answered one
+# prewarm, a Slurm allocation waited past 120 s behind the previous test's jobs, a docker fork bomb's
+# attempt ended sandbox_lost). The suite keeps both cores ~1.15 busy on average and its heavy tests
+# (whole runs) use both, so each test took 1.7-2x as long beside another.
 workers=()
 if [ "${RL360_TEST_WORKERS:-1}" -gt 1 ]; then workers=(-n "$RL360_TEST_WORKERS" --dist loadgroup); fi
 # Each test has its own limit (pytest-timeout); this one is for a hang that no test's limit can end (one

@@ -176,7 +176,9 @@ def test_dead_engines_are_dropped_and_the_others_get_the_weights(start_engine, t
     broadcaster names the dead, rebuilds the group with the survivor and every sync still lands there."""
     import threading
 
-    engines = start_engine(tiny_model, count=3)
+    # The engines' group timeout is the trainer's, as `rl360 serve` sets both from the recipe: a survivor of
+    # the kill inside a sync waits out its own (60 s by default) for the bucket the trainer never sends.
+    engines = start_engine(tiny_model, "--dist-timeout-s", "8", count=3)
     urls = [e.url for e in engines]
     with WeightBroadcaster(urls, master_port=free_port(), bucket_mb=0.1, timeout_s=8) as sync:
         sync.connect()
