@@ -85,6 +85,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of: {', '.join(PARTS)}")
     args = parser.parse_args()
+    unknown = sorted(set(args.parts.split(",")) - set(PARTS))
+    if unknown:
+        parser.error(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
     plan = DRY if args.dry_run else GPU
     out = args.out or Path(os.environ.get("OUT") or REPO / "bench" / "gpu") / "gpu-check.json"
     print(f"plan ({'dry run: tiny, on the CPU' if args.dry_run else 'one GPU'}):")
@@ -174,12 +177,9 @@ def trainer_steps(plan: Plan, work: Path) -> dict:
     import torch
 
     from rl360cli.rl.config import GRPOConfig
-    from rl360cli.trainer.config import TrainerConfig
     from rl360cli.trainer.torch_trainer import TorchTrainer
 
-    model, _ = qwen3_model(plan, work / "qwen3-train")
-    config = TrainerConfig(lr=1e-6, micro_batch_tokens=plan.train_tokens * 8)
-    batch = _synthetic_batch(plan)
+    model, config, batch = _trainer_inputs(plan, work / "qwen3-train")
     trainer = TorchTrainer(model, config, GRPOConfig(), device=plan.device)
     out = {"torch_step_s": _timed_steps(trainer, batch, plan)}
     if plan.device == "cuda":  # the engine turns cuDNN's attention off (it re-plans per length): the trainer?
@@ -212,13 +212,10 @@ def trainer_profile(plan: Plan, work: Path) -> dict:
     import torch
 
     from rl360cli.rl.config import GRPOConfig
-    from rl360cli.trainer.config import TrainerConfig
     from rl360cli.trainer.torch_trainer import TorchTrainer
 
-    model, _ = qwen3_model(plan, work / "qwen3-profile")
-    trainer = TorchTrainer(model, TrainerConfig(lr=1e-6, micro_batch_tokens=plan.train_tokens * 8), GRPOConfig(),
-                           device=plan.device)
-    batch = _synthetic_batch(plan)
+    model, config, batch = _trainer_inputs(plan, work / "qwen3-profile")
+    trainer = TorchTrainer(model, config, GRPOConfig(), device=plan.device)
     trainer.train_step(batch)  # warm-up: kernels, optimizer state
     _sync(plan)
     began = time.perf_counter()
@@ -234,6 +231,14 @@ def trainer_profile(plan: Plan, work: Path) -> dict:
     kernels = [e for e in events if e.device_type != torch.autograd.DeviceType.CPU]
     return {"step_s_profiled": round(seconds, 3), "host_busy_s": round(events.self_cpu_time_total / 1e6, 3),
             "device_busy_s": round(sum(e.self_device_time_total for e in kernels) / 1e6, 3)}
+
+
+def _trainer_inputs(plan: Plan, folder: Path):
+    """What the trainer parts train: a saved random Qwen3, the trainer's settings, one GRPO batch."""
+    from rl360cli.trainer.config import TrainerConfig
+
+    model, _ = qwen3_model(plan, folder)
+    return model, TrainerConfig(lr=1e-6, micro_batch_tokens=plan.train_tokens * 8), _synthetic_batch(plan)
 
 
 def _timed_steps(trainer, batch, plan: Plan) -> float:
@@ -289,12 +294,16 @@ def engine_step(plan: Plan, work: Path) -> dict:
     for batch in plan.batches:
         ids = torch.ones(batch, plan.prompt_tokens, dtype=torch.long, device=plan.device)
         cache = DynamicCache(config=engine.config)
+
+        def decode():  # one token for every row, on the cache so far
+            return engine.model(input_ids=ids[:, :1], **{engine._cache_kw: cache}, use_cache=True).logits
+
         with torch.no_grad():
             engine.model(input_ids=ids, **{engine._cache_kw: cache}, use_cache=True, logits_to_keep=1)
             _sync(plan)
             began = time.perf_counter()
             for _ in range(steps):
-                logits = engine.model(input_ids=ids[:, :1], **{engine._cache_kw: cache}, use_cache=True).logits
+                logits = decode()
             _sync(plan)
         out[f"batch_{batch}_forward_ms"] = round((time.perf_counter() - began) / steps * 1000, 2)
         params = [SamplingParams(temperature=1.0)] * batch
@@ -306,7 +315,7 @@ def engine_step(plan: Plan, work: Path) -> dict:
         if batch == plan.batches[0]:  # what the host spends a step on, operator by operator
             with torch.no_grad(), torch.profiler.profile() as profiler:
                 for _ in range(8):
-                    logits = engine.model(input_ids=ids[:, :1], **{engine._cache_kw: cache}, use_cache=True).logits
+                    logits = decode()
                     sample_next(logits[:, -1, :], params, [None] * batch, generator)
             print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=20), flush=True)
         del cache, logits

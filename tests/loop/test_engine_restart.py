@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from rl360cli.backends import procinfo
+from rl360cli.inference.apikey import optional_api_key
 from tests.conftest import run_cli
 from tests.loop.conftest import LOCAL_SMOKE_V0, metrics_of, write_run_files
 
@@ -101,7 +102,7 @@ def test_injected_failures_are_masked_and_a_killed_engine_is_back_at_the_trainer
     victim = doc["components"]["rollout/engine-1"]
     # Killed while it runs a request, which the kill then cuts: in a synchronous step the engines sit idle
     # while the trainer updates, and a kill then costs no attempt at all (seen once in CI).
-    wait_until_running_a_request(victim["url"], (Path(run["run_dir"]) / "api-key").read_text().strip())
+    wait_until_running_a_request(victim["url"], optional_api_key(Path(run["run_dir"])))
     doc, run = current_run(state_path)
     os.kill(victim["pid"], signal.SIGKILL)
     killed_at, killed_at_step, version_then = time.monotonic(), run["step"], run["policy_version"]
