@@ -70,8 +70,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# The container's init: waits forever, exits on SIGTERM; `kill -9 -1` from a command spares it.
-KEEPALIVE = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
+# The container's init (PID 1, so `kill -9 -1` from a command spares it) never forks, so that processes
+# holding every pid of the limit cannot end it (a shell that cannot fork exits: a model failure would be
+# masked as a lost sandbox). It blocks reading its stdin (kept open, never written), exits on SIGTERM,
+# kills every other process itself on SIGUSR1 (an exec that would do it cannot start while the pids are
+# full), and ignores SIGCHLD, so the agent's orphans, which come to it, are reaped by the kernel.
+KEEPALIVE = "trap '' CHLD; trap 'exit 0' TERM; trap 'kill -9 -1' USR1; while :; do read -r _; done"
 # The init runs as root and first makes the folders Harbor's verifier and agents expect (cheaper than a
 # put_archive before the start, which mounts the container's filesystem: ~70 ms of a ~300 ms start).
 INIT = ("mkdir -p /tests /logs/verifier /logs/agent && chmod 777 /logs /logs/verifier /logs/agent; "
@@ -508,7 +512,7 @@ class DockerProvider(SandboxProvider):
                  for path in spec.tmpfs}
         host_config = api.create_host_config(**kwargs["host_config"], tmpfs=tmpfs or None)
         container = api.create_container(
-            spec.image, entrypoint=["/bin/sh", "-c"], command=[INIT], user="0", labels=labels,
+            spec.image, entrypoint=["/bin/sh", "-c"], command=[INIT], stdin_open=True, user="0", labels=labels,
             working_dir=spec.workdir, environment=dict(spec.env), host_config=host_config, name=name,
             hostname="sandbox", volumes=list(spec.volumes) or None, networking_config=networking)
         cid = container["Id"]
@@ -711,11 +715,13 @@ class DockerSandbox(Sandbox):
                           limit=None if timed_out else limit, truncated_chars=cut)
 
     async def _kill_all(self) -> None:
-        """Kill every process of the container but its init (a command past its timeout, and its children)."""
+        """Kill every process of the container but its init (a command past its timeout, and its children):
+        the init's SIGUSR1 does it, then `kill -9 -1` in an exec, which returns only once it has run."""
         owner, node = self.owner, self.node
 
         def kill() -> None:
             api = owner.api(node)
+            api.kill(self.container_id, signal="USR1")
             exec_id = api.exec_create(self.container_id, ["/bin/sh", "-c", KILL_ALL], user="root")["Id"]
             api.exec_start(exec_id)
 
@@ -734,6 +740,10 @@ class DockerSandbox(Sandbox):
     async def prepare_verifier(self) -> None:
         """One exec: kill what the agent left running, then empty /tests and /logs/verifier."""
         result = await self.exec(PREPARE_VERIFIER, timeout_s=60, user="root")
+        if result.limit == "processes":
+            # It could not start: what the agent left holds every pid. The init kills it, then once more.
+            await self._kill_all()
+            result = await self.exec(PREPARE_VERIFIER, timeout_s=60, user="root")
         if result.exit_code != 0:
             raise own_command_failed(result, f"cannot prepare the verifier in {self.id}", node=self.node)
 

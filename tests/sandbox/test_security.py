@@ -251,6 +251,46 @@ def test_a_fork_bomb_stops_at_the_process_limit_and_leaves_nothing(provider_of, 
     assert not sandbox_processes(f"time.sleep({seconds})")
 
 
+# Leaves behind a process that holds every pid of the limit (its children sleep, and it forks again as
+# soon as one is free) and kills any `sleep` of the sandbox's init, so that an init that forks one finds
+# no pid for the next; the command itself ends after 2 s.
+HOARD = """python3 -c '
+import os, time
+if os.fork():
+    time.sleep(2)
+    os._exit(0)
+fd = os.open("/dev/null", os.O_RDWR)
+for n in 0, 1, 2:
+    os.dup2(fd, n)
+def init_sleeps():
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            comm, stat = open(f"/proc/{pid}/comm").read(), open(f"/proc/{pid}/stat").read()
+        except OSError:
+            continue
+        if comm == "sleep\\n" and stat.rsplit(")", 1)[1].split()[1] == "1":
+            yield int(pid)
+while True:
+    try:
+        if os.fork() == 0:
+            time.sleep(SECONDS)
+            os._exit(0)
+    except OSError:
+        for pid in init_sleeps():
+            os.kill(pid, 9)
+'"""
+
+
+def test_processes_that_hold_every_pid_past_the_agents_end_are_killed_before_the_verifier(provider_of, tmp_path):
+    """No command of rl360's can start in a sandbox whose pids are all held: the verifier still runs
+    (in a container, its init kills them, which takes no new pid) and its reward stands."""
+    seconds = unique_seconds(tmp_path, 60)
+    result, (seen,) = attempt(provider_of(pids_limit=32), hostile_task(tmp_path), HOARD.replace("SECONDS", seconds))
+    assert seen.exit_code == 0 and not seen.timed_out, seen
+    assert result.outcome == Outcome.OK and result.reward == 0.0 and result.events == ("reward",), result.detail
+    assert not sandbox_processes(f"time.sleep({seconds})")
+
+
 def test_allocating_past_its_memory_fails_the_command_not_the_node(provider_of, tmp_path):
     provider = provider_of(memory_mb=128)
     result, (seen, after) = attempt(provider, hostile_task(tmp_path),
