@@ -16,10 +16,6 @@ from tests.conftest import REPO
 TASKS = REPO / "recipes" / "tasks" / "arith-32"
 # recipes/local-smoke.toml's policy v0, committed with the recipe: it earns rewards on the 32 tasks.
 LOCAL_SMOKE_V0 = REPO / "recipes" / "models" / "local-smoke-v0"
-# The run seed of the tests that warm up a tiny policy of their own ([model] kind = "tiny", 172 steps):
-# the seed is the warm-up's too, so they share one cached build (rl360cli/trainer/cache.py).
-TINY_POLICY_SEED = 2
-
 
 def write_run_files(folder: Path, *, recipe_body: str, name: str = "e2e", seed: int = 0) -> Path:
     """A profile on free ports and a recipe that uses it; returns the recipe's path."""

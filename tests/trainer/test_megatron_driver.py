@@ -12,16 +12,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import need, run_cli
-from tests.loop.conftest import TINY_POLICY_SEED, metrics_of, write_run_files
+from tests.loop.conftest import LOCAL_SMOKE_V0, metrics_of, write_run_files
 
 pytestmark = pytest.mark.slow
 
 RECIPE = """
 [model]
-kind = "tiny"
-# A tiny policy of its own (with TINY_POLICY_SEED, below): built once per machine (rl360cli/trainer/cache.py)
-# and shared with the other tests that use it
-warmup_steps = 172
+kind = "huggingface"
+path = "{policy}"
 [trainer]
 kind = "megatron"
 tensor_parallel = 2
@@ -45,7 +43,7 @@ def test_up_runs_the_megatron_trainer_under_torchrun(tmp_path, state_path):
     need(importlib.util.find_spec("megatron") is not None,
          "megatron-core is not installed; pip install -e '.[megatron]'")
 
-    recipe = write_run_files(tmp_path, recipe_body=RECIPE, name="megatron", seed=TINY_POLICY_SEED)
+    recipe = write_run_files(tmp_path, recipe_body=RECIPE.format(policy=LOCAL_SMOKE_V0), name="megatron")
     try:
         up = run_cli("up", "--recipe", str(recipe), state=state_path, cwd=tmp_path, timeout=900)
         doc = json.loads(state_path.read_text())
