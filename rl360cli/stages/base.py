@@ -18,7 +18,8 @@ from typing import Any
 
 from rl360cli import events
 from rl360cli.backends.base import Backend, ComponentSpec
-from rl360cli.config import ClusterProfile, Recipe, load_profile
+from rl360cli.config import ClusterProfile, Recipe, load_profile, load_recipe
+from rl360cli.configload import parse_override
 from rl360cli.errors import Rl360Error, RunFailed
 from rl360cli.state import COMPONENT_FINAL, ComponentRecord, ComponentStatus, StateDoc, StateFile, now_iso, profile_path
 
@@ -91,7 +92,7 @@ def new_run_id(recipe: Recipe) -> str:
 
 def resolve_profile(doc: StateDoc, explicit: Path | None, recipe: Recipe | None) -> tuple[ClusterProfile, Path]:
     """The profile named on the command line, else the one the cluster (state `doc`) was provisioned
-    with, else the recipe's, else the local one."""
+    with, else the recipe's, else the current run's recipe's, else the local one."""
     if explicit is None:
         recorded = profile_path(doc)
         if recorded:
@@ -99,8 +100,22 @@ def resolve_profile(doc: StateDoc, explicit: Path | None, recipe: Recipe | None)
         elif recipe is not None:
             explicit = Path(recipe.run.profile)
         else:
-            explicit = Path("cluster/local.toml")
+            explicit = _current_run_profile(doc) or Path("cluster/local.toml")
     return load_profile(explicit), explicit.absolute()
+
+
+def _current_run_profile(doc: StateDoc) -> Path | None:
+    """The profile of the current run's recipe, for a run recorded before anything was provisioned (its
+    `rl360 up` died while starting): `rl360 down` then stops it from any folder. None when there is no
+    such run or its recipe no longer loads."""
+    run = doc["runs"].get(doc.get("current_run") or "")
+    if not run or not run.get("recipe"):
+        return None
+    try:
+        overrides = [parse_override(text) for text in run.get("overrides") or ()]
+        return Path(load_recipe(run["recipe"], overrides=overrides).run.profile)
+    except Rl360Error:
+        return None
 
 
 # ----------------------------------------------------------------------------- components

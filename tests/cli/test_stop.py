@@ -99,6 +99,26 @@ def test_down_while_up_is_still_starting_the_engines_is_a_stop_too(tmp_path, sta
     assert_nothing_left(state_path)
 
 
+def test_down_stops_a_run_whose_up_died_before_anything_was_provisioned_from_any_folder(tmp_path, state_path):
+    """`rl360 up` killed right after it recorded the run: no profile in the state yet, and `up` again says
+    the run is still starting and names `rl360 down`, which must then work from any folder (it takes the
+    profile from the run's recipe, here a profile.toml beside it, not ./cluster/local.toml)."""
+    recipe = write_run_files(tmp_path, recipe_body=RECIPE, name="died")
+    state = StateFile(state_path)
+    with state.update() as doc:
+        doc["runs"]["died-1"] = {"name": "died", "recipe": str(recipe), "run_dir": str(tmp_path / "runs" / "died-1"),
+                                 "status": "starting", "step": 0, "overrides": ["run.seed=5"]}
+        doc["current_run"] = "died-1"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    again = run_cli("up", "--recipe", str(recipe), state=state_path, cwd=elsewhere)
+    assert again.returncode == 1 and "rl360 down" in again.stderr, again.stderr
+    down = run_cli("down", state=state_path, cwd=elsewhere)
+    assert down.returncode == 0, down.stderr
+    run = state.read()["runs"]["died-1"]
+    assert run["status"] == "stopped" and run["reason"] == "stopped by rl360 down"
+
+
 def test_logs_follow_of_a_stopped_run_says_why_and_exits_4(state_path, tmp_path):
     state = StateFile(state_path)
     with state.update() as doc:
