@@ -16,13 +16,13 @@ import pytest
 from rl360cli.loop import driver
 from rl360cli.state import StateFile
 from tests.conftest import REPO, run_cli
-from tests.loop.conftest import assert_nothing_left, write_run_files
+from tests.loop.conftest import LOCAL_SMOKE_V0, assert_nothing_left, write_run_files
 
 # Small and long: it is certain to be starting when `down` comes.
-RECIPE = """
+RECIPE = f"""
 [model]
-kind = "tiny"
-warmup_steps = 30
+kind = "huggingface"
+path = "{LOCAL_SMOKE_V0}"
 [loop]
 num_steps = 200
 num_tasks_per_step = 4

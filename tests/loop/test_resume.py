@@ -16,16 +16,16 @@ from rl360cli.loop.ledger import read_ledger
 from rl360cli.loop.train_loop import latest_checkpoint
 from rl360cli.trainer.fault_points import FAULT_ENV
 from tests.conftest import run_cli
-from tests.loop.conftest import assert_nothing_left, metrics_of, write_run_files
+from tests.loop.conftest import LOCAL_SMOKE_V0, assert_nothing_left, metrics_of, write_run_files
 
 pytestmark = pytest.mark.slow
 
 STEPS = 6
 
-RECIPE = """
+RECIPE = f"""
 [model]
-kind = "tiny"
-warmup_steps = 30
+kind = "huggingface"
+path = "{LOCAL_SMOKE_V0}"
 [loop]
 num_steps = 6
 num_tasks_per_step = 4
