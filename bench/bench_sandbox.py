@@ -7,7 +7,9 @@
    node, its image already cached).
 2. Sustained throughput: full attempts (start, an agent that runs one Python check, upload tests, run
    test.sh, read the reward, stop) with 32 in flight at once through the admission controller, on this
-   machine's cores; attempts per second, and the median seconds of each phase.
+   machine's cores; attempts per second, the median seconds of each phase, and the whole machine's busy
+   CPU per attempt. The floor row makes the same Docker API calls as a docker attempt straight through
+   the docker SDK (no rl360 in between), 32 at once on the same nodes: what the daemons alone cost.
 
 The docker part needs the dev Docker nodes (bash cluster/dev/docker-nodes.sh up) and is skipped when they
 are down. Prints the figures and rewrites the `## Sandboxes` section of docs/benchmarks.md, leaving the
@@ -18,15 +20,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
 import platform
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,6 +104,59 @@ async def cycles(provider, task, count: int) -> dict[str, list[float]]:
     return phases
 
 
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has been busy since boot (/proc/stat): every process, the daemons'
+    short-lived runc and shim processes too."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def sdk_attempts(nodes: list[NodeSpec], count: int, concurrency: int) -> dict:
+    """The daemons' floor of a docker attempt: the Docker API calls one makes (create + start, the agent's
+    exec, the verifier's prepare exec, the tests' upload, the verifier's exec, the reward's download, the
+    removal), made straight through the docker SDK, `concurrency` at once, round robin over `nodes`."""
+    import docker
+
+    apis = [docker.APIClient(base_url=node.docker_host, version="auto", timeout=60) for node in nodes]
+    tests = io.BytesIO()
+    with tarfile.open(fileobj=tests, mode="w") as tar:
+        script = b'[ "$(cat /app/answer)" = True ] && r=1 || r=0; echo $r > /logs/verifier/reward.txt\n'
+        info = tarfile.TarInfo("tests/test.sh")
+        info.size = len(script)
+        tar.addfile(info, io.BytesIO(script))
+
+    def run(api, cid: str, command: str) -> None:
+        exec_id = api.exec_create(cid, ["/bin/sh", "-c", command])["Id"]
+        api.exec_start(exec_id)
+        api.exec_inspect(exec_id)
+
+    def one(i: int) -> bool:
+        api = apis[i % len(apis)]
+        host = api.create_host_config(nano_cpus=int(0.05e9), mem_limit="256m", memswap_limit="256m",
+                                      network_mode="none", pids_limit=256)
+        cid = api.create_container(PYTHON, entrypoint=["/bin/sh", "-c"], command=["read x"], stdin_open=True,
+                                   working_dir="/app", host_config=host)["Id"]
+        try:
+            api.start(cid)
+            run(api, cid, f"mkdir -p /app && {CHECK} > /app/answer")
+            run(api, cid, "rm -rf /tests && mkdir -p /logs/verifier")
+            api.put_archive(cid, "/", tests.getvalue())
+            run(api, cid, "sh /tests/test.sh")
+            stream, _ = api.get_archive(cid, "/logs/verifier/reward.txt")
+            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+                return tar.extractfile("reward.txt").read().strip() == b"1"
+        finally:
+            api.remove_container(cid, force=True)
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(one, range(-concurrency, 0)))  # warm-up
+        began, busy = time.perf_counter(), machine_busy_s()
+        ok = sum(pool.map(one, range(count)))
+        wall, busy = time.perf_counter() - began, machine_busy_s() - busy
+    return {"attempts": count, "ok": ok, "wall_s": wall, "per_s": count / wall, "cpu_s_per_attempt": busy / count}
+
+
 async def sustained(provider, task, count: int, concurrency: int) -> dict:
     gate = asyncio.Semaphore(concurrency)
 
@@ -110,14 +168,15 @@ async def sustained(provider, task, count: int, concurrency: int) -> dict:
             return await run_attempt(provider, task, agent, attempt_id=f"s-{i}", labels={})
 
     await asyncio.gather(*(one(-i - 1) for i in range(min(concurrency, 8))))  # warm-up
-    began = time.perf_counter()
+    began, busy = time.perf_counter(), machine_busy_s()
     results = await asyncio.gather(*(one(i) for i in range(count)))
-    wall = time.perf_counter() - began
+    wall, busy = time.perf_counter() - began, machine_busy_s() - busy
     ok = [r for r in results if r.outcome.value == "ok" and r.reward == 1.0]
     phases = {}
     for name in ("start", "agent", "upload_tests", "verify", "reward", "stop", "total"):
         phases[name] = statistics.median(r.timings.get(name, 0.0) for r in results)
-    return {"attempts": count, "ok": len(ok), "wall_s": wall, "per_s": count / wall, "phases": phases}
+    return {"attempts": count, "ok": len(ok), "wall_s": wall, "per_s": count / wall, "phases": phases,
+            "cpu_s_per_attempt": busy / count}
 
 
 def provider_for(kind: str, nodes, concurrency: int, *, admission: bool = True, cpus: float = 0.05,
@@ -170,6 +229,8 @@ async def main_async(args) -> dict:
             s = out["sustained"][row]
             print(f"{row}: cycle p50 {statistics.median(out['latency'][row]['total']) * 1000:.0f} ms; "
                   f"{s['per_s']:.1f} attempts/s at 32 concurrent ({s['ok']}/{s['attempts']} rewarded)", flush=True)
+        if nodes:
+            out["floor"] = await asyncio.to_thread(sdk_attempts, nodes, args.docker_attempts, 32)
     out["docker_nodes"] = len(nodes) if nodes else 0
     return out
 
@@ -197,7 +258,7 @@ def render(data: dict, args) -> str:
     lines += ["", "**Sustained, 32 attempts in flight** (a full attempt: start, an agent running the check, "
               "upload tests, test.sh, reward, stop; through the admission controller, 0.05 CPU reserved each):", "",
               "| provider | attempts | rewarded | seconds | attempts/s | median start / agent / tests+verify / stop "
-              "| pool hits |", "|---|---|---|---|---|---|---|"]
+              "| pool hits | machine CPU per attempt |", "|---|---|---|---|---|---|---|---|"]
     for row, s in data["sustained"].items():
         p = s["phases"]
         pool = s.get("pool")
@@ -207,7 +268,12 @@ def render(data: dict, args) -> str:
         lines.append(f"| {row}{nodes} | {s['attempts']} | {s['ok']} | {s['wall_s']:.1f} | {s['per_s']:.1f} | "
                      f"{p['start'] * 1000:.0f} / {p['agent'] * 1000:.0f} / "
                      f"{(p['upload_tests'] + p['verify'] + p['reward']) * 1000:.0f} / {p['stop'] * 1000:.0f} ms | "
-                     f"{hits} |")
+                     f"{hits} | {s['cpu_s_per_attempt'] * 1000:.0f} ms |")
+    floor = data.get("floor")
+    if floor:
+        lines.append(f"| the daemons' floor: the same API calls through the docker SDK ({data['docker_nodes']} nodes) | "
+                     f"{floor['attempts']} | {floor['ok']} | {floor['wall_s']:.1f} | {floor['per_s']:.1f} | — | | "
+                     f"{floor['cpu_s_per_attempt'] * 1000:.0f} ms |")
     if "docker" not in data["latency"]:
         lines += ["", "The dev Docker nodes were not running: no docker figures."]
     lines += ["", "A process sandbox costs a folder (its stop renames it away; the deletion runs in the background: "
