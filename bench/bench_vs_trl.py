@@ -135,9 +135,14 @@ def sha256_of(path: Path) -> str:
 
 
 def weights_digest(policy_dir: Path) -> str:
-    """sha256 over the policy folder's safetensors files, by name."""
+    """The policy's weights in 16 hex digits: the sha256 of its one safetensors file, as its build record
+    (recipes/models/*/built.json) and bench_local_smoke.py give it; over several files, of their names and
+    sha256s."""
+    files = sorted(Path(policy_dir).glob("*.safetensors"))
+    if len(files) == 1:
+        return sha256_of(files[0])[:16]
     digest = hashlib.sha256()
-    for path in sorted(Path(policy_dir).glob("*.safetensors")):
+    for path in files:
         digest.update(path.name.encode() + b"\0" + sha256_of(path).encode())
     return digest.hexdigest()[:16]
 
@@ -325,7 +330,7 @@ def render(results: dict) -> str:
         "when the first step begins with the model loaded; a step counts at the end of its update, with the "
         "mean reward of its first 32 x 8 samples.",
         "",
-        f"Policy v0 weights (a digest over its safetensors files' sha256, `weights_digest`): TRL {results['weights']['trl'] or '-'}, "
+        f"Policy v0 weights (the sha256 of model.safetensors, as in built.json, `weights_digest`): TRL {results['weights']['trl'] or '-'}, "
         f"rl360 {results['weights']['rl360'] or '-'}.",
         "",
         "Wall seconds to the first step at or above each reward level:",
