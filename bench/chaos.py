@@ -56,6 +56,7 @@ TASKS = REPO / "recipes" / "tasks" / "arith-32"
 # local-smoke's committed policy v0: it earns rewards on the arith tasks and costs no warm-up (a tiny
 # policy warmed up here took 87 s of a fresh machine's test run).
 POLICY = REPO / "recipes" / "models" / "local-smoke-v0"
+# The run seed of the bench's earlier results (docs/reliability.md).
 RUN_SEED = 2
 
 RECIPE = """

@@ -17,6 +17,7 @@ TASKS = REPO / "recipes" / "tasks" / "arith-32"
 # recipes/local-smoke.toml's policy v0, committed with the recipe: it earns rewards on the 32 tasks.
 LOCAL_SMOKE_V0 = REPO / "recipes" / "models" / "local-smoke-v0"
 
+
 def write_run_files(folder: Path, *, recipe_body: str, name: str = "e2e", seed: int = 0) -> Path:
     """A profile on free ports and a recipe that uses it; returns the recipe's path."""
     base = free_port_block(20)
