@@ -6,6 +6,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+# The local engine's prefix cache, in MB (rl360cli/inference/prefix_cache.py).
+DEFAULT_PREFIX_CACHE_MB = 256.0
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SimulatedEngineConfig:
@@ -58,6 +61,9 @@ class EngineConfig:
     router_request_timeout_s: int = 1800
     # local only: torch CPU threads per engine (0: torch's default).
     num_threads: int = 0
+    # local only: memory of each engine's prefix cache (keys and values of prompts computed before, reused
+    # by the agent's next turn and a group's other samples); 0 turns it off.
+    prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB
     # local only: where each engine's model, KV cache and sampling run: "cpu", "cuda" or "cuda:N".
     device: str = "cpu"
     # How long an engine waits for the trainer inside a weight-update group before giving up.
@@ -84,6 +90,8 @@ class EngineConfig:
                 raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
         if self.max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0 (got {self.max_restarts})")
+        if self.prefix_cache_mb < 0:
+            raise ValueError(f"prefix_cache_mb must be >= 0, 0 for no prefix cache (got {self.prefix_cache_mb})")
         if self.num_threads < 0:
             raise ValueError(f"num_threads must be >= 0, 0 for torch's default (got {self.num_threads})")
         if not self.weight_sync_timeout_s > 0:

@@ -5,7 +5,10 @@ any thread and wait in a queue; when the engine is idle the first arrival
 waits up to `max_wait_ms` for company (up to `max_batch_size`), then the
 group is prefilled together and joins the running batch, which decodes one
 token per step for every row. Requests that arrive while a batch runs join
-at the next step. Control commands (pause, flush, weight loads) run on the
+at the next step. A prompt that begins with tokens the engine computed
+before (the agent's previous turn, a sibling sample's prompt) continues from
+their cached keys and values (prefix_cache.py); identical prompts admitted
+together are prefilled once. Control commands (pause, flush, weight loads) run on the
 same thread between steps, so they never race a forward pass; HTTP stays
 responsive because torch releases the GIL while it computes.
 
@@ -37,7 +40,9 @@ from typing import Any
 import torch
 
 from rl360cli.inference import protocol
+from rl360cli.inference.config import DEFAULT_PREFIX_CACHE_MB
 from rl360cli.inference.kv import BatchKV, left_padded
+from rl360cli.inference.prefix_cache import Layers, PrefixCache
 from rl360cli.inference.protocol import GenerateItem, ProtocolError
 from rl360cli.inference.sampling import sample_next
 
@@ -58,6 +63,8 @@ class _Seq:
     # Where the scan for stop strings resumes (in characters of the decoded output).
     finish: dict | None = None
     stop_text_end: int | None = None
+    # Prompt tokens whose keys and values came from the prefix cache (SGLang's `cached_tokens`).
+    cached_tokens: int = 0
 
     @property
     def tokens(self) -> list[int]:
@@ -68,7 +75,8 @@ class Engine:
     """The scheduler thread, the model and the queue in front of them."""
 
     def __init__(self, model: Any, tokenizer: Any, *, model_path: str, max_batch_size: int = 32,
-                 max_wait_ms: float = 5.0, weight_version: str = "0", seed: int = 0, device: str = "cpu"):
+                 max_wait_ms: float = 5.0, weight_version: str = "0", seed: int = 0, device: str = "cpu",
+                 prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB):
         # The model, its KV cache, every step's inputs and the sampling all live on `device`; only the
         # chosen token ids and their logprobs come back to the host, once per step.
         self.device = torch.device(device)
@@ -97,6 +105,7 @@ class Engine:
         self._waiting: collections.deque[_Seq] = collections.deque()
         self._running: list[_Seq] = []
         self._kv: BatchKV | None = None
+        self.prefix_cache = PrefixCache(int(prefix_cache_mb * (1 << 20))) if prefix_cache_mb > 0 else None
         self._paused = False
         self.released_weights = False
         self._stopping = False
@@ -198,12 +207,14 @@ class Engine:
         if self._running:
             return False
         self._kv = None
+        self._clear_prefix_cache()
         return True
 
     def retract_and_flush(self) -> int:
         """Re-queue running rows and drop all KV: what comes next is computed from scratch."""
         n = self._retract_running()
         self._kv = None
+        self._clear_prefix_cache()
         return n
 
     def release_memory(self, tags: tuple[str, ...]) -> int:
@@ -217,6 +228,14 @@ class Engine:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         return n
+
+    def load_weights(self, named: list[tuple[str, torch.Tensor]]) -> None:
+        """Copy `named` (name, tensor) into the model. The cached prefixes' keys and values are the old
+        weights', so they go too."""
+        from rl360cli.inference.weights import load_named
+
+        load_named(self.model, named)
+        self._clear_prefix_cache()
 
     def resume_memory(self, tags: tuple[str, ...]) -> None:
         """Undo `release_memory`: weights back on the device; generation continues (the KV cache refills)."""
@@ -318,19 +337,37 @@ class Engine:
     def _prefill(self, seqs: list[_Seq]) -> None:
         from transformers import DynamicCache
 
-        ids, mask, positions = (t.to(self.device) for t in left_padded([s.tokens for s in seqs], self.pad_id))
         want_prompt_logprobs = [s.item.return_logprob and s.item.logprob_start_len >= 0 and s.input_logprobs is None
                                 for s in seqs]
+        # Prompt logprobs need the logits of every prompt position: such a group is prefilled in full.
+        reuse = self.prefix_cache is not None and not any(want_prompt_logprobs)
+        rows, distinct = _distinct_rows([s.tokens for s in seqs]) if reuse else (list(range(len(seqs))),
+                                                                                  [s.tokens for s in seqs])
+        # At least the last token of each prompt is computed here: its logits choose the first new token.
+        past = [self.prefix_cache.longest_prefix(tokens, at_most=len(tokens) - 1) if reuse else (0, [])
+                for tokens in distinct]
+        ids, mask, positions, past_layers = _prefill_inputs(distinct, past, self.pad_id)
         cache = DynamicCache(config=self.config)
+        for index, (keys, values) in enumerate(past_layers):  # cached entries live on the device
+            cache.update(keys, values, index)
+        mask = mask.to(self.device)
         kwargs = {self._cache_kw: cache, "use_cache": True}
         if not any(want_prompt_logprobs):
             kwargs["logits_to_keep"] = 1
-        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs).logits
+        logits = self.model(input_ids=ids.to(self.device), attention_mask=mask, position_ids=positions.to(self.device),
+                            **kwargs).logits
         self.num_forward_steps += 1
+        kv = BatchKV(cache=cache, mask=mask)
+        if reuse:
+            for d, tokens in enumerate(distinct):
+                self.prefix_cache.insert(tokens, kv.row_layers(d))
+        if len(distinct) < len(seqs):  # each row's copy of its prompt's keys, values and logits
+            kv.select(rows)
+            logits = logits[torch.tensor(rows, device=self.device)]
         for i, seq in enumerate(seqs):
+            seq.cached_tokens = past[rows[i]][0]
             if want_prompt_logprobs[i]:
                 seq.input_logprobs = _prompt_logprobs(logits[i], seq.prompt, seq.item.logprob_start_len)
-        kv = BatchKV(cache=cache, mask=mask)
         finished = self._advance(seqs, logits[:, -1, :])
         keep = [i for i in range(len(seqs)) if i not in finished]
         if not keep:
@@ -354,6 +391,7 @@ class Engine:
         kv.mask = mask
         finished = self._advance(self._running, logits[:, -1, :])
         if finished:
+            self._cache_finished(finished)
             self._drop_rows(finished)
 
     def _advance(self, seqs: list[_Seq], logits: torch.Tensor) -> set[int]:
@@ -401,6 +439,20 @@ class Engine:
             return protocol.finish_length(len(seq.output))
         return None
 
+    def _cache_finished(self, rows: set[int]) -> None:
+        """Keep the keys and values of the running rows `rows` that ended normally (the agent's next
+        turn starts with them): every token but the last sampled one, which was never fed forward."""
+        if self.prefix_cache is None:
+            return
+        for i in rows:
+            seq = self._running[i]
+            if (seq.finish or {}).get("type") in ("stop", "length"):
+                self.prefix_cache.insert(seq.tokens[:-1], self._kv.row_layers(i))
+
+    def _clear_prefix_cache(self) -> None:
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
+
     def _drop_rows(self, rows: set[int]) -> None:
         keep = [i for i in range(len(self._running)) if i not in rows]
         self._running = [self._running[i] for i in keep]
@@ -446,7 +498,7 @@ class Engine:
             "prompt_tokens": len(seq.prompt),
             "weight_version": self.weight_version,
             "completion_tokens": len(seq.output),
-            "cached_tokens": 0,
+            "cached_tokens": seq.cached_tokens,
             "e2e_latency": time.time() - seq.created,
         }
         if item.return_logprob:
@@ -486,6 +538,38 @@ class Engine:
         if not ids:
             raise ProtocolError("the text tokenizes to nothing")
         return list(ids)
+
+
+def _distinct_rows(token_lists: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """Each row's index among the distinct token lists, and those lists (first seen first)."""
+    index: dict[tuple[int, ...], int] = {}
+    rows = [index.setdefault(tuple(tokens), len(index)) for tokens in token_lists]
+    return rows, [list(tokens) for tokens in index]
+
+
+def _prefill_inputs(prompts: list[list[int]], past: list[tuple[int, Layers]], pad_id: int
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Layers]:
+    """A prefill's (input_ids, attention_mask, position_ids, past keys and values per layer) for
+    `prompts` whose first `past[i][0]` tokens are cached (`past[i][1]`). The cached parts sit
+    right-aligned in the first `width` columns, the tokens to compute right-aligned after them; the
+    mask spans both, so a row may have padding between its cached part and the rest."""
+    suffix_ids, suffix_mask, _ = left_padded([p[n:] for p, (n, _) in zip(prompts, past, strict=True)], pad_id)
+    width = max(n for n, _ in past)
+    past_mask = torch.zeros(len(prompts), width, dtype=torch.long)
+    hits = [(row, n, cached) for row, (n, cached) in enumerate(past) if n]
+    for row, n, _ in hits:
+        past_mask[row, width - n:] = 1
+    layers: Layers = []
+    for index, (first_keys, _) in enumerate(hits[0][2] if hits else []):
+        heads, _, head_dim = first_keys.shape
+        keys = first_keys.new_zeros(len(prompts), heads, width, head_dim)
+        values = torch.zeros_like(keys)
+        for row, n, cached in hits:
+            keys[row, :, width - n:], values[row, :, width - n:] = cached[index]
+        layers.append((keys, values))
+    mask = torch.cat([past_mask, suffix_mask], dim=1)
+    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)[:, width:]
+    return suffix_ids, mask, positions, layers
 
 
 def _check_plain_cache(config: Any) -> None:

@@ -56,6 +56,15 @@ class BatchKV:
                 layer.values = layer.values[:, :, start:, :]
             self.mask = self.mask[:, start:]
 
+    def row_layers(self, row: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Row `row`'s keys and values without its padding, per layer ([heads, tokens, head_dim] copies)."""
+        real = self.mask[row].nonzero()[:, 0]
+        first = int(real[0]) if len(real) else self.length
+        # Usually the padding is all on the left: a slice copies faster than a gather.
+        columns = slice(first, None) if len(real) == self.length - first else real
+        return [(layer.keys[row][:, columns].contiguous(), layer.values[row][:, columns].contiguous())
+                for layer in _layers(self.cache)]
+
     def join(self, other: BatchKV) -> None:
         """Append `other`'s rows after ours, padding the shorter side on the left."""
         length = max(self.length, other.length)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rl360cli.backends.base import ComponentSpec
-from rl360cli.inference.config import EngineConfig
+from rl360cli.inference.config import DEFAULT_PREFIX_CACHE_MB, EngineConfig
 from rl360cli.inference.keyed_launch import keyed_command
 from rl360cli.inference.router import router_command, router_ready_url
 from rl360cli.inference.sglang import sglang_server_command
@@ -70,6 +70,7 @@ def engine_command(engine: EngineConfig, *, model_path: str, host: str, port: in
         "dtype": dtype,
         "seed": seed,
         "num_threads": engine.num_threads or None,
+        "prefix_cache_mb": engine.prefix_cache_mb if engine.prefix_cache_mb != DEFAULT_PREFIX_CACHE_MB else None,
         # The CPU is the engine's default: the flag is written only for a GPU.
         "device": engine.device if engine.device != "cpu" else None,
         "dist_timeout_s": engine.weight_sync_timeout_s,

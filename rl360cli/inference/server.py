@@ -38,6 +38,7 @@ from aiohttp import web
 from rl360cli.errors import Rl360Error
 from rl360cli.inference import protocol
 from rl360cli.inference.apikey import read_api_key
+from rl360cli.inference.config import DEFAULT_PREFIX_CACHE_MB
 from rl360cli.inference.http import api_key_middleware, error, json_body, protocol_errors
 from rl360cli.inference.protocol import ProtocolError
 
@@ -201,14 +202,12 @@ class Handlers:
             self.engine.weight_version = version
 
     async def update_weights_from_distributed(self, request: web.Request) -> web.Response:
-        from rl360cli.inference.weights import load_named
-
         req = protocol.UpdateWeightsFromDistributed.from_json(await json_body(request))
 
         def update() -> int:
             paused = self._prepare_for_update(req.abort_all_requests, req.flush_cache)
             named = self.groups.receive(req)
-            load_named(self.engine.model, named)
+            self.engine.load_weights(named)
             self._finish_update(req.weight_version)
             return paused
 
@@ -227,7 +226,7 @@ class Handlers:
                                   "num_paused_requests": paused})
 
     async def update_weights_from_disk(self, request: web.Request) -> web.Response:
-        from rl360cli.inference.weights import load_named, read_model_folder
+        from rl360cli.inference.weights import read_model_folder
 
         req = protocol.UpdateWeightsFromDisk.from_json(await json_body(request))
         try:
@@ -238,7 +237,7 @@ class Handlers:
 
         def update() -> int:
             paused = self._prepare_for_update(req.abort_all_requests, req.flush_cache)
-            load_named(self.engine.model, named)
+            self.engine.load_weights(named)
             self.engine.model_path = req.model_path
             self._finish_update(req.weight_version)
             return paused
@@ -255,7 +254,7 @@ class Handlers:
                                   "weight_version": self.engine.weight_version})
 
     async def update_weights_from_tensor(self, request: web.Request) -> web.Response:
-        from rl360cli.inference.weights import WeightLoadError, deserialize_named_tensors, load_named
+        from rl360cli.inference.weights import WeightLoadError, deserialize_named_tensors
 
         req = protocol.UpdateWeightsFromTensor.from_json(await json_body(request))
         if len(req.serialized_named_tensors) != 1:
@@ -267,7 +266,7 @@ class Handlers:
             # until this request is answered.
             named = deserialize_named_tensors(req.serialized_named_tensors[0])
             paused = self._prepare_for_update(req.abort_all_requests, req.flush_cache)
-            load_named(self.engine.model, named)
+            self.engine.load_weights(named)
             self._finish_update(req.weight_version)
             return paused
 
@@ -379,6 +378,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dist-timeout-s", type=float, default=60.0,
                    help="how long a weight-update group waits for a peer before it gives up")
     p.add_argument("--num-threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--prefix-cache-mb", type=float, default=DEFAULT_PREFIX_CACHE_MB,
+                   help="memory for the keys and values of prompt prefixes computed before (0: no prefix cache)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-requests", action="store_true", help="write an access log line per request")
     args = p.parse_args(argv)
@@ -413,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     engine = Engine.load(args.model, dtype=args.dtype, max_batch_size=args.max_batch_size,
                          max_wait_ms=args.max_wait_ms, weight_version=args.weight_version, seed=args.seed,
-                         device=args.device)
+                         device=args.device, prefix_cache_mb=args.prefix_cache_mb)
     engine.start()
     groups = UpdateGroups(timeout_s=args.dist_timeout_s)
     app = build_app(engine, groups, api_key=args.api_key, served_model_name=args.served_model_name or args.model)

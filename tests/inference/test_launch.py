@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import resource
 import subprocess
@@ -59,6 +60,10 @@ def test_local_engine_command_golden():
     )
     # The engine reads the key file itself: the key is in neither its command line nor its environment.
     assert cmd.env == {"GLOO_SOCKET_IFNAME": "lo"}
+    # The prefix cache's size is written only where the recipe moves it off the engine's default.
+    no_cache = engine_command(dataclasses.replace(engine, prefix_cache_mb=0), model_path="/m", host="127.0.0.1",
+                              port=1, weight_version=0, python="python3")
+    assert no_cache.argv[no_cache.argv.index("--prefix-cache-mb") + 1] == "0"
 
 
 def test_router_command_golden():
@@ -182,7 +187,8 @@ def test_component_specs_for_the_serve_stage():
 
 
 @pytest.mark.parametrize("field, value", [("router_max_retries", 0), ("router_health_check_interval_s", 0),
-                                          ("num_threads", -1), ("weight_sync_timeout_s", 0.0)])
+                                          ("num_threads", -1), ("weight_sync_timeout_s", 0.0),
+                                          ("prefix_cache_mb", -1.0)])
 def test_engine_table_rejects_bad_values(field, value):
     with pytest.raises(ValueError, match=field):
         EngineConfig(**{field: value})
