@@ -65,6 +65,9 @@ class _Seq:
     stop_text_end: int | None = None
     # Prompt tokens whose keys and values came from the prefix cache (SGLang's `cached_tokens`).
     cached_tokens: int = 0
+    # The engine's weight loads when this row was prefilled: a row that ran on through a load holds
+    # keys and values of two policies, which the prefix cache must not keep.
+    weights_loaded: int = 0
 
     @property
     def tokens(self) -> list[int]:
@@ -106,6 +109,7 @@ class Engine:
         self._running: list[_Seq] = []
         self._kv: BatchKV | None = None
         self.prefix_cache = PrefixCache(int(prefix_cache_mb * (1 << 20))) if prefix_cache_mb > 0 else None
+        self.weight_loads = 0
         self._paused = False
         self.released_weights = False
         self._stopping = False
@@ -235,6 +239,7 @@ class Engine:
         from rl360cli.inference.weights import load_named
 
         load_named(self.model, named)
+        self.weight_loads += 1
         self._clear_prefix_cache()
 
     def resume_memory(self, tags: tuple[str, ...]) -> None:
@@ -366,6 +371,7 @@ class Engine:
             logits = logits[torch.tensor(rows, device=self.device)]
         for i, seq in enumerate(seqs):
             seq.cached_tokens = past[rows[i]][0]
+            seq.weights_loaded = self.weight_loads
             if want_prompt_logprobs[i]:
                 seq.input_logprobs = _prompt_logprobs(logits[i], seq.prompt, seq.item.logprob_start_len)
         finished = self._advance(seqs, logits[:, -1, :])
@@ -441,12 +447,13 @@ class Engine:
 
     def _cache_finished(self, rows: set[int]) -> None:
         """Keep the keys and values of the running rows `rows` that ended normally (the agent's next
-        turn starts with them): every token but the last sampled one, which was never fed forward."""
+        turn starts with them): every token but the last sampled one, which was never fed forward.
+        Not those of a row that went on through a weight load (an in-place update)."""
         if self.prefix_cache is None:
             return
         for i in rows:
             seq = self._running[i]
-            if (seq.finish or {}).get("type") in ("stop", "length"):
+            if (seq.finish or {}).get("type") in ("stop", "length") and seq.weights_loaded == self.weight_loads:
                 self.prefix_cache.insert(seq.tokens[:-1], self._kv.row_layers(i))
 
     def _clear_prefix_cache(self) -> None:

@@ -145,3 +145,27 @@ def test_a_request_for_prompt_logprobs_is_prefilled_in_full(engine, reference): 
     assert prompt_lps[0] is None and len(prompt_lps) == 5
     expected = reference_logprobs(reference, [5], [6, 7, 8, 9])
     assert torch.allclose(torch.tensor(prompt_lps[1:]), expected, atol=1e-4, rtol=0)
+
+
+def test_a_row_that_ran_on_through_a_weight_load_is_not_cached(engine, tiny_model):
+    """An in-place update: the running row keeps its keys and values from the old weights, and its
+    next turn must not continue from them."""
+    from transformers import AutoModelForCausalLM
+
+    changed = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for param in changed.parameters():
+            param.add_(0.05 * torch.randn_like(param))
+    named = [(name, param.detach().clone()) for name, param in changed.named_parameters()]
+    prompt = [7, 8, 9]
+    future = engine.submit(item(prompt, max_new_tokens=200, ignore_eos=True))
+    while engine.num_generated_tokens < 5:
+        time.sleep(0.005)
+    engine.call(lambda: engine.load_weights(named)).result(timeout=30)
+    first = future.result(timeout=60)
+    assert len(first["output_ids"]) == 200 and len(engine.prefix_cache) == 0
+
+    turn = prompt + first["output_ids"] + [30]
+    again = answered(engine, [turn])
+    assert again[0]["meta_info"]["cached_tokens"] == 0
+    assert_exact(changed, [turn], again)
