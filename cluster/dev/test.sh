@@ -38,7 +38,9 @@ if [ "${RL360_TEST_WORKERS:-1}" -gt 1 ]; then workers=(-n "$RL360_TEST_WORKERS" 
 # Each test has its own limit (pytest-timeout); this one is for a hang that no test's limit can end (one
 # outside a test, or in C code the signal never interrupts). SIGINT lets pytest print what ran and where
 # it stood, so such a run fails with its report instead of running out CI's 90 minutes in silence.
-timeout --signal=INT --kill-after=60 "${RL360_TEST_LIMIT_S:-4200}" .venv/bin/python -m pytest -q -ra "${workers[@]}" "$@"
+# --durations: the slowest tests close every log, where the suite's 15-minute budget is watched.
+timeout --signal=INT --kill-after=60 "${RL360_TEST_LIMIT_S:-4200}" .venv/bin/python -m pytest -q -ra --durations=30 \
+    "${workers[@]}" "$@"
 code=$?
 set -e
 # pytest's 5 means it collected no test: that is a failure of this command, not a pass.
