@@ -31,6 +31,7 @@ BENCHMARKS = REPO / "docs" / "benchmarks.md"
 SECTION = "## Inference engine"
 sys.path.insert(0, str(REPO))
 
+from rl360cli.backends import procinfo  # noqa: E402
 from rl360cli.inference.client import EngineClient  # noqa: E402
 from rl360cli.inference.testing import build_tiny_test_model, smollm2_test_model  # noqa: E402
 
@@ -104,8 +105,7 @@ async def agent_sessions(url: str) -> None:
 
 
 def server_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return procinfo.stat(pid).cpu_ticks / os.sysconf("SC_CLK_TCK")
 
 
 def bench_agent_turns(model: Path, folder: Path, *, rounds: int = 3) -> list[dict]:

@@ -37,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.machine_cpu import machine_busy_s  # noqa: E402
 from bench.report import write_section  # noqa: E402
 from rl360cli.nodes.config import NodeSpec  # noqa: E402
 from rl360cli.sandbox.attempt import run_attempt  # noqa: E402
@@ -102,14 +103,6 @@ async def cycles(provider, task, count: int) -> dict[str, list[float]]:
                             ("total", ended - began)):
             phases[name].append(value)
     return phases
-
-
-def machine_busy_s() -> float:
-    """CPU seconds the whole machine has been busy since boot (/proc/stat): every process, the daemons'
-    short-lived runc and shim processes too."""
-    with open("/proc/stat") as f:
-        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def sdk_attempts(nodes: list[NodeSpec], count: int, concurrency: int) -> dict:

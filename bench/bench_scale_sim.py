@@ -46,6 +46,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.machine_cpu import machine_jiffies  # noqa: E402
 from bench.report import write_section  # noqa: E402
 
 RECIPE = REPO / "recipes" / "scale-sim.toml"
@@ -130,17 +131,11 @@ class MachineCpu(threading.Thread):
         self.busy: dict[int, float] = {}
         self.done = threading.Event()
 
-    @staticmethod
-    def _jiffies() -> tuple[int, int]:
-        with open("/proc/stat") as f:
-            user, nice, system, idle, iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
-        return user + nice + system + irq + softirq + steal, idle + iowait
-
     def run(self) -> None:
         cores = os.cpu_count() or 1
-        second, (busy, idle) = int(time.time()), self._jiffies()
+        second, (busy, idle) = int(time.time()), machine_jiffies()
         while not self.done.wait(1.0 - time.time() % 1.0):
-            now, (busy2, idle2) = int(time.time()), self._jiffies()
+            now, (busy2, idle2) = int(time.time()), machine_jiffies()
             total = (busy2 - busy) + (idle2 - idle)
             self.busy[second] = cores * (busy2 - busy) / total if total else 0.0
             second, busy, idle = now, busy2, idle2

@@ -18,6 +18,7 @@ class ProcStat:
     ppid: int
     pgid: int
     start_time: int  # clock ticks since boot (field 22 of /proc/PID/stat)
+    cpu_ticks: int  # user + system clock ticks it has run (fields 14 and 15)
 
 
 def stat(pid: int) -> ProcStat | None:
@@ -29,7 +30,8 @@ def stat(pid: int) -> ProcStat | None:
         return None
     # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
     rest = raw[raw.rindex(")") + 2 :].split()
-    return ProcStat(pid=pid, state=rest[0], ppid=int(rest[1]), pgid=int(rest[2]), start_time=int(rest[19]))
+    return ProcStat(pid=pid, state=rest[0], ppid=int(rest[1]), pgid=int(rest[2]), start_time=int(rest[19]),
+                    cpu_ticks=int(rest[11]) + int(rest[12]))
 
 
 def start_time(pid: int) -> int | None:

@@ -346,8 +346,7 @@ class Engine:
                                 for s in seqs]
         # Prompt logprobs need the logits of every prompt position: such a group is prefilled in full.
         reuse = self.prefix_cache is not None and not any(want_prompt_logprobs)
-        rows, distinct = _distinct_rows([s.tokens for s in seqs]) if reuse else (list(range(len(seqs))),
-                                                                                  [s.tokens for s in seqs])
+        rows, distinct = _distinct_rows([s.tokens for s in seqs])
         # At least the last token of each prompt is computed here: its logits choose the first new token.
         past = [self.prefix_cache.longest_prefix(tokens, at_most=len(tokens) - 1) if reuse else (0, [])
                 for tokens in distinct]

@@ -212,3 +212,17 @@ def test_serve_refuses_a_run_the_router_has_too_few_file_descriptors_for(state_p
                      "max_concurrent_sessions or [engine] max_batch_size"]
     doc = json.loads(state_path.read_text())  # still a valid state file, and nothing was started
     assert doc["components"] == {}
+
+
+def test_procinfo_counts_the_cpu_a_process_has_run():
+    child = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.3\n"
+                              "while time.process_time() < end: pass\ninput()"], stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while (procinfo.stat(child.pid).cpu_ticks / os.sysconf("SC_CLK_TCK")) < 0.3:
+            assert time.monotonic() < deadline, "the busy child's CPU ticks never reached 0.3 s"
+            time.sleep(0.05)
+        assert procinfo.stat(child.pid).cpu_ticks < 60 * os.sysconf("SC_CLK_TCK")
+    finally:
+        child.kill()
+        child.wait()
