@@ -105,6 +105,7 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
                         num_samples_per_task=recipe.loop.num_samples_per_task,
                         max_generation_rounds=recipe.loop.max_generation_rounds, seed=recipe.run.seed,
                         over_sample=recipe.loop.over_sample, resample_below=recipe.loop.resample_below,
+                        resample_from_step=recipe.loop.resample_from_step,
                         max_staleness=recipe.grpo.max_staleness)
     metrics = MetricsLogger(run_dir, run_name=run_id, project=recipe.metrics.wandb_project,
                             config={"recipe": str(run_dir / RUN_RECIPE)}, use_wandb=recipe.metrics.wandb)

@@ -7,7 +7,8 @@ meanwhile. `collect(generation)` waits for it; while fewer than
 `num_tasks_per_step` groups have reward variance, it samples further rounds
 of fresh tasks (at most `max_generation_rounds`), each for the whole shortfall, but only where the
 first round left fewer than `resample_below` of `num_tasks_per_step` groups with variance: a first
-round with that much signal is trained as it is, one with less is topped up to the quota.
+round with that much signal is trained as it is, one with less is topped up to the quota. Steps
+before `resample_from_step` run their first round only.
 
 The long tail (`[loop] over_sample`, docs/architecture.md "The long tail"). Agent sessions take
 heavy-tailed times (lognormal, p99 ~10x the median), and a step that waits for all its groups waits
@@ -140,7 +141,7 @@ class Rollouts:
 
     def __init__(self, actors: list, task_ids: list[str], *, num_tasks_per_step: int, num_samples_per_task: int,
                  max_generation_rounds: int, seed: int, over_sample: float = 0.0, resample_below: float = 1.0,
-                 max_staleness: int | None = None, cancel_stale: bool = True):
+                 resample_from_step: int = 0, max_staleness: int | None = None, cancel_stale: bool = True):
         self.actors = actors
         self.task_ids = sorted(task_ids)
         self.num_tasks_per_step = num_tasks_per_step
@@ -150,6 +151,7 @@ class Rollouts:
         self.over_sample = over_sample
         # Further rounds run where the first round left fewer groups than this with reward variance.
         self.enough_with_signal = _groups_for(resample_below * num_tasks_per_step)
+        self.resample_from_step = resample_from_step
         self.max_staleness = max_staleness
         # False leaves stale carried groups running until build_batch drops them (for the benchmark).
         self.cancel_stale = cancel_stale
@@ -222,8 +224,10 @@ class Rollouts:
         groups = [_decode(g.result[1]) for g in finished]
         first_round = [t.reward for g in groups for t in g if t.is_valid]
         done = {g[0].task_id for g in groups if g and _has_signal(g)}
-        # A first round with enough signal is trained as it is; one without is topped up to the quota.
-        further_rounds = range(1, self.max_generation_rounds) if len(done) < self.enough_with_signal else ()
+        # A first round with enough signal, or of a step before resample_from_step, is trained as it
+        # is; one without is topped up to the quota.
+        short = len(done) < self.enough_with_signal and generation.step >= self.resample_from_step
+        further_rounds = range(1, self.max_generation_rounds) if short else ()
         for round_index in further_rounds:
             if len(done) >= self.num_tasks_per_step:
                 break

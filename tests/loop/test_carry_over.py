@@ -87,10 +87,12 @@ def gated_actor(actor, holds: dict[str, int], flat: frozenset[str] = frozenset()
 
 
 def rollouts_over(actors: list, *, over_sample: float = 0.5, max_staleness: int | None = 1,
-                  max_generation_rounds: int = 1, resample_below: float = 1.0) -> Rollouts:
+                  max_generation_rounds: int = 1, resample_below: float = 1.0,
+                  resample_from_step: int = 0) -> Rollouts:
     return Rollouts(actors, TASK_IDS, num_tasks_per_step=QUOTA, num_samples_per_task=2,
                     max_generation_rounds=max_generation_rounds, seed=0, over_sample=over_sample,
-                    resample_below=resample_below, max_staleness=max_staleness)
+                    resample_below=resample_below, resample_from_step=resample_from_step,
+                    max_staleness=max_staleness)
 
 
 def until(check, ray_actor, timeout_s: float = 30.0) -> dict:
@@ -237,6 +239,21 @@ def test_a_further_round_runs_only_while_too_few_groups_have_signal(shared_actor
     trajectories, report = rollouts.collect(rollouts.submit(0, policy_version=0))
     assert report.rounds == rounds
     assert len({t.group_id for t in trajectories}) == QUOTA + (rounds - 1)  # the second round: the one missing
+
+
+def test_steps_before_resample_from_step_train_their_first_round_as_it_is(shared_actor):
+    # Every group of steps 0 and 1 but one has no reward variance: from step 1 on they are topped up.
+    flat = frozenset(TASK_IDS) - {rollouts_over([], over_sample=0.0).tasks_for_step(step)[0] for step in (0, 1)}
+    actor = gated_actor(shared_actor, {}, flat=flat)
+    rollouts = rollouts_over([actor], over_sample=0.0, max_generation_rounds=2, resample_from_step=1)
+    rounds = [rollouts.collect(rollouts.submit(step, policy_version=step))[1].rounds for step in (0, 1)]
+    assert rounds == [1, 2]
+
+
+def test_a_negative_resample_from_step_is_refused_at_load_time():
+    with pytest.raises(ConfigError, match=r"resample_from_step must be 0 or more") as error:
+        from_mapping(LoopConfig, {"resample_from_step": -1}, where="recipe.toml", table="loop")
+    assert "\n" not in str(error.value)
 
 
 def test_a_first_round_short_of_signal_is_topped_up_to_the_quota_not_to_the_threshold(shared_actor):
