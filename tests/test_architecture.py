@@ -33,6 +33,7 @@ CONFIGS = "configs"
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("CLI", frozenset({"cli", "__main__", "commands"})),
     ("stages", frozenset({"stages"})),
+    ("run", frozenset({"run"})),
     ("loop", frozenset({"loop"})),
     ("rollouts and trainers", frozenset({"rollout", "trainer"})),
     ("session, sandboxes, inference, backends", frozenset({"agent", "sandbox", "inference", "backends", "nodes",
