@@ -48,7 +48,8 @@ from rl360cli.config import load_profile  # noqa: E402
 from rl360cli.sandbox.config import SandboxConfig  # noqa: E402
 from rl360cli.sandbox.docker_provider import DockerProvider  # noqa: E402
 from rl360cli.sandbox.task import Task  # noqa: E402
-from rl360cli.sandbox.waves import AdmissionController, node_images_from_state  # noqa: E402
+from rl360cli.sandbox.waves import AdmissionController  # noqa: E402
+from rl360cli.state.queries import image_digests  # noqa: E402
 
 DEV_ROOT = Path(os.environ.get("RL360_DEV_ROOT", "/tmp/rl360-dev"))
 BENCHMARKS = REPO / "docs" / "benchmarks.md"
@@ -169,7 +170,7 @@ async def launch(profile_path: Path, state: dict, images: list[dict], policy: st
     profile = load_profile(profile_path)
     provider = DockerProvider(profile.nodes, config=config, run_id=f"bench-{RUN}")
     digests = {i["ref"]: i["digest"] for i in images}
-    controller = AdmissionController(provider, config=config, node_images=node_images_from_state(state),
+    controller = AdmissionController(provider, config=config, node_images=image_digests(state),
                                      image_digests=digests)
     rng = random.Random(seed)
     names = [n.name for n in profile.nodes]

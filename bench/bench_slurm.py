@@ -52,7 +52,7 @@ def timed(fn):
 def start(state: Path, name: str, tier: str, argv: list[str], kind: str = "bench") -> dict:
     from rl360cli.backends.base import ComponentSpec
     from rl360cli.stages.base import Context, resolve_profile, start_component
-    from rl360cli.state import StateFile
+    from rl360cli.state.store import StateFile
 
     sf = StateFile(state)
     profile, path = resolve_profile(sf, None, None)

@@ -21,7 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.report import write_section  # noqa: E402
-from rl360cli.state import StateFile, now_iso  # noqa: E402
+from rl360cli.state.store import StateFile
+from rl360cli.state.schema import now_iso  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.bench_state import reference_state  # noqa: E402
 from bench.report import write_section  # noqa: E402
-from rl360cli.state import StateFile  # noqa: E402
+from rl360cli.state.store import StateFile  # noqa: E402
 
 COMMANDS = {"`rl360 status`": ["status"], "`rl360 status --json`": ["status", "--json"],
             "`rl360 sandboxes list`": ["sandboxes", "list"],

@@ -614,7 +614,7 @@ lost node, one at step 16 at the engine kill):
   restart. The watcher leaves to it any component marked `restart`, on a lost node or in a
   requeueing tier; it adopts the component once it runs on the new node (at the URL naming that
   node) and rejoins it to the weight syncs. A failed restart of its own backs off 2, 4, 8 s
-  (`rl360cli/inference/health.py`).
+  (`rl360cli/run/control.py`).
 - **A sandbox kill is `sandbox_lost`**, no longer `provider_error` or `verifier_error`. An exec in a
   container paused from outside waits for the unpause (the bench pauses a container while it looks
   for the attempt's answer); a command SIGKILLed without an OOM looks at its container again a moment

@@ -443,7 +443,7 @@ class StateLockHeld(Fault):
 PROBE_WRITER = """
 import sys
 from rl360cli.errors import Rl360Error
-from rl360cli.state import StateFile
+from rl360cli.state.store import StateFile
 try:
     with StateFile(sys.argv[1], lock_timeout_s=2.0).update():
         pass

@@ -21,7 +21,7 @@ import typer
 
 from rl360cli.commands import common
 from rl360cli.errors import Rl360Error
-from rl360cli.state import DEFAULT_PATH
+from rl360cli.state.store import DEFAULT_PATH
 
 app = typer.Typer(
     name="rl360",

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rl360cli.state import StateFile, now_iso
+from rl360cli.state.schema import now_iso
+from rl360cli.state.store import StateFile
 
 
 def record(state: StateFile, *, stage: str, action: str, subject: str, outcome: str = "ok", **detail: Any) -> None:

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from rl360cli.errors import Rl360Error
-from rl360cli.state import RUN_FINAL, RunStatus
+from rl360cli.state.schema import RUN_FINAL, RunStatus
 
 STAMP = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z) ")
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")

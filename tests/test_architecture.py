@@ -2,12 +2,18 @@
 
 An AST walk over every module, function-level imports included and `if TYPE_CHECKING:` blocks left
 out (they never run), gives the import graph; the tests below fail on:
-- a circle between parts, or between modules;
-- an import of a layer above (the CLI, then the stages, the loop, rollouts and trainers, the
-  session / sandboxes / inference / backends, the floor at the bottom);
-- a config module (`config.py`, `configload.py`, any part's `config.py`) importing more than other
-  config modules and the errors: configs sit in the floor, so any layer may read any part's
-  configuration without importing the part;
+- a circle between parts (a part is a whole folder of rl360cli/, its `config.py` included), or
+  between modules;
+- an import of a layer above (the CLI, then the stages, a run's own processes, the recipe, the loop,
+  rollouts and trainers, the session / sandboxes / inference / backends, the floor at the bottom);
+- a config module (`configload.py`, the recipe's `config.py`, any part's `config.py`) importing more
+  than other config modules and the errors, so any layer may read a part's configuration without
+  loading the part;
+- a module outside rl360cli/state/ writing the state file (`update()`) or indexing the document's
+  top-level tables: records are written by the named transitions and read through the typed
+  accessors of rl360cli/state/;
+- an import inside a function, unless it is of one of the heavy optional libraries (`LAZY_LIBRARIES`)
+  or of an rl360cli module that imports one of them as it is imported (`heavy_modules`);
 - the RL core (`rl360cli/rl/`) importing Ray, an HTTP client, the state file, stages, commands,
   backends, sandboxes, engines, trainers or the loop;
 - a package `__init__` importing rl360cli modules (importing a part's config must load nothing else);
@@ -28,23 +34,34 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rl360cli"
 
-CONFIGS = "configs"
 # Top to bottom; a part may import its own layer (without a circle) and the layers below.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("CLI", frozenset({"cli", "__main__", "commands"})),
     ("stages", frozenset({"stages"})),
     ("run", frozenset({"run"})),
+    # The recipe and the cluster profile: every part's config, composed (rl360cli/config.py).
+    ("recipe", frozenset({"config"})),
     ("loop", frozenset({"loop"})),
     ("rollouts and trainers", frozenset({"rollout", "trainer"})),
     ("session, sandboxes, inference, backends", frozenset({"agent", "sandbox", "inference", "backends", "nodes",
                                                             "images", "tasks"})),
-    ("floor", frozenset({"rl", CONFIGS, "state", "events", "errors", "outcome", "ports", "metrics", "progress",
+    ("floor", frozenset({"rl", "configload", "state", "events", "errors", "outcome", "ports", "metrics", "progress",
                          "logview", "rl360cli"})),
 )
-RL_CORE_MAY_IMPORT = frozenset({"rl", CONFIGS, "outcome", "errors"})
+RL_CORE_MAY_IMPORT = frozenset({"rl", "configload", "outcome", "errors"})
 RL_CORE_FORBIDDEN_LIBRARIES = frozenset({"ray", "aiohttp", "requests", "httpx", "urllib3", "urllib", "http",
                                          "socket", "docker", "paramiko", "submitit", "wandb", "sglang"})
-CONFIG_MAY_IMPORT = frozenset({CONFIGS, "errors"})
+CONFIG_MODULES = frozenset({"config", "configload"})
+# The state file's top-level tables: only rl360cli/state/ indexes the document by them.
+STATE_TABLES = frozenset({"runs", "components", "tiers", "nodes", "sandboxes", "profile", "prewarm", "current_run"})
+# Names that hold a state document where rl360cli's code reads one (`doc["nodes"]`; `rec["nodes"]`, a record's
+# field of the same name, is no table).
+DOC_NAMES = frozenset({"doc", "new", "d", "document", "snapshot"})
+# Libraries heavy enough to import only where they are used (seconds and hundreds of MB, or optional extras).
+LAZY_LIBRARIES = frozenset({"torch", "transformers", "tokenizers", "megatron", "ray", "docker", "wandb", "peft",
+                            "paramiko", "submitit", "matplotlib", "safetensors", "gguf", "accelerate", "trl",
+                            "sglang", "sglang_router", "daytona", "numpy", "msgpack", "aiohttp", "yaml",
+                            "minisweagent", "openai", "litellm"})
 
 
 @dataclass
@@ -58,6 +75,12 @@ class Graph:
     libraries: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     # `from rl360cli.x import _name`: a private name taken from another module.
     private: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    # Libraries imported as the module itself is (outside functions).
+    top_libraries: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    # What is imported inside a function: (line, the module or library named) per module.
+    late: dict[str, list[tuple[int, str]]] = field(default_factory=lambda: defaultdict(list))
+    # Writes of the state file and reads of its top-level tables: (line, what) per module.
+    state_access: dict[str, list[tuple[int, str]]] = field(default_factory=lambda: defaultdict(list))
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -66,11 +89,14 @@ def module_name(path: Path, root: Path) -> str:
 
 
 def part_of(module: str) -> str:
-    """`rl360cli.sandbox.waves` -> `sandbox`; every config module -> `configs`."""
+    """`rl360cli.sandbox.waves` -> `sandbox`, `rl360cli.sandbox.config` -> `sandbox` (a part's config is the
+    part's), `rl360cli.config` -> `config`."""
     names = module.split(".")
-    if names[-1] in ("config", "configload"):
-        return CONFIGS
     return names[1] if len(names) > 1 else names[0]
+
+
+def is_config(module: str) -> bool:
+    return module.split(".")[-1] in CONFIG_MODULES
 
 
 def layer_of(part: str) -> int:
@@ -119,8 +145,12 @@ def build_graph(root: Path) -> Graph:
                     graph.private[module] |= {f"{prefix}.{a.name}" for a in node.names
                                               if a.name.startswith("_") and not a.name.startswith("__")}
             for target in targets:
+                if in_function:
+                    graph.late[module].append((node.lineno, target))
                 if target.split(".")[0] != top:
                     graph.libraries[module].add(target.split(".")[0])
+                    if not in_function:
+                        graph.top_libraries[module].add(target.split(".")[0])
                     continue
                 # `from pkg import mod` imports the module; `from mod import name` the module holding it.
                 while target not in graph.modules and "." in target:
@@ -129,7 +159,47 @@ def build_graph(root: Path) -> Graph:
                     graph.edges[module].add(target)
                     if not in_function:
                         graph.on_import[module].add(target)
+        if part_of(module) != "state":
+            graph.state_access[module] = state_access(ast.parse(path.read_text(), str(path)))
     return graph
+
+
+def state_access(tree: ast.AST) -> list[tuple[int, str]]:
+    """Where a module writes the state file (`x.update()`, the lock-read-write of `StateFile`) or indexes a
+    state document's top-level tables (`doc["runs"]`, `state.read()["tiers"]`, `doc.get("current_run")`)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr == "update" and not node.args and not node.keywords:
+                found.append((node.lineno, "update()"))
+            elif node.func.attr == "get" and node.args and _table(node.args[0], node.func.value):
+                found.append((node.lineno, f'.get("{node.args[0].value}")'))
+        elif isinstance(node, ast.Subscript) and _table(node.slice, node.value):
+            found.append((node.lineno, f'["{node.slice.value}"]'))
+    return found
+
+
+def _table(key: ast.AST, container: ast.AST) -> bool:
+    """True when `container[key]` reads a state document's top-level table."""
+    if not (isinstance(key, ast.Constant) and key.value in STATE_TABLES):
+        return False
+    if key.value != "nodes":
+        return True
+    # "nodes" is also a field of tier and component records: only a document's is a table.
+    read = isinstance(container, ast.Call) and isinstance(container.func, ast.Attribute) and \
+        container.func.attr in ("read", "snapshot")
+    return read or (isinstance(container, ast.Name) and container.id in DOC_NAMES)
+
+
+def heavy_modules(graph: Graph) -> set[str]:
+    """The rl360cli modules that import a heavy library (`LAZY_LIBRARIES`) as they are imported, themselves or
+    through another such module: importing one of them inside a function is as lazy as importing the library."""
+    heavy = {m for m, libs in graph.top_libraries.items() if libs & LAZY_LIBRARIES}
+    while True:
+        more = {m for m, targets in graph.on_import.items() if m not in heavy and targets & heavy}
+        if not more:
+            return heavy
+        heavy |= more
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -198,9 +268,9 @@ def violations(graph: Graph) -> list[str]:
             if layer_of(into) < layer_of(source):
                 problems.append(f"{module} ({LAYERS[layer_of(source)][0]}) imports {target}, "
                                 f"a layer above ({LAYERS[layer_of(into)][0]})")
-            if source == CONFIGS and into not in CONFIG_MAY_IMPORT:
+            if is_config(module) and not (is_config(target) or into == "errors"):
                 problems.append(f"config module {module} imports {target}: configs import only configs and errors")
-            if source == "rl" and into not in RL_CORE_MAY_IMPORT:
+            if source == "rl" and into not in RL_CORE_MAY_IMPORT and not is_config(target):
                 problems.append(f"the RL core's {module} imports {target}")
             if graph.modules[module].name == "__init__.py" and target in graph.on_import[module]:
                 problems.append(f"package {module} imports {target} in its __init__")
@@ -210,7 +280,25 @@ def violations(graph: Graph) -> list[str]:
         if part_of(module) == "rl":
             forbidden = sorted(libraries & RL_CORE_FORBIDDEN_LIBRARIES)
             problems += [f"the RL core's {module} imports {lib}" for lib in forbidden]
+    for module, found in sorted(graph.state_access.items()):
+        problems += [f"{module}:{line} {what}: only rl360cli/state/ writes the state file or indexes its tables "
+                     f"(use state.transitions / state.queries)" for line, what in found]
+    heavy = heavy_modules(graph)
+    for module, late in sorted(graph.late.items()):
+        for line, target in late:
+            top = target.split(".")[0]
+            lazy = top in LAZY_LIBRARIES if top != "rl360cli" else _imported_module(graph, target) in heavy
+            if not lazy:
+                problems.append(f"{module}:{line} imports {target} inside a function: import it at the top "
+                                f"(only heavy libraries may wait: LAZY_LIBRARIES)")
     return problems
+
+
+def _imported_module(graph: Graph, target: str) -> str:
+    """The module `from target import x` / `import target` loads (`target` or the package holding it)."""
+    while target not in graph.modules and "." in target:
+        target = target.rpartition(".")[0]
+    return target
 
 
 # ----------------------------------------------------------------------------- the walker on synthetic trees
@@ -232,7 +320,7 @@ def test_the_walker_sees_function_level_and_relative_imports_but_not_type_checki
             from typing import TYPE_CHECKING
             from .grpo import x
             if TYPE_CHECKING:
-                from rl360cli.state import StateFile
+                from rl360cli.state.store import StateFile
             def f():
                 from rl360cli import metrics
             """,
@@ -250,16 +338,36 @@ def test_each_rule_can_fail(tmp_path):
         "loop/config.py": "from rl360cli.loop import driver\n",
         "rl/__init__.py": "from rl360cli.rl import grpo\n", "rl/grpo.py": "import ray\nfrom rl360cli import state\n",
         "state.py": "def _lock(): pass\n", "events.py": "from rl360cli.state import _lock\n",
+        # A part's config is the part's: sandbox/config.py imports sandbox's own module, which imports the trainer,
+        # whose config imports the sandbox's: a circle between the two parts.
+        "sandbox/__init__.py": "", "sandbox/config.py": "from rl360cli.trainer import config\n",
+        "trainer/__init__.py": "", "trainer/config.py": "from rl360cli.sandbox import config\n",
+        "metrics.py": """
+            def log(state):
+                import json
+                with state.update() as doc:
+                    doc["runs"]["r"] = {}
+                return state.read()["nodes"], doc.get("current_run"), rec["nodes"]
+            """,
+        "progress.py": "def f():\n    import torch\n",
     })
     found = "\n".join(violations(build_graph(root)))
     assert "modules in a circle: rl360cli.loop.driver -> rl360cli.stages.run" in found
     assert "parts in a circle: loop -> stages" in found
+    assert "parts in a circle: sandbox -> trainer" in found
     assert "rl360cli.loop.driver (loop) imports rl360cli.stages.run, a layer above (stages)" in found
     assert "config module rl360cli.loop.config imports rl360cli.loop.driver" in found
     assert "the RL core's rl360cli.rl.grpo imports ray" in found
     assert "the RL core's rl360cli.rl.grpo imports rl360cli.state" in found
     assert "package rl360cli.rl imports rl360cli.rl.grpo in its __init__" in found
     assert "rl360cli.events imports the private rl360cli.state._lock" in found
+    assert "rl360cli.metrics:4 update(): only rl360cli/state/ writes the state file" in found
+    assert 'rl360cli.metrics:5 ["runs"]: only rl360cli/state/' in found
+    assert 'rl360cli.metrics:6 ["nodes"]: only' in found and 'rl360cli.metrics:6 .get("current_run")' in found
+    assert found.count("rl360cli.metrics:6") == 2  # a record's own "nodes" field is no table
+    assert "rl360cli.metrics:3 imports json inside a function" in found
+    assert "rl360cli.progress" not in found  # torch may wait until it is needed
+    assert "rl360cli.loop.driver:2 imports rl360cli.stages.run inside a function" in found
 
 
 def test_a_clean_tree_has_no_violations(tmp_path):
@@ -267,6 +375,9 @@ def test_a_clean_tree_has_no_violations(tmp_path):
         "stages/__init__.py": "", "stages/run.py": "from rl360cli.loop import driver\nfrom rl360cli import state\n",
         "loop/__init__.py": "", "loop/driver.py": "from rl360cli.loop.config import LoopConfig\n",
         "loop/config.py": "from rl360cli.errors import E\n", "errors.py": "", "state.py": "",
+        # A module that loads torch as it is imported may itself be imported late.
+        "trainer/__init__.py": "", "trainer/torch_trainer.py": "import torch\n",
+        "rollout/__init__.py": "", "rollout/actor.py": "def f():\n    from rl360cli.trainer import torch_trainer\n",
     })
     assert violations(build_graph(root)) == []
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rl360cli.state import ComponentRecord, ComponentStatus
+from rl360cli.state.schema import ComponentRecord, ComponentStatus
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

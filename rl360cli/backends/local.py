@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from rl360cli.backends import procinfo
 from rl360cli.backends.base import ComponentSpec, Observation
 from rl360cli.errors import Rl360Error
-from rl360cli.state import ComponentRecord, ComponentStatus, NodeRecord, TierRecord, TierStatus
+from rl360cli.state.schema import ComponentRecord, ComponentStatus, NodeRecord, TierRecord, TierStatus
 
 if TYPE_CHECKING:
     from rl360cli.config import ClusterProfile

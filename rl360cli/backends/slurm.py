@@ -38,12 +38,13 @@ from rl360cli.backends.slurm_poll import Poller, Snapshot
 from rl360cli.backends.slurm_requeue import TierRecovery
 from rl360cli.backends.slurm_step import rank_path
 from rl360cli.errors import Rl360Error
-from rl360cli.state import (COMPONENT_FINAL, TIER_FINAL, ComponentRecord, ComponentStatus, NodeRecord, TierRecord,
-                            TierStatus, live_components, now_iso)
+from rl360cli.state import queries
+from rl360cli.state.schema import (COMPONENT_FINAL, TIER_FINAL, ComponentRecord, ComponentStatus, NodeRecord,
+                                   TierRecord, TierStatus, now_iso)
 
 if TYPE_CHECKING:
     from rl360cli.config import ClusterProfile, Recipe
-    from rl360cli.state import StateFile
+    from rl360cli.state.store import StateFile
 
 
 class SlurmBackend:
@@ -327,14 +328,14 @@ class SlurmBackend:
 
     def launch(self, spec: ComponentSpec, log_path: str) -> dict:
         doc = self.state.read()
-        tier = doc["tiers"].get(spec.tier)
+        tier = queries.tier(doc, spec.tier)
         if not tier or tier["backend"] != "slurm":
             raise Rl360Error(f"tier {spec.tier} is not provisioned on Slurm",
                              "run `rl360 provision --profile PROFILE.toml` first")
         if tier["status"] != TierStatus.READY:
             raise Rl360Error(f"tier {spec.tier} is {tier['status']}, not ready",
                              "wait for it (`rl360 status`) or provision it again")
-        nodes = self.choose_nodes(spec, tier, doc["components"])
+        nodes = self.choose_nodes(spec, tier, queries.components(doc))
         return self.start_step(spec, tier, nodes, log_path)
 
     def choose_nodes(self, spec: ComponentSpec, tier: TierRecord,
@@ -428,12 +429,12 @@ class SlurmBackend:
         doc = self.state.read()
         job_ids: set[str] = set()
         nodes: set[str] = set()
-        for tier in doc["tiers"].values():
+        for tier in queries.tiers(doc).values():
             if tier["backend"] == "slurm":
                 pending = (tier.get("pending") or {}).get("job_id")
                 job_ids.update(str(j) for j in (tier.get("job_id"), tier.get("het_leader"), pending) if j)
                 nodes.update(tier["nodes"])
-        for rec in live_components(doc).values():
+        for rec in queries.live_components(doc).values():
             if rec["backend"] == "slurm":
                 job_ids.update(str(j) for j in (rec.get("job_id"),) if j)
                 nodes.update(rec.get("nodes") or [])

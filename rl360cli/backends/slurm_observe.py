@@ -22,7 +22,7 @@ from rl360cli.backends.base import Observation
 from rl360cli.backends.slurm_cmd import ENDED
 from rl360cli.backends.slurm_poll import Snapshot
 from rl360cli.backends.slurm_step import rank_path
-from rl360cli.state import ComponentRecord, ComponentStatus
+from rl360cli.state.schema import ComponentRecord, ComponentStatus
 
 NODE_LOST = "node_lost"
 

@@ -36,7 +36,8 @@ from pathlib import Path
 
 from rl360cli.backends.base import ComponentSpec
 from rl360cli.errors import Rl360Error
-from rl360cli.state import StateDoc
+from rl360cli.state import queries
+from rl360cli.state.schema import StateDoc
 
 HEAD_PORT = 6379
 RAY_TEMP_ROOT = "/tmp/ray"
@@ -75,7 +76,7 @@ def ray_env(token_path: Path) -> dict[str, str]:
 
 
 def head_node(doc: StateDoc, head_tier: str = "service") -> str:
-    nodes = doc["tiers"][head_tier]["nodes"]
+    nodes = queries.tier_nodes(doc, head_tier)
     if not nodes:
         raise Rl360Error(f"tier {head_tier} has no nodes for the Ray head", "provision the tiers first")
     return nodes[0]
@@ -83,12 +84,7 @@ def head_node(doc: StateDoc, head_tier: str = "service") -> str:
 
 def ray_address(doc: StateDoc, *, head_tier: str = "service", port: int = HEAD_PORT) -> str:
     """`host:port` of the head's GCS, from the head node's address in the state file."""
-    return f"{_address(doc, head_node(doc, head_tier))}:{port}"
-
-
-def _address(doc: StateDoc, node: str) -> str:
-    """The node's recorded address (its name when the state does not know it)."""
-    return doc["nodes"].get(node, {}).get("address") or node
+    return f"{queries.node_address(doc, head_node(doc, head_tier))}:{port}"
 
 
 def ray_cluster_specs(*, doc: StateDoc, run: str | None, token_path: Path, stage: str = "train",
@@ -117,14 +113,14 @@ def ray_cluster_specs(*, doc: StateDoc, run: str | None, token_path: Path, stage
     specs = [ComponentSpec(
         name="ray-head", tier=head_tier, stage=stage, kind="ray-head", run=run, node=head, env=env,
         ports={"gcs": port},
-        argv=(ray, "start", "--head", f"--port={port}", f"--node-ip-address={_address(doc, head)}",
+        argv=(ray, "start", "--head", f"--port={port}", f"--node-ip-address={queries.node_address(doc, head)}",
               "--include-dashboard=false", *common, *extra(head_tier, head)),
     )]
     for tier in worker_tiers:
-        for node in doc["tiers"].get(tier, {}).get("nodes") or []:
+        for node in queries.tier_nodes(doc, tier):
             specs.append(ComponentSpec(
                 name=f"ray-worker-{node}", tier=tier, stage=stage, kind="ray-worker", run=run, node=node, env=env,
-                argv=(ray, "start", f"--address={address}", f"--node-ip-address={_address(doc, node)}", *common,
+                argv=(ray, "start", f"--address={address}", f"--node-ip-address={queries.node_address(doc, node)}", *common,
                       *extra(tier, node)),
             ))
     return specs

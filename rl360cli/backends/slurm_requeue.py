@@ -36,8 +36,8 @@ from rl360cli.backends.base import ComponentSpec
 from rl360cli.backends.slurm_cmd import ENDED
 from rl360cli.backends.slurm_observe import NODE_LOST
 from rl360cli.errors import Rl360Error
-from rl360cli.state import (COMPONENT_FINAL, ComponentRecord, ComponentStatus, NodeStatus, RunStatus, StateDoc,
-                            TierRecord, TierStatus, component_run, node_images, now_iso)
+from rl360cli.state import queries, recovery, transitions
+from rl360cli.state.schema import ComponentRecord, ComponentStatus, TierRecord, TierStatus
 
 if TYPE_CHECKING:
     from rl360cli.backends.slurm import SlurmBackend
@@ -57,7 +57,7 @@ class TierRecovery:
 
     def heal(self) -> list[str]:
         doc = self.backend.state.read()
-        tiers = {n: t for n, t in doc["tiers"].items() if t["backend"] == "slurm" and t.get("job_id")}
+        tiers = {n: t for n, t in queries.tiers(doc).items() if t["backend"] == "slurm" and t.get("job_id")}
         if not tiers:
             return []
         with _try_lock(self.backend.state.home / LOCK_NAME) as locked:
@@ -88,7 +88,7 @@ class TierRecovery:
 
     def requeue(self, group: tuple[str, ...], lost: list[str]) -> list[str]:
         opts = self.backend.options
-        tiers = self.backend.state.read()["tiers"]
+        tiers = queries.tiers(self.backend.state.read())
         used = max(int(tiers[t].get("requeues") or 0) for t in group)
         old_ids = _group_job_ids(group, tiers)
         names = "+".join(group)
@@ -99,20 +99,16 @@ class TierRecovery:
             return [f"tier {names}: lost {lost_text}; no requeue left (max_requeues = {opts.max_requeues})"]
         exclude = tuple(sorted(set(lost) | {n for t in group for n in tiers[t].get("lost_nodes") or []}))
         # Marked before the cancel ends them: the run's health watcher must not start them again meanwhile.
-        with self.backend.state.update() as doc:
-            mark_for_restart(doc, group, old_ids, lost)
+        recovery.begin_requeue(self.backend.state, group, old_job_ids=old_ids, lost=lost, node_lost=NODE_LOST,
+                               requeued=REQUEUED, resuming=RESUMING)
         try:
             self.backend.cancel_jobs(old_ids, confirm=False)
             sub = self.backend.submit_group(group, exclude=exclude)
         except Rl360Error as e:
             self._fail_group(group, old_ids, lost, f"{NODE_LOST} ({lost_text}); requeue failed: {e}")
             return [f"tier {names}: lost {lost_text}; requeue failed: {e}"]
-        with self.backend.state.update() as doc:
-            for t in group:
-                tier = doc["tiers"][t]
-                tier.update(status=TierStatus.REQUEUEING, requeues=used + 1, lost_nodes=list(exclude),
-                            requeued_at=now_iso(), replaced_nodes=list(tier["nodes"]), pending=sub,
-                            previous_job_ids=sorted(set(tier.get("previous_job_ids") or []) | set(old_ids)))
+        recovery.mark_requeueing(self.backend.state, group, requeues=used + 1, exclude=exclude, pending=sub,
+                                 old_job_ids=old_ids)
         events.record(self.backend.state, stage="status", action="requeue", subject=f"tier {names}", outcome="requeued",
                       lost_nodes=lost, old_jobs=old_ids, job=sub["job_id"], requeue=used + 1)
         return [f"tier {names}: lost {lost_text}; requeued as job {sub['job_id']} "
@@ -122,19 +118,8 @@ class TierRecovery:
                     reason: str) -> None:
         with contextlib.suppress(Rl360Error):
             self.backend.cancel_jobs(old_ids, confirm=False)
-        with self.backend.state.update() as doc:
-            for t in group:
-                doc["tiers"][t].update(status=TierStatus.FAILED, reason=reason, pending=None)
-            for rec in doc["components"].values():
-                if rec["backend"] == "slurm" and rec["tier"] in group and rec["status"] not in COMPONENT_FINAL:
-                    on_lost = any(n in lost for n in rec.get("nodes") or [rec["node"]])
-                    rec.update(status=ComponentStatus.FAILED, reason=NODE_LOST if on_lost else f"tier failed: {reason}")
-                if rec["tier"] not in group:
-                    continue
-                rec.pop("restart", None)
-                run = component_run(doc, rec) if rec.get("kind") == "trainer" else None
-                if run and run["status"] == RunStatus.RUNNING and str(run.get("reason") or "").startswith(RESUMING):
-                    run.update(status=RunStatus.FAILED, reason=f"trainer {NODE_LOST}; {reason}")
+        recovery.fail_tiers(self.backend.state, group, reason=reason, lost=lost, node_lost=NODE_LOST,
+                            resuming=RESUMING)
         events.record(self.backend.state, stage="status", action="requeue", subject=f"tier {'+'.join(group)}",
                       outcome="failed", reason=reason)
 
@@ -144,15 +129,11 @@ class TierRecovery:
         ended = {t: s for t, s in ended.items() if s in ENDED}
         if not ended:
             return []
-        with self.backend.state.update() as doc:
-            for t, state in ended.items():
-                tier = doc["tiers"].get(t)
-                if tier is not None and tier["status"] == TierStatus.READY:
-                    tier.update(status=TierStatus.ENDED, reason=f"allocation {tier.get('job_id')} {state}")
+        recovery.end_tiers(self.backend.state, ended)
         return [f"tier {t}: allocation {tiers[t]['job_id']} ended {s}" for t, s in ended.items()]
 
     def _finish(self, group: tuple[str, ...], snap: Snapshot) -> list[str]:
-        tiers = self.backend.state.read()["tiers"]
+        tiers = queries.tiers(self.backend.state.read())
         sub = tiers[group[0]].get("pending") or {}
         names = "+".join(group)
         if not sub:
@@ -169,22 +150,9 @@ class TierRecovery:
                             f"{self.backend.options.allocation_timeout_s:g}s")
                 return [f"tier {names}: replacement job {sub['job_id']} did not start in time; tier failed"]
             return [f"tier {names}: waiting for replacement job {sub['job_id']}"]
-        with self.backend.state.update() as doc:
-            for t in group:
-                tier = doc["tiers"][t]
-                job_id, nodes = alloc[t]
-                old_nodes = list(tier.get("replaced_nodes") or [])
-                tier.update(status=TierStatus.READY, job_id=job_id, nodes=nodes, script=sub["script"], pending=None,
-                            het_leader=sub["job_id"] if sub["het"] else None,
-                            het_group=group.index(t) if sub["het"] else None, reason=None,
-                            holder_log=str(self.backend.jobs_dir / sub["job_id"] / f"{sub['job_id']}_0_log.out"))
-                template = next((doc["nodes"][n] for n in old_nodes if n in doc["nodes"]), {})
-                for old, new in zip(old_nodes, nodes):
-                    if old in doc["nodes"] and old in tier.get("lost_nodes", []):
-                        doc["nodes"][old]["status"] = NodeStatus.LOST
-                    record = dict(doc["nodes"].get(new) or template)
-                    record.update(tier=t, status=NodeStatus.READY, images=node_images(doc, new))
-                    doc["nodes"][new] = record
+        recovery.finish_requeue(self.backend.state, group, allocations=alloc, script=sub["script"],
+                                het_leader=sub["job_id"] if sub["het"] else None,
+                                holder_log=str(self.backend.jobs_dir / sub["job_id"] / f"{sub['job_id']}_0_log.out"))
         events.record(self.backend.state, stage="status", action="requeue", subject=f"tier {names}",
                       outcome="allocated", job=sub["job_id"], nodes={t: alloc[t][1] for t in group})
         return [f"tier {names}: back on {', '.join(n for t in group for n in alloc[t][1])} (job {sub['job_id']})",
@@ -193,35 +161,29 @@ class TierRecovery:
     def _restart_components(self, group: tuple[str, ...]) -> list[str]:
         doc = self.backend.state.read()
         messages = []
-        for cid, rec in sorted(doc["components"].items()):
+        for cid, rec in sorted(queries.components(doc).items()):
             if rec["tier"] not in group or not rec.get("restart"):
                 continue
-            tier = doc["tiers"][rec["tier"]]
+            tier = queries.tier(doc, rec["tier"])
             node_map = dict(zip(tier.get("replaced_nodes") or [], tier["nodes"]))
             spec = restart_spec(rec, node_map)
             try:
-                nodes = self.backend.choose_nodes(spec, tier, doc["components"])
-                new = self.backend.start_step(spec, tier, nodes, rec["log_path"])
+                nodes = self.backend.choose_nodes(spec, tier, queries.components(doc))
+                launched = self.backend.start_step(spec, tier, nodes, rec["log_path"])
             except Rl360Error as e:
-                with self.backend.state.update() as d:
-                    if cid in d["components"]:
-                        d["components"][cid].update(status=ComponentStatus.FAILED, restart=False,
-                                                    reason=f"restart failed: {e.problem}")
+                transitions.set_component(self.backend.state, cid, status=ComponentStatus.FAILED, restart=False,
+                                          reason=f"restart failed: {e.problem}")
                 messages.append(f"{cid}: restart failed: {e.problem}")
                 continue
-            with self.backend.state.update() as d:
-                old = d["components"].get(cid)
-                if old is None:
-                    continue  # brought down meanwhile
-                keep = {k: old.get(k) for k in ("stage", "tier", "name", "kind", "run", "ports")}
-                new.update(keep, command=list(spec.argv), url=spec.url, health_url=spec.health_url,
-                           started_at=now_iso(), exit_code=None, reason=None,
-                           status=ComponentStatus.STARTING if spec.health_url else ComponentStatus.RUNNING,
-                           restart=False, restarts=int(old.get("restarts") or 0) + 1)
-                d["components"][cid] = new
-            events.record(self.backend.state, stage="status", action="restart", subject=cid, job=new["job_id"],
-                          step=new["step"], node=new["node"])
-            messages.append(f"{cid}: restarted on {', '.join(new['nodes'])} (job {new['job_id']} step {new['step']})")
+            recorded = transitions.record_restart(self.backend.state, cid, launched, command=spec.argv, env=spec.env,
+                                                  url=spec.url, health_url=spec.health_url, reason=rec.get("reason")
+                                                  or NODE_LOST)
+            if recorded is None:
+                continue  # brought down meanwhile
+            events.record(self.backend.state, stage="status", action="restart", subject=cid, job=launched["job_id"],
+                          step=launched["step"], node=launched["node"])
+            messages.append(f"{cid}: restarted on {', '.join(launched['nodes'])} (job {launched['job_id']} "
+                            f"step {launched['step']})")
         return messages
 
 
@@ -239,26 +201,6 @@ def _group_job_ids(group: tuple[str, ...], tiers: dict[str, TierRecord]) -> list
     for t in group:
         ids.update(str(j) for j in (tiers[t].get("het_leader"), tiers[t].get("job_id")) if j)
     return sorted(ids)
-
-
-def mark_for_restart(doc: StateDoc, group: tuple[str, ...], old_ids: list[str], lost: list[str]) -> None:
-    """The group's components that the loss (or the cancel of the old allocation) ends, marked for restart;
-    a run whose trainer is among them is running again (it resumes), not failed."""
-    for rec in doc["components"].values():
-        if rec["backend"] != "slurm" or rec["tier"] not in group or str(rec.get("job_id")) not in old_ids:
-            continue
-        status = rec["status"]
-        on_lost = any(n in lost for n in rec.get("nodes") or [rec["node"]])
-        # A failure on a node now lost is the loss seen first (the health watcher's probes can beat Slurm's).
-        was_live = status not in COMPONENT_FINAL or (status == ComponentStatus.FAILED and
-                                                     (rec.get("reason") == NODE_LOST or on_lost))
-        if not was_live:
-            continue  # it had ended on its own before the loss: leave it be
-        rec.update(status=ComponentStatus.FAILED, reason=NODE_LOST if on_lost else REQUEUED, restart=True)
-        run = component_run(doc, rec)
-        if rec["kind"] == "trainer" and run and run["status"] == RunStatus.FAILED and \
-                NODE_LOST in str(run.get("reason") or ""):
-            run.update(status=RunStatus.RUNNING, reason=f"{RESUMING} {NODE_LOST}")
 
 
 def restart_spec(rec: ComponentRecord, node_map: dict[str, str]) -> ComponentSpec:

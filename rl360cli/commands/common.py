@@ -16,7 +16,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from rl360cli.state import DEFAULT_PATH, StateFile
+from rl360cli.state import queries
+from rl360cli.state.store import DEFAULT_PATH, StateFile
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -79,7 +80,7 @@ def context(*, recipe: Path | None = None, profile: Path | None = None, run: str
         profile_path=profile_path,
         recipe=loaded_recipe,
         recipe_path=recipe.absolute() if recipe else None,
-        run_id=run or doc.get("current_run"),
+        run_id=run or queries.current_run_id(doc),
         say=(lambda message: None) if quiet else say,
     )
 

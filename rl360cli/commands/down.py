@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import typer
@@ -28,8 +29,8 @@ def down(
         if not actions:
             out.print("nothing to stop")
         return
-    result = down_stage.apply(ctx, grace_s=grace)
+    stopped = down_stage.apply(ctx, grace_s=grace)
     if json_out:
-        print_json(result)
-    elif not (result["components"] or result["tiers"] or result["sandboxes"] or result["runs"]):
+        print_json(dataclasses.asdict(stopped))
+    elif not stopped.anything:
         out.print("nothing was running")

@@ -12,7 +12,9 @@ from rich.text import Text
 from rl360cli.commands.common import RunOpt, context, out
 from rl360cli.logview import FINAL_RUN, Follower, LogFilter, LogLine, follow, parse_since
 from rl360cli.stages.base import Context
-from rl360cli.state import COMPONENT_FINAL, RunStatus
+from rl360cli.stages.status import reconcile
+from rl360cli.state import queries
+from rl360cli.state.schema import COMPONENT_FINAL, RunStatus
 
 PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta", "bright_green")
 
@@ -43,7 +45,7 @@ def logs(
     except KeyboardInterrupt:
         # Ctrl-C stops following, nothing else.
         raise typer.Exit(130) from None
-    run_record = ctx.state.read()["runs"].get(ctx.run_id or "", {})
+    run_record = queries.run(ctx.state.read(), ctx.run_id) or {}
     footer = f"── run {ctx.run_id or '(none)'} {status}"
     if run_record:
         footer += f" at step {run_record.get('step', 0)}/{run_record.get('num_steps', '?')}"
@@ -57,10 +59,10 @@ def log_folders(ctx: Context) -> list[Path]:
     """The current run's log folder, plus the folders of components that belong to no run."""
     doc = ctx.state.read()
     folders = set()
-    run = doc["runs"].get(ctx.run_id or "")
+    run = queries.run(doc, ctx.run_id)
     if run and run.get("run_dir"):
         folders.add(Path(run["run_dir"]) / "logs")
-    for rec in doc["components"].values():
+    for rec in queries.components(doc).values():
         if rec["log_path"] and rec["run"] in (None, ctx.run_id):
             folders.add(Path(rec["log_path"]).parent)
     return sorted(folders)
@@ -68,8 +70,6 @@ def log_folders(ctx: Context) -> list[Path]:
 
 def run_status(ctx: Context) -> str | None:
     """The run's status after reconciling with reality; without a run, `finished` once nothing runs."""
-    from rl360cli.stages.status import reconcile
-
     report = reconcile(ctx)
     run = report.runs.get(ctx.run_id or "")
     if run:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from rl360cli.commands.common import (DryRunOpt, JsonFlag, ProfileOpt, RecipeOpt, SetOpt, context, overrides_of,
                                       print_action, print_json)
 from rl360cli.stages import serve as serve_stage
-from rl360cli.stages.run import add_run_overrides, start_run
-from rl360cli.state import RUN_ACTIVE
+from rl360cli.stages.lifecycle import add_run_overrides, start_run
+from rl360cli.state import queries
+from rl360cli.state.schema import RUN_ACTIVE
 
 
 def serve(recipe: RecipeOpt = None, profile: ProfileOpt = None, set_values: SetOpt = None,
@@ -24,7 +25,7 @@ def serve(recipe: RecipeOpt = None, profile: ProfileOpt = None, set_values: SetO
         for action in serve_stage.plan(ctx):
             print_action(action)
         return
-    run = ctx.state.read()["runs"].get(ctx.run_id or "")
+    run = queries.run(ctx.state.read(), ctx.run_id)
     if run is None or run["status"] not in RUN_ACTIVE or run["name"] != ctx.need_recipe().run.name:
         start_run(ctx, overrides=overrides)
     else:

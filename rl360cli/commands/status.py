@@ -11,7 +11,7 @@ from rich.text import Text
 
 from rl360cli.commands.common import JsonFlag, ProfileOpt, context, out, print_json
 from rl360cli.stages.status import StatusReport, reconcile
-from rl360cli.state import ComponentRecord, ComponentStatus, RunStatus
+from rl360cli.state.schema import ComponentRecord, ComponentStatus, RunStatus
 
 # Running components of one kind in a tier beyond this many are shown as one row (`--json` has them all).
 COLLAPSE_OVER = 8

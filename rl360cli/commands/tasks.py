@@ -11,6 +11,7 @@ from rich.table import Table
 
 from rl360cli.commands.common import JsonFlag, ProfileOpt, context, out, print_json
 from rl360cli.errors import Rl360Error
+from rl360cli.state import queries
 
 app = typer.Typer(help="Validate Harbor-format tasks before training on them.", no_args_is_help=True)
 
@@ -34,7 +35,6 @@ def check(
     from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig
     from rl360cli.sandbox.providers import make_provider
     from rl360cli.sandbox.task import load_task_set
-    from rl360cli.sandbox.waves import node_images_from_state
 
     if provider not in ("process", "docker", "daytona"):
         raise Rl360Error(f"--provider {provider!r} is not known", "use process, docker or daytona")
@@ -56,7 +56,7 @@ def check(
                            wave_interval_s=0.2, warm_pool=WarmPoolConfig(size=0))
     run_id = f"check-{time.strftime('%Y%m%d-%H%M%S')}"
     sandboxes = make_provider(config, nodes=ctx.profile.nodes, run_id=run_id,
-                              node_images=node_images_from_state(ctx.state.read()),
+                              node_images=queries.image_digests(ctx.state.read()),
                               registry=ctx.profile.registry)
 
     async def run():

@@ -12,7 +12,8 @@ from rl360cli.commands.common import (DryRunOpt, JsonFlag, ProfileOpt, RunOpt, S
 from rl360cli.config import load_run_recipe
 from rl360cli.errors import Rl360Error
 from rl360cli.stages import train as train_stage
-from rl360cli.stages.run import add_run_overrides
+from rl360cli.stages.lifecycle import add_run_overrides
+from rl360cli.state import queries
 
 
 def train(
@@ -31,7 +32,7 @@ def train(
     """
     overrides = overrides_of(set_values)
     ctx = context(profile=profile, run=run, quiet=json_out)
-    record = ctx.state.read()["runs"].get(ctx.run_id or "")
+    record = queries.run(ctx.state.read(), ctx.run_id)
     if record is None:
         raise Rl360Error("there is no run to train", "start one with `rl360 serve --recipe FILE` (or `rl360 up`)")
     ctx.recipe = load_run_recipe(Path(record["run_dir"]), extra=overrides)

@@ -11,12 +11,13 @@ from rich.table import Table
 
 from rl360cli.commands.common import (DryRunOpt, JsonFlag, ProfileOpt, RecipeOpt, SetOpt, context, out, overrides_of,
                                       print_action, print_json)
-from rl360cli.errors import Rl360Error
+from rl360cli.commands.watch import watch_run
 from rl360cli.logview import FINAL_RUN
 from rl360cli.stages import up_stages
 from rl360cli.stages.base import Action, Context
-from rl360cli.stages.run import start_run
-from rl360cli.state import RunStatus
+from rl360cli.stages.lifecycle import bring_up, start_run, was_stopped
+from rl360cli.state import queries
+from rl360cli.state.schema import RunStatus
 
 DEFAULT_RECIPE = Path("recipes/local-smoke.toml")
 
@@ -48,39 +49,16 @@ def up(
         _show_plan(ctx, json_out, overrides)
         return
     start_run(ctx, resume=resume, overrides=overrides)
-    applied = [stage.NAME for stage in up_stages() if stage.applies(ctx)]
-    try:
-        for stage in up_stages():
-            if stage.NAME in applied and not _was_stopped(ctx):
-                stage.apply(ctx)
-    except Rl360Error:
-        # `rl360 down` while the engines were starting: they ended "before they were ready", because of it.
-        if not _was_stopped(ctx):
-            raise
-    if _was_stopped(ctx):
-        _end_stopped_start(ctx, json_out)
+    applied = bring_up(ctx)
+    if was_stopped(ctx):  # `rl360 down` came while `up` was starting the run
+        if not json_out:
+            reason = queries.run(ctx.state.read(), ctx.run_id)["reason"]
+            out.print(f"run {ctx.run_id} {RunStatus.STOPPED} before its loop began; {reason}")
+        raise typer.Exit(FINAL_RUN[RunStatus.STOPPED])
     if json_out:
         print_json({"run": ctx.run_id, "state": str(ctx.state.path), "stages": applied})
     if not detach and "train" in applied:
-        from rl360cli.commands.watch import watch_run
-
         raise typer.Exit(watch_run(ctx, quiet=json_out))
-
-
-def _was_stopped(ctx: Context) -> bool:
-    return ctx.state.read()["runs"].get(ctx.run_id or "", {}).get("status") == RunStatus.STOPPED
-
-
-def _end_stopped_start(ctx: Context, json_out: bool) -> None:
-    """`rl360 down` came while `up` was starting the run: stop what `up` started after it (down saw only
-    what was recorded when it ran), say so, and exit with a stop's code."""
-    from rl360cli.commands.watch import stop_serving
-
-    stop_serving(ctx, ctx.run_id or "")
-    if not json_out:
-        reason = ctx.state.read()["runs"][ctx.run_id or ""].get("reason")
-        out.print(f"run {ctx.run_id} {RunStatus.STOPPED} before its loop began; {reason}")
-    raise typer.Exit(FINAL_RUN[RunStatus.STOPPED])
 
 
 def plan(recipe: RecipeOpt = None, profile: ProfileOpt = None, set_values: SetOpt = None,

@@ -8,9 +8,10 @@ failures by cause, tokens/s, overlap, weight sync) and the last step's scale
 figures (sessions in flight, admission, pulls, warm starts, the actors' CPU and
 memory per 1,000 sessions, router requests/s: `scale_text`); piped, one line per
 step and its scale figures below it.
-Ctrl-C detaches and leaves the run going. When the run ends, its serving
-components (engines, router) are stopped; the tiers stay provisioned. A run
-`rl360 down` stopped ends the view with its reason and exit code 4.
+Ctrl-C detaches and leaves the run going. Following, and ending the run once it
+ends (its serving components stopped, the tiers kept), is the lifecycle's
+(`stages/lifecycle.py` `follow`); this module renders it. A run `rl360 down`
+stopped ends the view with its reason and exit code 4.
 """
 
 from __future__ import annotations
@@ -25,17 +26,14 @@ from rich.text import Text
 
 from rl360cli.commands.common import err, out
 from rl360cli.logview import FINAL_RUN
-from rl360cli.metrics import read_metrics
-from rl360cli.progress import read_generation
 from rl360cli.stages.base import Context
+from rl360cli.stages.lifecycle import follow
 from rl360cli.stages.report.series import RunProgress, duration, eval_values, run_progress, step_rows
-from rl360cli.stages.status import reconcile
-from rl360cli.state import COMPONENT_FINAL, RUN_FINAL, ComponentStatus, RunStatus, by_backend
+from rl360cli.state.schema import RunStatus
 
 
 def watch_run(ctx: Context, *, quiet: bool = False, poll_s: float = 1.0) -> int:
     """Follow the current run until it ends; returns the exit code its final status maps to."""
-    run_id = ctx.run_id
     started = time.monotonic()
     shown = 0
     loop = ctx.recipe.loop if ctx.recipe is not None else None
@@ -44,51 +42,27 @@ def watch_run(ctx: Context, *, quiet: bool = False, poll_s: float = 1.0) -> int:
     try:
         if live:
             live.start()
-        while True:
-            report = reconcile(ctx)
-            run = report.runs.get(run_id, {})
-            rows = read_metrics(run.get("metrics_path") or ctx.run_dir / "metrics.jsonl")
+        for seen in follow(ctx, poll_s=poll_s):
             if live:
-                live.update(live_view(run_id, run, rows, time.monotonic() - started, now=time.time(),
-                                      sessions_per_step=sessions_per_step,
-                                      generation=read_generation(run.get("run_dir") or ctx.run_dir)))
+                live.update(live_view(seen.run_id, seen.run, seen.rows, time.monotonic() - started, now=time.time(),
+                                      sessions_per_step=sessions_per_step, generation=seen.generation))
             elif not quiet:
-                for row in rows[shown:]:
-                    out.print(_line(row, run), markup=False, highlight=False)
+                for row in seen.rows[shown:]:
+                    out.print(_line(row, seen.run), markup=False, highlight=False)
                     if (scale := scale_text(row)) is not None:
                         out.print(f"  scale: {scale}", markup=False, highlight=False)
-                shown = len(rows)
-            if run.get("status") in RUN_FINAL:
-                break
-            time.sleep(poll_s)
+                shown = len(seen.rows)
     except KeyboardInterrupt:
         if live:
             live.stop()
-        err.print(f"detached; run {run_id} goes on: `rl360 logs --follow` to follow it, `rl360 down` to stop it")
+        err.print(f"detached; run {ctx.run_id} goes on: `rl360 logs --follow` to follow it, `rl360 down` to stop it")
         return 0
     finally:
         if live and live.is_started:
             live.stop()
-    if run["status"] != RunStatus.STOPPED:
-        stop_serving(ctx, run_id)  # a stopped run's are stopped by whoever stopped it (`rl360 down`)
     if not quiet:
-        out.print(_summary(run_id, run, rows, time.monotonic() - started))
-    return FINAL_RUN[run["status"]]
-
-
-def stop_serving(ctx: Context, run_id: str) -> None:
-    """Stop the components of a run that has ended (its engines and router)."""
-    doc = ctx.state.read()
-    mine = {cid: rec for cid, rec in doc["components"].items() if rec["run"] == run_id}
-    for name, records in by_backend(mine).items():
-        ctx.backend_named(name).stop(records, grace_s=10.0)
-    with ctx.state.update() as doc:
-        for cid in mine:
-            rec = doc["components"].get(cid)
-            if rec is not None and rec["status"] not in COMPONENT_FINAL:
-                rec["status"] = ComponentStatus.STOPPED
-    for cid in mine:
-        ctx.event("up", "stop", cid, reason="run ended")
+        out.print(_summary(seen.run_id, seen.run, seen.rows, time.monotonic() - started))
+    return FINAL_RUN[seen.run["status"]]
 
 
 def _fmt(value, spec: str = ".3f") -> str:

@@ -27,7 +27,7 @@ from typing import Literal, Protocol
 
 from rl360cli.images.config import ImageRef
 from rl360cli.nodes.base import NodeError, NodeRuntime
-from rl360cli.state import now_iso
+from rl360cli.state.schema import now_iso
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

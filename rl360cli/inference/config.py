@@ -69,7 +69,7 @@ class EngineConfig:
     # How long an engine waits for the trainer inside a weight-update group before giving up.
     weight_sync_timeout_s: float = 120.0
     # Restarts of one dead or hung engine (or the router) in a run by the trainer's health watcher
-    # (rl360cli/inference/health.py); 0 leaves a dead engine dead and the run goes on with the others.
+    # (rl360cli/run/control.py); 0 leaves a dead engine dead and the run goes on with the others.
     max_restarts: int = 5
     simulated: SimulatedEngineConfig = field(default_factory=SimulatedEngineConfig)
 

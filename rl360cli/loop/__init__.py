@@ -1,4 +1,4 @@
-"""The run: the trainer component's driver (`python -m rl360cli.loop.driver`) and the overlapped loop.
+"""The run: the trainer component's driver (`python -m rl360cli.run.driver`) and the overlapped loop.
 
 - `train_loop`: generate step k+1 while step k trains, build the batch, train, broadcast (`train_loop`).
 - `driver`: sets up Ray, the session actors, the trainer and the weight sync for one run, runs the

@@ -59,7 +59,7 @@ class ActorSetup:
     rollout: RolloutConfig
     sandbox: SandboxConfig
     # The cluster profile's Docker nodes (the docker provider), and what each node's image cache
-    # holds (warm-first placement): {node: {image_ref: digest}}, from `node_images_from_state`.
+    # holds (warm-first placement): {node: {image_ref: digest}}, from `state.queries.image_digests`.
     nodes: tuple[NodeSpec, ...] = ()
     # The profile's registry: the pull cap and the base-image mirrors the docker provider applies.
     registry: RegistrySpec = field(default_factory=RegistrySpec)

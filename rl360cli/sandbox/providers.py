@@ -27,7 +27,7 @@ def make_provider(config: SandboxConfig, *, nodes: Sequence[NodeSpec] = (), run_
     """The provider `config` names, with fault injection when asked, behind the admission controller.
 
     `nodes` are the profile's Docker nodes (docker provider). `node_images` is what each node's cache
-    holds, `{node: {image_ref: digest}}` (`node_images_from_state` reads it from the caches `rl360
+    holds, `{node: {image_ref: digest}}` (`state.queries.image_digests` reads it from the caches `rl360
     prewarm-images` records in the state file), for warm-first placement. `registry` is the profile's
     (the pull cap, the base-image mirrors). `share` is (this session
     actor's index, the number of actors): each takes its slice of the registry's pull cap (docker,

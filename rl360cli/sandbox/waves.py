@@ -47,7 +47,6 @@ from rl360cli.metrics import Histogram, Level
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.provider import NodeCapacity, Sandbox, SandboxProvider, WrappedSandbox
 from rl360cli.sandbox.taxonomy import Event, InfraError, SandboxError
-from rl360cli.state import StateDoc, node_images
 
 # The start records a controller keeps (the latest): `summary()` and the wave size's adaptation read them.
 RECORDS_KEPT = 10_000
@@ -97,15 +96,9 @@ class _Node:
         return max(self.reserved_cpus / self.capacity.cpus, self.reserved_mb / self.capacity.memory_mb)
 
 
-def node_images_from_state(doc: StateDoc) -> dict[str, dict[str, str | None]]:
-    """`{node: {image_ref: digest}}` (the controller's `node_images`) from the image caches the state file records
-    (`nodes[name]["images"][ref] = {"digest": ...}`, rl360cli/state.py `NodeImage`)."""
-    return {name: {ref: entry["digest"] for ref, entry in node_images(doc, name).items()} for name in doc["nodes"]}
-
-
 class AdmissionController(SandboxProvider):
     """See the module docstring. `node_images` is what each node's cache holds, `{node: {image_ref: digest}}`
-    (a digest of None: the image is there, its digest unknown), as `node_images_from_state` reads it."""
+    (a digest of None: the image is there, its digest unknown), as `rl360cli.state.queries.image_digests` reads it."""
 
     def __init__(self, provider: SandboxProvider, *, config: SandboxConfig,
                  node_images: Mapping[str, Mapping[str, str | None]] | None = None,

@@ -21,7 +21,10 @@ from rl360cli.backends.base import Backend, ComponentSpec
 from rl360cli.config import ClusterProfile, Recipe, load_profile, load_recipe
 from rl360cli.configload import parse_override
 from rl360cli.errors import Rl360Error, RunFailed
-from rl360cli.state import COMPONENT_FINAL, ComponentRecord, ComponentStatus, StateDoc, StateFile, now_iso, profile_path
+from rl360cli.run.backends import backend_for
+from rl360cli.state import queries, transitions
+from rl360cli.state.schema import COMPONENT_FINAL, ComponentRecord, ComponentStatus, StateDoc, now_iso
+from rl360cli.state.store import StateFile
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -56,14 +59,7 @@ class Context:
     def backend_named(self, name: str) -> Backend:
         """The backend that manages records marked `backend = name`."""
         if name not in self._backends:
-            if name == "slurm":
-                from rl360cli.backends.slurm import SlurmBackend
-
-                self._backends[name] = SlurmBackend(self.profile, self.state)
-            else:
-                from rl360cli.backends.local import LocalBackend
-
-                self._backends[name] = LocalBackend(self.profile)
+            self._backends[name] = backend_for(self.profile, self.state, name=name)
         return self._backends[name]
 
     @property
@@ -94,7 +90,7 @@ def resolve_profile(doc: StateDoc, explicit: Path | None, recipe: Recipe | None)
     """The profile named on the command line, else the one the cluster (state `doc`) was provisioned
     with, else the recipe's, else the current run's recipe's, else the local one."""
     if explicit is None:
-        recorded = profile_path(doc)
+        recorded = queries.profile_path(doc)
         if recorded:
             explicit = Path(recorded)
         elif recipe is not None:
@@ -108,7 +104,7 @@ def _current_run_profile(doc: StateDoc) -> Path | None:
     """The profile of the current run's recipe, for a run recorded before anything was provisioned (its
     `rl360 up` died while starting): `rl360 down` then stops it from any folder. None when there is no
     such run or its recipe no longer loads."""
-    run = doc["runs"].get(doc.get("current_run") or "")
+    run = queries.run(doc, queries.current_run_id(doc))
     if not run or not run.get("recipe"):
         return None
     try:
@@ -123,7 +119,7 @@ def _current_run_profile(doc: StateDoc) -> Path | None:
 
 def component_is_live(ctx: Context, cid: str) -> bool:
     """True if the state knows component `cid` and the backend sees it running now."""
-    rec = ctx.state.read()["components"].get(cid)
+    rec = queries.component(ctx.state.read(), cid)
     if rec is None or rec["status"] in COMPONENT_FINAL:
         return False
     return ctx.backend.observe({cid: rec})[cid].status == ComponentStatus.RUNNING
@@ -153,7 +149,7 @@ def start_components(ctx: Context, specs: list[ComponentSpec], *,
             wait_healthy(ctx, spec.id, spec.health_url, timeout_s=ready_timeout_s)
         ctx.say(f"{spec.id}: running ({_where(record)})")
     doc = ctx.state.read()
-    return [doc["components"][spec.id] if record is None else record for spec, record in zip(specs, records)]
+    return [queries.component(doc, spec.id) if record is None else record for spec, record in zip(specs, records)]
 
 
 def _launch(ctx: Context, spec: ComponentSpec) -> ComponentRecord:
@@ -164,8 +160,9 @@ def _launch(ctx: Context, spec: ComponentSpec) -> ComponentRecord:
         ports=dict(spec.ports), url=spec.url, health_url=spec.health_url, started_at=now_iso(),
         status=ComponentStatus.STARTING if spec.health_url else ComponentStatus.RUNNING, exit_code=None, reason=None,
     )
-    with ctx.state.update() as doc:
-        doc["components"][spec.id] = record
+    # Its env, as it was launched: a restart starts it the same way (Slurm's launch records it already).
+    record.setdefault("env", dict(spec.env))
+    transitions.record_component(ctx.state, spec.id, record)
     ctx.event(spec.stage, "start", spec.id, pid=record.get("pid"), job=record.get("job_id"), log=str(log_path))
     return record
 
@@ -179,28 +176,21 @@ def wait_healthy(ctx: Context, cid: str, url: str, *, timeout_s: float) -> None:
         try:
             with urllib.request.urlopen(url, timeout=2) as reply:
                 if reply.status == 200:
-                    _set_status(ctx, cid, ComponentStatus.RUNNING)
+                    transitions.set_component(ctx.state, cid, status=ComponentStatus.RUNNING)
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             pass
-        rec = ctx.state.read()["components"].get(cid)
+        rec = queries.component(ctx.state.read(), cid)
         if rec is None:  # `rl360 down` stopped it and dropped its record meanwhile
             raise RunFailed(f"{cid} was stopped before it was ready", "see `rl360 status`")
         seen = ctx.backend.observe({cid: rec})[cid]
         if seen.status in COMPONENT_FINAL:
-            _set_status(ctx, cid, ComponentStatus.FAILED, exit_code=seen.exit_code, reason=seen.reason)
+            transitions.set_component(ctx.state, cid, status=ComponentStatus.FAILED, exit_code=seen.exit_code,
+                                      reason=seen.reason)
             raise RunFailed(f"{cid} ended before it was ready ({seen.reason})", f"see its log {rec['log_path']}")
         time.sleep(0.2)
-    _set_status(ctx, cid, ComponentStatus.UNKNOWN, reason=f"not healthy after {timeout_s:g}s")
+    transitions.set_component(ctx.state, cid, status=ComponentStatus.UNKNOWN, reason=f"not healthy after {timeout_s:g}s")
     raise RunFailed(f"{cid} did not answer {url} within {timeout_s:g}s", "see its log with `rl360 logs`")
-
-
-def _set_status(ctx: Context, cid: str, status: ComponentStatus, **fields: Any) -> None:
-    with ctx.state.update() as doc:
-        rec = doc["components"].get(cid)
-        if rec is not None:
-            rec["status"] = status
-            rec.update(fields)
 
 
 def _where(record: ComponentRecord) -> str:

@@ -8,14 +8,18 @@ stopped leave the state file; the events log keeps their history.
 
 A run under way ends `stopped` ("stopped by rl360 down"), recorded before its
 components are stopped: its trainer, which then sees its engines go (a reset
-connection), leaves a stopped run as it is (loop/driver.py), so stopping is
+connection), leaves a stopped run as it is (run/driver.py), so stopping is
 never recorded as failing.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from rl360cli.sandbox.janitor import remove_all
 from rl360cli.stages.base import Action, Context
-from rl360cli.state import RUN_ACTIVE, ComponentRecord, RunStatus, StateDoc, TierRecord, by_backend, now_iso
+from rl360cli.state import queries, transitions
+from rl360cli.state.schema import ComponentRecord, StateDoc, TierRecord
 
 NAME = "down"
 STOP_REASON = "stopped by rl360 down"
@@ -24,20 +28,35 @@ STOP_REASON = "stopped by rl360 down"
 def plan(ctx: Context) -> list[Action]:
     doc = ctx.state.read()
     actions = [Action(stage=NAME, verb="stop", subject=f"run {rid}", detail=f"at step {run.get('step', 0)}")
-               for rid, run in doc["runs"].items() if run["status"] in RUN_ACTIVE]
+               for rid, run in queries.active_runs(doc).items()]
     actions += [Action(stage=NAME, verb="stop", subject=cid, detail=_where(rec))
-               for cid, rec in doc["components"].items()]
-    if doc["sandboxes"]:
-        actions.append(Action(stage=NAME, verb="remove", subject=f"{len(doc['sandboxes'])} sandboxes"))
+                for cid, rec in queries.components(doc).items()]
+    if sandboxes := queries.sandboxes(doc):
+        actions.append(Action(stage=NAME, verb="remove", subject=f"{len(sandboxes)} sandboxes"))
     actions += [Action(stage=NAME, verb="release", subject=f"tier {name}", detail=_where(tier))
-                for name, tier in doc["tiers"].items()]
+                for name, tier in queries.tiers(doc).items()]
     return actions
 
 
-def apply(ctx: Context, *, grace_s: float = 10.0) -> dict:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Stopped:
+    """What `down` stopped, removed and released."""
+
+    components: list[str]
+    tiers: list[str]
+    sandboxes: int
+    runs: list[str]
+
+    @property
+    def anything(self) -> bool:
+        return bool(self.components or self.tiers or self.sandboxes or self.runs)
+
+
+def apply(ctx: Context, *, grace_s: float = 10.0) -> Stopped:
     stopped_runs = stop_runs(ctx)
     doc = ctx.state.read()
-    for name, records in by_backend(doc["components"]).items():
+    components, tiers = queries.components(doc), queries.tiers(doc)
+    for name, records in queries.by_backend(components).items():
         ctx.backend_named(name).stop(records, grace_s=grace_s)
         for cid in records:
             ctx.event(NAME, "stop", cid)
@@ -45,34 +64,21 @@ def apply(ctx: Context, *, grace_s: float = 10.0) -> dict:
 
     removed_sandboxes = _remove_sandboxes(ctx, doc)
 
-    for name, tiers in by_backend(doc["tiers"]).items():
-        ctx.backend_named(name).release(tiers)
-        for tier_name in tiers:
+    for name, held in queries.by_backend(tiers).items():
+        ctx.backend_named(name).release(held)
+        for tier_name in held:
             ctx.event(NAME, "release", f"tier {tier_name}")
             ctx.say(f"tier {tier_name}: released")
 
-    with ctx.state.update() as new:
-        for cid in doc["components"]:
-            new["components"].pop(cid, None)
-        for name in doc["tiers"]:
-            new["tiers"].pop(name, None)
-        for sid in removed_sandboxes:
-            new["sandboxes"].pop(sid, None)
+    transitions.forget(ctx.state, components=components, tiers=tiers, sandboxes=removed_sandboxes)
     stopped_runs += stop_runs(ctx)  # one that started while the components were being stopped
-    return {
-        "components": sorted(doc["components"]),
-        "tiers": sorted(doc["tiers"]),
-        "sandboxes": len(removed_sandboxes),
-        "runs": stopped_runs,
-    }
+    return Stopped(components=sorted(components), tiers=sorted(tiers), sandboxes=len(removed_sandboxes),
+                   runs=stopped_runs)
 
 
 def stop_runs(ctx: Context) -> list[str]:
     """Mark every run under way `stopped`, with the reason; returns their ids."""
-    with ctx.state.update() as doc:
-        stopped = [rid for rid, run in doc["runs"].items() if run["status"] in RUN_ACTIVE]
-        for rid in stopped:
-            doc["runs"][rid].update(status=RunStatus.STOPPED, reason=STOP_REASON, ended_at=now_iso())
+    stopped = transitions.stop_active_runs(ctx.state, reason=STOP_REASON)
     for rid in stopped:
         ctx.event(NAME, "stop", f"run {rid}", reason=STOP_REASON)
         ctx.say(f"run {rid}: {STOP_REASON}")
@@ -82,16 +88,15 @@ def stop_runs(ctx: Context) -> list[str]:
 def _remove_sandboxes(ctx: Context, doc: StateDoc) -> list[str]:
     """Remove every sandbox the runs of this state file made (found by label too, so also those a
     crashed orchestrator never recorded); returns the ids of the records to drop."""
-    runs = set(doc["runs"]) | {s["run"] for s in doc["sandboxes"].values() if s["run"]}
+    recorded = queries.sandboxes(doc)
+    runs = set(queries.runs(doc)) | {s["run"] for s in recorded.values() if s["run"]}
     if not runs:
         return []
-    from rl360cli.sandbox.janitor import remove_all
-
-    removed = remove_all(ctx.profile.nodes, doc["sandboxes"], runs=runs)
+    removed = remove_all(ctx.profile.nodes, recorded, runs=runs)
     if removed:
         ctx.event(NAME, "remove", "sandboxes", count=len(removed))
         ctx.say(f"sandboxes: {len(removed)} removed")
-    return list(doc["sandboxes"])
+    return list(recorded)
 
 
 def _where(rec: ComponentRecord | TierRecord) -> str:

@@ -25,17 +25,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from rl360cli.nodes.config import NodeSpec
 from rl360cli.errors import Rl360Error
-from rl360cli.images import cache
 from rl360cli.images.config import ImageList, ImageRef, load_images
 from rl360cli.images.pinmap import EXPANSION, Demand, PinMap, Placement, Where, plan_pins
 from rl360cli.images.puller import PullResult, PullTask, RetryPolicy, SilentListener, WaveListener, make_waves
 from rl360cli.images.registry import ImageNotInRegistry, RegistryClient, RegistryUnreachable
 from rl360cli.nodes.selector import select_nodes
 from rl360cli.stages.base import Action, Context
-from rl360cli.state import StateDoc, node_images, now_iso
+from rl360cli.state import queries
+from rl360cli.state.images import (FoundImage, ImagePull, NodeFacts, NodeScan, forget_images, record_prewarm,
+                                   record_pulls, record_scans, repo_name)
+from rl360cli.state.queries import node_images
+from rl360cli.state.schema import StateDoc, now_iso
 
 NAME = "prewarm-images"
 
@@ -305,7 +309,7 @@ def _slurm_jobs(ctx: Context, doc: StateDoc, nodes: list[NodeSpec]) -> dict[str,
     for node in nodes:
         if node.docker_host.startswith("unix://"):
             jobs[node.name] = next(((str(t.get("het_leader") or t["job_id"]), t.get("het_group"))
-                                    for t in doc["tiers"].values()
+                                    for t in queries.tiers(doc).values()
                                     if t.get("job_id") and node.name in t["nodes"]), None)
     return jobs
 
@@ -356,7 +360,7 @@ def _size(ctx: Context, spec, ref: ImageRef, digest: str, scans: dict, doc: Stat
         for image in images:
             if image.has_digest(ref.name, digest) and image.size:
                 return image.size, True
-    for node in doc["nodes"]:
+    for node in queries.nodes(doc):
         rec = node_images(doc, node).get(str(ref))
         if rec is not None and rec["digest"] == digest and rec.get("size"):
             return int(rec["size"]), True
@@ -376,7 +380,7 @@ def _kept_unlisted(nodes, doc: StateDoc, scans: dict, listed: set[str], prune: b
         for ref, rec in node_images(doc, node.name).items():
             if ref in listed or prune:
                 continue
-            if node.name in scans and not any(i.has_digest(cache.repo_name(ref), rec["digest"])
+            if node.name in scans and not any(i.has_digest(repo_name(ref), rec["digest"])
                                               for i in scans[node.name]):
                 continue  # gone from the node already
             usage[node.name] = usage.get(node.name, 0) + int(rec.get("size") or 0)
@@ -400,7 +404,7 @@ def _prune_candidates(nodes: list[str], runtimes: dict, scans: dict, doc: StateD
         else:
             broken = None
         for ref, rec in node_images(doc, node).items():
-            name = cache.repo_name(ref)
+            name = repo_name(ref)
             candidates = []
             new = digests.get(listed.get(ref, ""))
             if ref not in listed:
@@ -457,18 +461,13 @@ def _apply(ctx: Context, prepared: Prepared, options: PrewarmOptions, listener: 
         Cell(node=r.task.node, image=r.task.image, status=r.outcome, seconds=r.seconds, reason=r.reason)
         for r in results]
     report = _report(prepared, cells, results, pruned, dry_run=False)
-    with ctx.state.update() as doc:
-        for node in prepared.selected:
-            rec = cache.node_record(doc, node)
-            reason = report.failed_nodes.get(node.name)
-            rec["prewarm"] = {"status": "failed" if reason else "ok", "reason": reason, "at": now_iso()}
-        doc["prewarm"] = {
-            "at": now_iso(), "images_file": str(prepared.images_path), "wave_size": prepared.wave_size,
-            "images": {name: {"ref": p.ref, "digest": p.digest, "nodes": list(p.nodes), "rule": p.rule,
-                              "size": p.size, "capacity": p.capacity}
-                       for name, p in prepared.pins.placements.items()},
-            "failed_nodes": report.failed_nodes,
-        }
+    record_prewarm(ctx.state, [node_facts(node) for node in prepared.selected], report.failed_nodes, {
+        "at": now_iso(), "images_file": str(prepared.images_path), "wave_size": prepared.wave_size,
+        "images": {name: {"ref": p.ref, "digest": p.digest, "nodes": list(p.nodes), "rule": p.rule,
+                          "size": p.size, "capacity": p.capacity}
+                   for name, p in prepared.pins.placements.items()},
+        "failed_nodes": report.failed_nodes,
+    })
     ctx.event(NAME, "finish", "cluster", "ok" if report.ok else "failed", pulled=report.pulled,
               warm=len(warm), failed_nodes=report.failed_nodes, waves=len(waves), wave_size=prepared.wave_size)
     return report
@@ -494,35 +493,44 @@ def _report(prepared: Prepared, cells: list[Cell], results: list[PullResult], pr
 
 def _record_scans(ctx: Context, prepared: Prepared, by_name: dict[str, NodeSpec]) -> None:
     """Write what each reachable node holds now: listed images found warm, managed images that vanished dropped."""
-    with ctx.state.update() as doc:
-        for node, images in prepared.scans.items():
-            rec = cache.node_record(doc, by_name[node])
-            recorded = rec["images"]
-            for ref in list(recorded):
-                entry = recorded[ref]
-                name = cache.repo_name(ref)
-                present = [d for d in [entry["digest"], *(entry.get("superseded") or [])]
-                           if d and any(f"{name}@{d}" in i.digests for i in images)]
-                if entry["digest"] not in present:
-                    del recorded[ref]  # the daemon no longer has it (removed by hand, or a purged node)
-                else:
-                    entry["superseded"] = [d for d in present if d != entry["digest"]]
-            for image_name, ref in prepared.refs.items():
-                digest = prepared.pins.placements[image_name].digest
-                held = next((i for i in images if i.has_digest(ref.name, digest)), None)
-                if held is not None:
-                    tagged_at = None
-                    if str(ref) not in recorded:
-                        try:
-                            tagged_at = prepared.runtimes[node].last_tag_time(held.id)
-                        except Exception:  # noqa: BLE001 - only a timestamp
-                            tagged_at = None
-                    cache.set_found(rec, str(ref), digest=digest, size=held.size, image_id=held.id,
-                                    tagged_at=tagged_at)
-        for node, reason in prepared.unreachable.items():
-            cache.node_record(doc, by_name[node])["prewarm"] = {"status": "failed", "reason": reason, "at": now_iso()}
+    doc = ctx.state.read()
+    scans = []
+    for node, images in prepared.scans.items():
+        recorded = node_images(doc, node)
+        found = []
+        for image_name, ref in prepared.refs.items():
+            digest = prepared.pins.placements[image_name].digest
+            held = next((i for i in images if i.has_digest(ref.name, digest)), None)
+            if held is not None:
+                tagged_at = None if str(ref) in recorded else _tag_time(prepared.runtimes[node], held.id)
+                found.append(FoundImage(ref=str(ref), digest=digest, size=held.size, image_id=held.id,
+                                        tagged_at=tagged_at))
+        scans.append(NodeScan(node=node_facts(by_name[node]), repo_digests={d for i in images for d in i.digests},
+                              found=found))
+    record_scans(ctx.state, scans, {node_facts(by_name[node]): reason
+                                    for node, reason in prepared.unreachable.items()})
     for node, reason in prepared.unreachable.items():
         ctx.event(NAME, "scan", node, "failed", reason=reason)
+
+
+def _tag_time(runtime, image_id: str) -> str | None:
+    """When the node's tag of the image was set (None if the daemon does not say)."""
+    try:
+        return runtime.last_tag_time(image_id)
+    except Exception:  # noqa: BLE001 - only a timestamp
+        return None
+
+
+def node_facts(node: NodeSpec) -> NodeFacts:
+    """What the profile says of `node`, for its record in the state file."""
+    return NodeFacts(name=node.name, address=node_address(node), tier=node.tier, cpus=node.cpus,
+                     memory_mb=node.memory_mb, docker_host=node.docker_host, disk_budget_gb=node.disk_budget_gb)
+
+
+def node_address(node: NodeSpec) -> str:
+    if node.docker_host.startswith("unix://"):
+        return "127.0.0.1"
+    return urlparse(node.docker_host).hostname or node.docker_host
 
 
 def _prune(ctx: Context, prepared: Prepared) -> list[dict]:
@@ -551,16 +559,7 @@ def _prune(ctx: Context, prepared: Prepared) -> list[dict]:
         ctx.event(NAME, "prune", f"{item.node}/{item.reference}", outcome, why=item.why, reason=reason)
     removed = [p for p in out if p["outcome"] == "removed"]
     if removed:
-        with ctx.state.update() as doc:
-            for p in removed:
-                images = node_images(doc, p["node"])
-                if p["reference"] in images:
-                    del images[p["reference"]]
-                    continue
-                for entry in images.values():
-                    old = p["digest"]
-                    if old in (entry.get("superseded") or []):
-                        entry["superseded"].remove(old)
+        forget_images(ctx.state, [(p["node"], p["reference"], p["digest"]) for p in removed])
     return out
 
 
@@ -586,13 +585,11 @@ class _StateListener:
         self.inner.task_done(result)
 
     def wave_done(self, index: int, results: list[PullResult]) -> None:
-        with self.ctx.state.update() as doc:
-            for r in results:
-                rec = cache.node_record(doc, self.by_name[r.task.node])
-                if r.outcome == "pulled":
-                    cache.set_pulled(rec, str(r.task.ref), digest=r.task.digest, size=r.size,
-                                     started_at=r.started_at, pulled_at=r.finished_at, seconds=r.seconds,
-                                     attempts=r.attempts, image_id=r.image_id)
+        record_pulls(self.ctx.state, {name: node_facts(node) for name, node in self.by_name.items()},
+                     [ImagePull(node=r.task.node, ref=str(r.task.ref), digest=r.task.digest, size=r.size,
+                                started_at=r.started_at, pulled_at=r.finished_at, seconds=r.seconds,
+                                attempts=r.attempts, image_id=r.image_id)
+                      for r in results if r.outcome == "pulled"])
         self.inner.wave_done(index, results)
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from rl360cli.errors import Rl360Error
 from rl360cli.stages.base import Action, Context
-from rl360cli.state import TierRecord, node_images, profile_path
+from rl360cli.state import queries, transitions
+from rl360cli.state.schema import TierRecord
 
 NAME = "provision"
 
@@ -36,15 +37,11 @@ def plan(ctx: Context) -> list[Action]:
 def apply(ctx: Context) -> dict[str, TierRecord]:
     if _already_provisioned(ctx):
         ctx.say("tiers: already provisioned")
-        return ctx.state.read()["tiers"]
+        return queries.tiers(ctx.state.read())
     tiers, nodes = ctx.backend.provision()
-    with ctx.state.update() as doc:
-        doc["profile"] = {"name": ctx.profile.name, "path": str(ctx.profile_path), "backend": ctx.profile.backend}
-        doc["tiers"] = tiers
-        for name, node in nodes.items():
-            # A node's warm image cache survives re-provisioning: the images are still on its disk.
-            node["images"] = node_images(doc, name)
-            doc["nodes"][name] = node
+    transitions.record_provision(
+        ctx.state, {"name": ctx.profile.name, "path": str(ctx.profile_path), "backend": ctx.profile.backend},
+        tiers, nodes)
     for name, tier in tiers.items():
         ctx.event(NAME, "allocate", f"tier {name}", nodes=tier.get("nodes"), job=tier.get("job_id"))
         ctx.say(f"tier {name}: {tier['status']} on {', '.join(tier.get('nodes') or ['(pending)'])}")
@@ -53,13 +50,13 @@ def apply(ctx: Context) -> dict[str, TierRecord]:
 
 def _already_provisioned(ctx: Context) -> bool:
     doc = ctx.state.read()
-    if not doc["tiers"]:
+    if not queries.tiers(doc):
         return False
-    recorded = profile_path(doc)
+    recorded = queries.profile_path(doc)
     if recorded and recorded != str(ctx.profile_path):
         raise Rl360Error(
             f"the cluster is provisioned with profile {recorded}, not {ctx.profile_path}",
             "run `rl360 down` first, or pass the same --profile",
         )
-    live = ctx.backend.tiers_alive(doc["tiers"])
+    live = ctx.backend.tiers_alive(queries.tiers(doc))
     return all(live.get(name) for name in ctx.profile.tiers)

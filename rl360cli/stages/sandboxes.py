@@ -3,7 +3,7 @@
 `launch` starts N sandboxes of one image through the admission controller
 (waves of `wave_size` every `interval_s`, per-node caps, warm-first placement)
 and leaves them running after the command exits; each is recorded under the
-state file's `sandboxes` section (`SandboxRecord` in rl360cli/state.py).
+state file's `sandboxes` section (`SandboxRecord` in rl360cli/state/schema.py).
 
 `observe` checks each recorded sandbox against its daemon or process;
 `stop` removes recorded sandboxes (all, one run's, or by id) and forgets them.
@@ -21,7 +21,8 @@ from typing import Any, Literal
 
 from rl360cli.errors import Rl360Error
 from rl360cli.stages.base import Action, Context
-from rl360cli.state import SandboxRecord, SandboxStatus, now_iso
+from rl360cli.state import queries, transitions
+from rl360cli.state.schema import SandboxRecord, SandboxStatus, now_iso
 
 NAME = "sandboxes"
 
@@ -72,7 +73,6 @@ def launch(ctx: Context, spec: FleetSpec) -> dict[str, Any]:
     from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig
     from rl360cli.sandbox.providers import make_provider
     from rl360cli.sandbox.task import Task
-    from rl360cli.sandbox.waves import node_images_from_state
 
     capacity = sum(_fit_count(n, spec) for n in _capacities(ctx, spec))
     if capacity < spec.count:
@@ -89,7 +89,7 @@ def launch(ctx: Context, spec: FleetSpec) -> dict[str, Any]:
                 docker_image=None if image == "host" else image, cpus=spec.cpus, memory_mb=spec.memory_mb,
                 storage_mb=64, agent_timeout_s=1, verifier_timeout_s=1, workdir="/app")
     provider = make_provider(config, nodes=ctx.profile.nodes, run_id=run,
-                             node_images=node_images_from_state(ctx.state.read()),
+                             node_images=queries.image_digests(ctx.state.read()),
                              registry=ctx.profile.registry)
     ctx.event(NAME, "launch", f"fleet {run}", count=spec.count, provider=spec.provider, image=image)
     started, failed = asyncio.run(_launch(ctx, provider, task, spec, run))
@@ -118,8 +118,7 @@ async def _launch(ctx: Context, provider, task, spec: FleetSpec, run: str) -> tu
                       queued_s=round(admitted.queued_s, 4) if admitted else 0.0)
         if admitted:
             record["warm"] = admitted.warm
-        with ctx.state.update() as doc:
-            doc["sandboxes"][sandbox.id] = record
+        transitions.record_sandbox(ctx.state, sandbox.id, record)
         started.append({"id": sandbox.id, **record})
 
     try:
@@ -133,8 +132,7 @@ def observe(ctx: Context) -> dict[str, SandboxRecord]:
     """Every recorded sandbox with its status checked now (running, exited, missing, unknown); updates the state."""
     from rl360cli.backends import procinfo
 
-    doc = ctx.state.read()
-    records = doc["sandboxes"]
+    records = queries.sandboxes(ctx.state.read())
     seen: dict[str, SandboxStatus] = {}
     by_host: dict[str, list[str]] = {}
     for sid, rec in records.items():
@@ -155,10 +153,7 @@ def observe(ctx: Context) -> dict[str, SandboxRecord]:
             seen[sid] = SandboxStatus.UNKNOWN if states is None else states.get(cid, SandboxStatus.MISSING)
     changed = {sid: s for sid, s in seen.items() if records[sid]["status"] != s}
     if changed:
-        with ctx.state.update() as new:
-            for sid, status in changed.items():
-                if sid in new["sandboxes"]:
-                    new["sandboxes"][sid]["status"] = status
+        transitions.set_sandbox_statuses(ctx.state, changed)
     return {sid: {**rec, "status": seen.get(sid, rec["status"])} for sid, rec in records.items()}
 
 
@@ -166,7 +161,7 @@ def stop(ctx: Context, *, ids: tuple[str, ...] = (), run: str | None = None) -> 
     """Remove the chosen recorded sandboxes (all when neither ids nor run is given) and forget them."""
     from rl360cli.sandbox import janitor
 
-    records = ctx.state.read()["sandboxes"]
+    records = queries.sandboxes(ctx.state.read())
     unknown = [i for i in ids if i not in records]
     if unknown:
         raise Rl360Error(f"no recorded sandbox {', '.join(unknown)}", "see `rl360 sandboxes list`")
@@ -178,9 +173,7 @@ def stop(ctx: Context, *, ids: tuple[str, ...] = (), run: str | None = None) -> 
     # A container whose node did not answer stays recorded, so that a later stop or `down` retries it.
     gone = [sid for sid, rec in chosen.items()
             if not rec["container_id"] or not any(rec["container_id"][:12] in p for p in janitor.last_problems)]
-    with ctx.state.update() as doc:
-        for sid in gone:
-            doc["sandboxes"].pop(sid, None)
+    transitions.forget(ctx.state, sandboxes=gone)
     ctx.event(NAME, "stop", f"{len(gone)} sandboxes", removed=len(removed))
     return gone
 

@@ -14,9 +14,9 @@ cluster address, filled in on the node (`<node address>` in the plan), never
 every interface of the node.
 
 Coming back: each record keeps what started it (argv, env, ports, node), so a dead
-engine or router can be started again exactly so. The run's trainer does that by
-itself (its health watcher, rl360cli/inference/health.py); `restart(ctx, cid)`
-does it by hand, through the same `relaunch_component` and the same backend
+engine or router can be started again exactly so. The run's control plane, started
+here beside the router, does that by itself (rl360cli/run/control.py); `restart(ctx,
+cid)` does it by hand, through the same `relaunch_component` and the same backend
 `launch` (a supervised subprocess locally, a job step on Slurm).
 """
 
@@ -30,8 +30,12 @@ from pathlib import Path
 from rl360cli.backends.base import ComponentSpec
 from rl360cli.config import run_policy_dir
 from rl360cli.errors import Rl360Error
-from rl360cli.stages.base import Action, Context, component_is_live, start_component, start_components
+from rl360cli.stages.base import Action, Context, component_is_live, python_argv, start_component, start_components
+from rl360cli.inference.apikey import optional_api_key
+from rl360cli.inference.health import router_forget, router_register
+from rl360cli.run.restarts import relaunch_component
 from rl360cli.stages.train import thread_env
+from rl360cli.state import queries
 
 NAME = "serve"
 
@@ -67,9 +71,8 @@ def _node_names(ctx: Context) -> tuple[list[str], str, bool]:
     from rl360cli.backends.slurm_placement import placement
 
     slots = placement(ctx.profile, ctx.need_recipe()).engines
-    tiers = ctx.state.read()["tiers"]
-    rollout = (tiers.get("rollout") or {}).get("nodes") or []
-    service = (tiers.get("service") or {}).get("nodes") or []
+    doc = ctx.state.read()
+    rollout, service = queries.tier_nodes(doc, "rollout"), queries.tier_nodes(doc, "service")
     known = bool(service) and all(s.node_index < len(rollout) for s in slots)
     if not known:
         return [f"rollout[{s.node_index}]" for s in slots], "service[0]", False
@@ -119,7 +122,15 @@ def component_specs(ctx: Context) -> list[ComponentSpec]:
         engine_env = thread_env(ctx, "rollout", sharing=engine.num_engines)
         specs = [dataclasses.replace(s, env={**engine_env, **s.env}) if s.kind.startswith("engine") else s
                  for s in specs]
-    return specs
+    return [*specs, control_spec(ctx, node=router_node if on_nodes else None)]
+
+
+def control_spec(ctx: Context, *, node: str | None) -> ComponentSpec:
+    """The run's control plane (rl360cli/run/control.py) beside the router: it starts again the engines and the
+    router that die, from a process that outlives the trainer (on Slurm, a job step of its own)."""
+    argv = python_argv("rl360cli.run.control", "--state", str(ctx.state.path.absolute()), "--run", ctx.run_id or "")
+    return ComponentSpec(name="control", tier="service", stage=NAME, kind="control", argv=argv, run=ctx.run_id,
+                         node=node)
 
 
 def plan(ctx: Context) -> list[Action]:
@@ -134,7 +145,7 @@ def plan(ctx: Context) -> list[Action]:
                       detail=f"the run's key in {api_key_file(ctx)}, made if missing (mode 0600, never "
                              "printed); every engine and the router require it")]
     for spec in component_specs(ctx):
-        detail = f"{spec.url} on the {spec.tier} tier"
+        detail = f"{spec.url or 'watches the engines and the router'} on the {spec.tier} tier"
         if spec.kind.startswith("engine"):
             detail += f", {recipe.engine.kind} engine, batch ≤ {recipe.engine.max_batch_size}"
         actions.append(Action(stage=NAME, verb="start", subject=spec.id, detail=detail, command=spec.argv))
@@ -165,23 +176,14 @@ def apply(ctx: Context) -> list[dict]:
     ctx.event(NAME, "prepare", "api key", path=str(api_key_file(ctx)))
     # Engines first, side by side: the router is given their URLs and checks them as it starts.
     router = next(s for s in specs if s.kind == "router")
-    engine_specs = [s for s in specs if s is not router]
+    engine_specs = [s for s in specs if s.kind.startswith("engine")]
     records = [*start_components(ctx, engine_specs, ready_timeout_s=300.0),
                start_component(ctx, router, ready_timeout_s=300.0)]
-    _record_launch_env(ctx, specs)
     engines = [s.url for s in engine_specs]
     # The router is ready once one engine is registered; rollouts should find all of them there.
     wait_router_workers(router.url, engines, api_key=key, timeout_s=120.0)
-    return records
-
-
-def _record_launch_env(ctx: Context, specs: list[ComponentSpec]) -> None:
-    """Keep each component's env in its record (Slurm's launch does already): a restart starts it the same way."""
-    with ctx.state.update() as doc:
-        for spec in specs:
-            rec = doc["components"].get(spec.id)
-            if rec is not None and "env" not in rec:
-                rec["env"] = dict(spec.env)
+    # Then what watches them all (stand-in engines, many per process, are never restarted one by one).
+    return [*records, *(start_component(ctx, s) for s in specs if s.kind == "control")]
 
 
 def restart(ctx: Context, cid: str) -> dict:
@@ -189,18 +191,15 @@ def restart(ctx: Context, cid: str) -> dict:
 
     An engine comes back serving policy v0 from its recorded command: with a trainer running, its next weight
     sync finds the engine outside the group and re-forms the group with it (trainer/broadcast.py); the
-    trainer's health watcher does all of this by itself when an engine dies."""
-    from rl360cli.inference.apikey import optional_api_key
-    from rl360cli.inference.health import relaunch_component, router_forget, router_register
+    run's control plane does all of this by itself when an engine dies."""
 
     doc = ctx.state.read()
-    rec = doc["components"].get(cid)
+    rec = queries.component(doc, cid)
     if rec is None or rec.get("stage") != NAME:
-        known = sorted(c for c, r in doc["components"].items() if r.get("stage") == NAME)
+        known = sorted(c for c, r in queries.components(doc).items() if r.get("stage") == NAME)
         raise Rl360Error(f"no engine or router {cid!r} is recorded", f"name one of: {', '.join(known) or 'none'}")
     key = optional_api_key(ctx.run_root / rec["run"]) if rec.get("run") else None
-    router = next((r for r in doc["components"].values()
-                   if r.get("kind") == "router" and r.get("run") == rec.get("run") and r.get("url")), None)
+    router = queries.run_router(doc, rec["run"])
     is_engine = rec["kind"].startswith("engine")
     if is_engine and router is not None:
         with contextlib.suppress(OSError, ValueError, KeyError):

@@ -19,8 +19,12 @@ from dataclasses import dataclass, field
 
 from rl360cli.backends.base import Observation
 from rl360cli.stages.base import Context
-from rl360cli.state import (COMPONENT_FINAL, ComponentRecord, ComponentStatus, NodeRecord, ProfileRecord, RunRecord,
-                            RunStatus, SandboxStatus, StateDoc, TierRecord, by_backend, component_run, live_components)
+from rl360cli.errors import Rl360Error
+from rl360cli.inference.apikey import optional_api_key
+from rl360cli.inference.health import served_versions
+from rl360cli.state import queries, transitions
+from rl360cli.state.schema import (COMPONENT_FINAL, ComponentRecord, ComponentStatus, NodeRecord, ProfileRecord,
+                                   RunRecord, RunStatus, SandboxStatus, StateDoc, TierRecord)
 
 NAME = "status"
 
@@ -54,7 +58,7 @@ class StatusReport:
 def observe(ctx: Context, doc: StateDoc) -> dict[str, Observation]:
     """What every non-final component of `doc` is doing now, one batched call per backend."""
     seen: dict[str, Observation] = {}
-    for name, records in by_backend(live_components(doc)).items():
+    for name, records in queries.by_backend(queries.live_components(doc)).items():
         seen.update(ctx.backend_named(name).observe(records))
     return seen
 
@@ -62,46 +66,35 @@ def observe(ctx: Context, doc: StateDoc) -> dict[str, Observation]:
 def reconcile(ctx: Context) -> StatusReport:
     doc = ctx.state.snapshot()
     seen = observe(ctx, doc)
-    changed = [cid for cid, obs in seen.items() if _differs(doc["components"].get(cid), obs)]
+    changed = [cid for cid, obs in seen.items() if _differs(queries.component(doc, cid), obs)]
     runs_to_fail = _runs_whose_trainer_ended(doc, seen)
     if changed or runs_to_fail:
-        with ctx.state.update() as doc:
-            for cid in changed:
-                rec = doc["components"].get(cid)
-                if rec is None or rec["status"] in COMPONENT_FINAL:
-                    continue  # changed under us (another command stopped it): theirs wins
-                obs = seen[cid]
-                rec.update(status=obs.status, exit_code=obs.exit_code, reason=obs.reason)
-            for run_id, (status, reason) in runs_to_fail.items():
-                run = doc["runs"].get(run_id)
-                if run is not None and run["status"] == RunStatus.RUNNING:
-                    run.update(status=status, reason=reason)
+        # A component another command stopped meanwhile keeps what that command wrote.
+        transitions.record_observations(
+            ctx.state, {cid: (seen[cid].status, seen[cid].exit_code, seen[cid].reason) for cid in changed},
+            runs_to_fail)
         for cid in changed:
             obs = seen[cid]
             ctx.event(NAME, "observe", cid, obs.status, exit_code=obs.exit_code, reason=obs.reason)
-    if _heal(ctx, doc):
+    if changed or runs_to_fail or _heal(ctx, doc):
         doc = ctx.state.read()
     return StatusReport(
-        profile=doc["profile"], tiers=doc["tiers"], nodes=doc["nodes"], components=doc["components"],
-        runs=doc["runs"], current_run=doc.get("current_run"),
-        sandboxes=dict(Counter(s["status"] for s in doc["sandboxes"].values())), changed=changed,
+        profile=queries.profile(doc), tiers=queries.tiers(doc), nodes=queries.nodes(doc),
+        components=queries.components(doc), runs=queries.runs(doc), current_run=queries.current_run_id(doc),
+        sandboxes=dict(Counter(s["status"] for s in queries.sandboxes(doc).values())), changed=changed,
         engine_versions=engine_versions(ctx, doc),
     )
 
 
 def engine_versions(ctx: Context, doc: StateDoc) -> dict[str, int | None]:
     """The policy version each running engine (of a run with a key file, or none) serves now."""
-    from rl360cli.errors import Rl360Error
-    from rl360cli.inference.apikey import optional_api_key
-    from rl360cli.inference.health import served_versions
-
     by_run: dict[str | None, dict[str, str]] = {}
-    for cid, rec in doc["components"].items():
+    for cid, rec in queries.components(doc).items():
         if rec.get("kind", "").startswith("engine") and rec.get("url") and rec["status"] == ComponentStatus.RUNNING:
             by_run.setdefault(rec.get("run"), {})[cid] = rec["url"]
     found: dict[str, int | None] = {}
     for run_id, engines in by_run.items():
-        run = doc["runs"].get(run_id or "")
+        run = queries.run(doc, run_id)
         try:
             key = optional_api_key(run["run_dir"]) if run and run.get("run_dir") else None
         except Rl360Error:
@@ -113,7 +106,7 @@ def engine_versions(ctx: Context, doc: StateDoc) -> dict[str, int | None]:
 
 def _heal(ctx: Context, doc: StateDoc) -> bool:
     """Let backends that recover from lost nodes (Slurm: a bounded requeue) take their next step."""
-    names = {t["backend"] for t in doc["tiers"].values()}
+    names = {t["backend"] for t in queries.tiers(doc).values()}
     progressed = False
     for name in sorted(names):
         heal = getattr(ctx.backend_named(name), "heal", None)
@@ -135,8 +128,8 @@ def _runs_whose_trainer_ended(doc: StateDoc, seen: dict[str, Observation]) -> di
     """A run still marked running whose trainer component has ended without saying so."""
     out = {}
     for cid, obs in seen.items():
-        rec = doc["components"][cid]
-        run = component_run(doc, rec)
+        rec = queries.component(doc, cid)
+        run = queries.component_run(doc, rec)
         if rec["kind"] == "trainer" and run and run["status"] == RunStatus.RUNNING and obs.status in COMPONENT_FINAL:
             reason = f"trainer {obs.reason or obs.status}"
             out[rec["run"]] = (RunStatus.FAILED if obs.status == ComponentStatus.FAILED else RunStatus.FINISHED, reason)

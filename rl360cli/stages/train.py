@@ -1,6 +1,6 @@
 """Stage `train`: start the run's trainer on the training tier.
 
-The trainer component (`python -m rl360cli.loop.driver`) sets up Ray and the
+The trainer component (`python -m rl360cli.run.driver`) sets up Ray and the
 session actors, the trainer and the weight broadcast, and runs the loop. It
 finds the run's engines and router in the state file, so `serve` comes first.
 Idempotent: a trainer of this run that is already running is left alone.
@@ -13,7 +13,8 @@ import dataclasses
 from rl360cli.backends.base import ComponentSpec
 from rl360cli.ports import free_port
 from rl360cli.stages.base import Action, Context, python_argv, start_component
-from rl360cli.state import ComponentRecord
+from rl360cli.state import queries
+from rl360cli.state.schema import ComponentRecord
 
 NAME = "train"
 
@@ -41,7 +42,7 @@ def trainer_spec(ctx: Context, *, resume: bool = False) -> ComponentSpec:
         # One torchrun per training node (one Slurm task each, on every node of the tier), meeting at
         # the first node by torchrun's c10d rendezvous: world = TP x PP x DP over the tier's GPUs.
         layout = megatron_layout(ctx)
-        nodes = ctx.state.read()["tiers"].get("training", {}).get("nodes") or [FIRST_TRAINING_NODE]
+        nodes = queries.tier_nodes(ctx.state.read(), "training") or [FIRST_TRAINING_NODE]
         # One node: its ranks meet on loopback (no name to resolve).
         host = nodes[0] if layout.nodes > 1 else "127.0.0.1"
         argv = cluster_trainer_argv(driver_args, layout, rendezvous_host=host,
@@ -57,7 +58,7 @@ def trainer_spec(ctx: Context, *, resume: bool = False) -> ComponentSpec:
                             rdzv_id=f"rl360-{ctx.run_id}")
         env = {**thread_env(ctx, "training", sharing=ranks, alone=alone), "GLOO_SOCKET_IFNAME": "lo"}
     else:
-        argv, env = python_argv("rl360cli.loop.driver", *driver_args), thread_env(ctx, "training", alone=alone)
+        argv, env = python_argv("rl360cli.run.driver", *driver_args), thread_env(ctx, "training", alone=alone)
     return ComponentSpec(name="trainer", tier="training", stage=NAME, kind="trainer", argv=argv, run=ctx.run_id,
                          env=env, node=node)
 
@@ -83,7 +84,7 @@ def plan(ctx: Context) -> list[Action]:
 
 
 def apply(ctx: Context, *, resume: bool = False) -> ComponentRecord:
-    run = ctx.state.read()["runs"].get(ctx.run_id or "")
+    run = queries.run(ctx.state.read(), ctx.run_id)
     resume = resume or bool(run and run["resumed"])
     spec = trainer_spec(ctx, resume=resume)
     if ctx.profile.backend == "slurm":
@@ -112,7 +113,7 @@ def thread_env(ctx: Context, tier: str, *, sharing: int = 1, alone: bool = False
     """Math-library threads for a component: its tier's CPUs shared among `sharing` components.
     `alone`: the component computes only while the other tiers on its nodes wait (the trainer of a
     synchronous loop), so it takes their CPUs too."""
-    tiers = ctx.state.read()["tiers"]
+    tiers = queries.tiers(ctx.state.read())
     own = tiers.get(tier)
     cpus = _cpus(own)
     if alone and own:

@@ -26,7 +26,7 @@ engine is left does `broadcast` raise `WeightSyncError`; when every engine left
 is one the health watcher is restarting, it sends nothing and returns (each
 rejoins with the trainer's weights of then, so no version is lost).
 
-Rejoin: an engine the health watcher restarted (inference/health.py) comes back at the same URL,
+Rejoin: an engine the run's control plane restarted (run/control.py) comes back at the same URL,
 holding policy v0 and no group. `rejoin(url, named_tensors, version)` takes it back: it is no longer
 counted failed, the current group is torn down and a new one is formed with every live engine (a
 gloo or NCCL group has a fixed world size: no rank can be added to a formed group, so the group is

@@ -1,6 +1,6 @@
 """A test-only fault hook: the trainer process dies at a named point of a named step.
 
-    RL360_FAULT_POINT=after_update@3 python -m rl360cli.loop.driver ...
+    RL360_FAULT_POINT=after_update@3 python -m rl360cli.run.driver ...
 
 makes the process `os._exit(FAULT_EXIT)` when it reaches `after_update` in step 3 (0-based), with
 nothing flushed and nothing cleaned up, as a SIGKILL or a preempted node would leave it. The

@@ -2,7 +2,7 @@
 
     argv = trainer_argv(["--state", state_path, "--run", run_id], nproc_per_node=2, master_port=29510)
     # python -m torch.distributed.run --nproc-per-node=2 --nnodes=1 --node-rank=0
-    #     --master-addr=127.0.0.1 --master-port=29510 -m rl360cli.loop.driver -- --state ... --run ...
+    #     --master-addr=127.0.0.1 --master-port=29510 -m rl360cli.run.driver -- --state ... --run ...
 
     layout = TrainerLayout.of(tensor_parallel=4, pipeline_parallel=1, nodes=8, ranks_per_node=8)
     layout.describe()       # '64 ranks = TP 4 x PP 1 x DP 16 (8 nodes x 8)'
@@ -10,7 +10,7 @@
                                 run_id="r1")   # one such torchrun per training node (e.g. an srun task each)
 
 Rank 0 of that world runs the driver (the loop, the state file, the weight broadcast); ranks > 0
-follow it (rl360cli.loop.driver.main -> follow_run -> MegatronTrainer.serve). See docs/trainer.md.
+follow it (rl360cli.run.driver.main -> follow_run -> MegatronTrainer.serve). See docs/trainer.md.
 Tested by tests/trainer/test_megatron_trainer.py, test_megatron_launch.py and test_megatron_driver.py.
 """
 
@@ -65,7 +65,7 @@ def cluster_trainer_argv(driver_args: Sequence[str], layout: TrainerLayout, *, r
 
 def trainer_argv(driver_args: Sequence[str], *, nproc_per_node: int, nnodes: int = 1, master_addr: str = "127.0.0.1",
                  master_port: int = 29500, rdzv_id: str = "rl360-trainer", python: str | None = None,
-                 module: str = "rl360cli.loop.driver") -> tuple[str, ...]:  # fmt: skip
+                 module: str = "rl360cli.run.driver") -> tuple[str, ...]:  # fmt: skip
     """The command line that starts the megatron trainer component: torchrun over `module`.
 
     One node: a static rendezvous on `master_addr:master_port`. Several nodes (one launch per

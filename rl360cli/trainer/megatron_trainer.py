@@ -15,7 +15,7 @@ one; global rank 0 (the *leader*) is the one the RL loop talks to, the others *f
         trainer.serve()                            # runs the leader's commands until close()
 
 `megatron_launch.trainer_argv(...)` is the torchrun command line of the trainer component;
-ranks > 0 of `python -m rl360cli.loop.driver` build their shard and `serve()`. How it works:
+ranks > 0 of `python -m rl360cli.run.driver` build their shard and `serve()`. How it works:
 - Model: `GPTModel` with Megatron's local (non-Transformer-Engine) layer spec: RMSNorm, SwiGLU,
   RoPE, grouped-query attention, Qwen2's q/k/v bias, Qwen3's QK-norm, tied or untied embeddings. Weights are read
   from the Hugging Face safetensors and converted and sharded by `megatron_convert`.

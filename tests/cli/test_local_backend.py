@@ -16,7 +16,7 @@ from rl360cli.backends import procinfo
 from rl360cli.backends.base import ComponentSpec
 from rl360cli.config import load_profile
 from rl360cli.stages.base import Context, start_component
-from rl360cli.state import StateFile
+from rl360cli.state.store import StateFile
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ import pytest
 from rl360cli.config import RUN_OVERRIDES, RUN_RECIPE, load_profile, load_recipe, load_run_recipe
 from rl360cli.configload import ConfigError, parse_override
 from rl360cli.stages.base import Context
-from rl360cli.stages.run import add_run_overrides, start_run
-from rl360cli.state import StateFile
+from rl360cli.stages.lifecycle import add_run_overrides, start_run
+from rl360cli.state.store import StateFile
 from tests.conftest import REPO
 
 SMOKE = REPO / "recipes" / "local-smoke.toml"
@@ -94,7 +94,7 @@ def test_a_runs_overrides_are_recorded_and_its_processes_read_the_same_recipe(ct
     assert (run_dir / RUN_RECIPE).read_text() == SMOKE.read_text()  # the file as it was
     assert json.loads((run_dir / RUN_OVERRIDES).read_text())["set"] == [
         "sandbox.inject_failure_rate=0.25", "run.seed=3", "loop.num_steps=7"]
-    # What the driver and the trainer's ranks load (loop/driver.py), and its paths still resolve.
+    # What the driver and the trainer's ranks load (run/driver.py), and its paths still resolve.
     seen = load_run_recipe(run_dir)
     assert (seen.run.seed, seen.loop.num_steps, seen.sandbox.inject_failure_rate) == (3, 7, 0.25)
     assert seen == ctx.recipe and Path(seen.tasks.path).is_dir()

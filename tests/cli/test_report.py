@@ -34,7 +34,7 @@ from rl360cli.stages.base import Context
 from rl360cli.stages.report.build import write_report
 from rl360cli.stages.report.charts import CHARTS
 from rl360cli.stages.report.series import read_rows, run_progress
-from rl360cli.state import StateFile
+from rl360cli.state.store import StateFile
 from tests.conftest import REPO, need, run_cli
 from tests.loop.loop_standins import SyntheticRolloutsStandIn, loop_parts, make_tiny_model, tiny_trainer
 

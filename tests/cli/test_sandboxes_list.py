@@ -4,7 +4,8 @@ rows took 4 s), every sandbox on its own line with its status checked now."""
 from __future__ import annotations
 
 from rl360cli.commands.sandboxes import PLAIN_OVER
-from rl360cli.state import StateFile, now_iso
+from rl360cli.state.schema import now_iso
+from rl360cli.state.store import StateFile
 
 
 def test_a_large_fleet_is_listed_in_plain_columns_one_line_each(cli, state_path, tmp_path):

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from rl360cli.state import (SCHEMA_VERSION, ComponentStatus, NodeStatus, RunStatus, SandboxStatus, StateError,
-                            StateFile, TierStatus)
+from rl360cli.state.schema import (SCHEMA_VERSION, ComponentStatus, NodeStatus, RunStatus, SandboxStatus, StateError,
+                                   TierStatus)
+from rl360cli.state.store import StateFile
 
 
 def test_missing_file_is_an_empty_cluster(tmp_path):
@@ -139,7 +140,7 @@ def test_lock_timeout_names_the_holding_pid(tmp_path):
     state = StateFile(tmp_path / "state.json", lock_timeout_s=0.3)
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import time
-        from rl360cli.state import StateFile
+        from rl360cli.state.store import StateFile
         with StateFile({str(state.path)!r}).update():
             print("locked", flush=True)
             time.sleep(30)
@@ -181,7 +182,7 @@ def test_sixteen_cli_processes_each_record_their_own_component(tmp_path, cli):
     state = tmp_path / "state.json"
     script = textwrap.dedent("""
         import sys
-        from rl360cli.state import StateFile
+        from rl360cli.state.store import StateFile
         with StateFile(sys.argv[1]).update() as doc:
             doc["components"][f"service/c{sys.argv[2]}"] = {"status": "running", "backend": "local"}
     """)

@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from rl360cli.loop import driver
-from rl360cli.state import StateFile
+from rl360cli.run import driver
+from rl360cli.state import transitions
+from rl360cli.state.store import StateFile
 from tests.conftest import REPO, run_cli
 from tests.loop.conftest import LOCAL_SMOKE_V0, assert_nothing_left, write_run_files
 
@@ -53,7 +54,8 @@ def test_a_trainer_that_meets_its_engines_end_after_a_stop_leaves_the_run_stoppe
     assert state.read()["runs"]["r1"] == {"name": "r", "status": "stopped", "step": 2,
                                           "reason": "stopped by rl360 down", "ended_at": "t"}
     # And a trainer that reaches the loop only after the stop does not mark it running again.
-    driver.set_run(state, "r1", status="running", pid=1, step=3)
+    transitions.mark_run_running(state, "r1", pid=1)
+    transitions.record_run_progress(state, "r1", step=3, policy_version=3, reward_mean=None)
     assert state.read()["runs"]["r1"]["status"] == "stopped" and state.read()["runs"]["r1"]["step"] == 3
 
 

@@ -12,7 +12,7 @@ from rl360cli.configload import parse_override
 from rl360cli.stages import provision
 from rl360cli.stages.base import Context
 from rl360cli.stages.train import thread_env, trainer_spec
-from rl360cli.state import StateFile
+from rl360cli.state.store import StateFile
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "recipes" / "local-smoke.toml"

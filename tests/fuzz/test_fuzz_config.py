@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from rl360cli.config import ClusterProfile, Recipe, load_profile, load_recipe
 from rl360cli.configload import ConfigError, parse_override, read_toml
-from rl360cli.state import StateFile
+from rl360cli.state.store import StateFile
 from tests.conftest import REPO, run_cli
 
 RECIPES = sorted((REPO / "recipes").glob("*.toml"))

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from rl360cli.cli import app
-from rl360cli.state import SCHEMA_VERSION, StateError, StateFile, json_field_types
-from rl360cli import state as state_module
+from rl360cli.state.schema import SCHEMA_VERSION, StateError, json_field_types
+from rl360cli.state.store import StateFile
+from rl360cli.state import schema as state_module
 from tests.conftest import REPO
 
 

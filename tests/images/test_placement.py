@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from rl360cli.config import load_profile
-from rl360cli.images.cache import expected_digests
+from rl360cli.state.queries import expected_digests, image_digests
 from tests.images.conftest import write_images, write_profile
 
 pytestmark = pytest.mark.docker
@@ -20,7 +20,7 @@ def test_sandboxes_after_prewarm_start_on_warm_nodes_only(dev, images, tmp_path,
     from rl360cli.sandbox.config import SandboxConfig
     from rl360cli.sandbox.docker_provider import DockerProvider
     from rl360cli.sandbox.task import Task
-    from rl360cli.sandbox.waves import AdmissionController, node_images_from_state
+    from rl360cli.sandbox.waves import AdmissionController
 
     hot = images.push("hot", runnable=True)
     image_list = write_images(tmp_path / "images.toml",
@@ -37,7 +37,7 @@ def test_sandboxes_after_prewarm_start_on_warm_nodes_only(dev, images, tmp_path,
     provider = DockerProvider(load_profile(profile_path).nodes, config=config, run_id=f"pw-{uuid.uuid4().hex[:6]}")
     digests = expected_digests(doc)
     assert digests == {hot["ref"]: hot["digest"]}
-    controller = AdmissionController(provider, config=config, node_images=node_images_from_state(doc),
+    controller = AdmissionController(provider, config=config, node_images=image_digests(doc),
                                      image_digests=digests)
     # 6 sandboxes of 0.5 CPU: the two warm nodes (2 CPUs each) hold 8, so capacity allows all of them warm.
     tasks = [Task(id=f"t{i}", name=f"t{i}", path=tmp_path, instruction="", docker_image=hot["ref"], cpus=0.5,

@@ -108,7 +108,7 @@ def test_prewarm_on_a_slurm_profile_goes_through_job_steps(slurm_cluster, dev, i
     """A Slurm profile's unix:// socket is on the node: the prewarm reaches it by steps of the tier's job."""
     import json
 
-    from rl360cli.state import StateFile
+    from rl360cli.state.store import StateFile
 
     pushed = images.push("slurmy")
     job = _hold_a_node(slurm_cluster["env"])

@@ -10,7 +10,7 @@ import pytest
 from rl360cli.config import load_profile, load_recipe
 from rl360cli.stages import prewarm_images, up_stages
 from rl360cli.stages.base import Context
-from rl360cli.state import StateFile
+from rl360cli.state.store import StateFile
 from tests.conftest import REPO
 from tests.images.conftest import write_images, write_profile
 

@@ -21,7 +21,7 @@ from rl360cli.inference.keyed_launch import NODE_ADDRESS, fill
 from rl360cli.inference.launch import engine_command
 from rl360cli.stages import serve
 from rl360cli.stages.base import Context
-from rl360cli.state import StateFile
+from rl360cli.state.store import StateFile
 
 from .conftest import EngineProcess, free_port, wait_http_ok
 

@@ -25,9 +25,11 @@ from rl360cli.backends import procinfo
 from rl360cli.backends.base import ComponentSpec
 from rl360cli.backends.local import LocalBackend
 from rl360cli.inference.client import EngineClient, EngineError
-from rl360cli.inference.health import HealthPolicy, HealthWatcher, probe, served_version
+from rl360cli.inference.health import probe, served_version
+from rl360cli.run.control import HealthPolicy, HealthWatcher
 from rl360cli.inference.router import with_worker_urls
-from rl360cli.state import StateFile, now_iso
+from rl360cli.state.schema import now_iso
+from rl360cli.state.store import StateFile
 from tests.conftest import REPO
 
 RUN = "r1"
@@ -172,7 +174,7 @@ def test_nothing_is_restarted_once_stopped_or_once_the_run_is_over(cluster):
 
 def test_a_restart_that_meets_rl360_down_leaves_no_process_behind(cluster):
     from rl360cli.errors import Rl360Error
-    from rl360cli.inference.health import relaunch_component
+    from rl360cli.run.restarts import relaunch_component
 
     cid = cluster.start("engine-0")
     old = cluster.record(cid)

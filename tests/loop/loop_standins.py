@@ -4,7 +4,7 @@ cluster (engines, Ray session actors, sandboxes, the gloo broadcast).
 
     python -m tests.loop.loop_standins RUN_DIR MODEL_DIR [--resume] [--steps 6] [--checkpoint-every 2]
 
-runs a small loop in RUN_DIR the way `rl360cli.loop.driver` does (with `--resume`, from the newest
+runs a small loop in RUN_DIR the way `rl360cli.run.driver` does (with `--resume`, from the newest
 checkpoint); tests/loop/test_resume_ledger.py starts it with `RL360_FAULT_POINT` set to kill it.
 """
 

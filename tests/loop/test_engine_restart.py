@@ -4,7 +4,7 @@ start, then one engine killed by its pid, then one of the two session actors (as
 lost), then the router.
 
 Every injected failure is masked with its cause, never a reward of 0. The trainer's health watcher
-(rl360cli/inference/health.py) starts the engine again from its record, takes it back into the
+(rl360cli/run/control.py) starts the engine again from its record, takes it back into the
 weight-update group at the trainer's version and registers it with the router again; the attempts it was
 serving end as `engine_error` infra failures (masked); the run ends with every engine on the trainer's
 version, and `rl360 status` says so, with the restart counted. How long the engine took to be back is

@@ -13,11 +13,12 @@ import dataclasses
 import pytest
 
 from rl360cli.configload import ConfigError, from_mapping
-from rl360cli.loop import driver
+from rl360cli.run import driver
 from rl360cli.loop.config import LoopConfig
 from rl360cli.loop.ledger import StepLedger, read_ledger
 from rl360cli.loop.train_loop import NoTrainableGroups, guard_against_spinning, train_loop
-from rl360cli.state import RunStatus, StateFile
+from rl360cli.state.schema import RunStatus
+from rl360cli.state.store import StateFile
 from tests.loop.loop_standins import loop_parts, make_tiny_model, tiny_trainer
 
 

@@ -9,14 +9,18 @@ import time
 
 import pytest
 
-from rl360cli.loop import driver
-from rl360cli.state import StateError, StateFile
+from rl360cli.run import driver
+from rl360cli.state import transitions
+from rl360cli.state.schema import RunStatus, StateError
+from rl360cli.state.store import StateFile
 
 
 @pytest.fixture
 def state(tmp_path):
     state = StateFile(tmp_path / "state.json", lock_timeout_s=0.3)
-    driver.set_run(state, "r1", status="running", step=0)
+    transitions.start_run(state, "r1", name="r", recipe="r.toml", run_dir=str(tmp_path / "r1"), num_steps=9,
+                          resumed=False)
+    transitions.mark_run_running(state, "r1", pid=1)
     return state
 
 
@@ -36,21 +40,21 @@ def hold_lock(state: StateFile, seconds: float) -> threading.Thread:
 
 def test_a_steps_progress_is_left_out_while_the_state_file_is_locked(state, capsys):
     holder = hold_lock(state, 1.0)
-    assert driver.record_progress(state, "r1", step=3) is False
+    assert driver.record_progress(state, "r1", step=3, policy_version=3, reward_mean=None) is False
     assert "progress not recorded in the state file" in capsys.readouterr().out
     holder.join()
-    assert driver.record_progress(state, "r1", step=4) is True
+    assert driver.record_progress(state, "r1", step=4, policy_version=4, reward_mean=None) is True
     assert state.read()["runs"]["r1"]["step"] == 4
 
 
 def test_the_runs_end_waits_for_the_lock_then_fails_past_its_patience(state):
     holder = hold_lock(state, 1.0)
-    driver.set_run_patiently(state, "r1", status="finished", patience_s=10)
+    driver.end_run_patiently(state, "r1", RunStatus.FINISHED, patience_s=10)
     holder.join()
     assert state.read()["runs"]["r1"]["status"] == "finished"
 
     holder = hold_lock(state, 2.0)
     with pytest.raises(StateError, match="is locked by pid"):
-        driver.set_run_patiently(state, "r1", status="failed", patience_s=0.5)
+        driver.end_run_patiently(state, "r1", RunStatus.FAILED, patience_s=0.5)
     holder.join()
     assert state.read()["runs"]["r1"]["status"] == "finished"

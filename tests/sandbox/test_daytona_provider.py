@@ -417,7 +417,7 @@ def test_up_prewarms_the_recipes_snapshots_and_another_process_starts_from_them(
     from rl360cli.errors import Rl360Error
     from rl360cli.stages import prewarm_snapshots, up_stages
     from rl360cli.stages.base import Context
-    from rl360cli.state import StateFile
+    from rl360cli.state.store import StateFile
 
     monkeypatch.setenv("DAYTONA_API_KEY", "stand-in-key")
     task = load_task(write_task(tmp_path / "tasks", "t", dockerfile="FROM x\nWORKDIR /opt/tool\n"

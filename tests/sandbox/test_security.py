@@ -326,7 +326,7 @@ def test_a_background_child_is_killed_at_the_timeout(provider_of, tmp_path):
 @pytest.fixture
 def secrets_home():
     """A real state file and run folder, world-readable (so only the sandbox's isolation keeps them out)."""
-    from rl360cli.state import StateFile
+    from rl360cli.state.store import StateFile
 
     home = Path(tempfile.gettempdir()) / "rl360-test-secrets" / uuid.uuid4().hex[:12]
     state_path = home / ".rl360" / "state.json"

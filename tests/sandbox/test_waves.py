@@ -19,8 +19,9 @@ from rl360cli.sandbox.process import ProcessProvider
 from rl360cli.sandbox.provider import NodeCapacity, SandboxProvider
 from rl360cli.sandbox.task import load_task
 from rl360cli.sandbox.taxonomy import Event, SandboxError
-from rl360cli.sandbox.waves import AdmissionController, node_images_from_state
-from rl360cli.state import empty_state
+from rl360cli.sandbox.waves import AdmissionController
+from rl360cli.state.queries import image_digests
+from rl360cli.state.schema import empty_state
 from tests.sandbox.conftest import BUSYBOX, run, write_task
 
 
@@ -133,7 +134,7 @@ def test_a_node_whose_cache_holds_the_image_is_preferred_while_it_has_room(nodes
     provider = nodes(cpus=1.0)
     state = {"nodes": {"n2": {"images": {task.image_ref: {"digest": "sha256:abc", "size": 1}}}, "n1": {}}}
     ctl = AdmissionController(provider, config=SandboxConfig(max_concurrent=6, wave_size=6, wave_interval_s=0),
-                              node_images=node_images_from_state(state))
+                              node_images=image_digests(state))
     placed = run(hold(ctl, task, 6, seconds=0.2))
     first_two = [r.node for r in ctl.records[:2]]
     assert first_two == ["n2", "n2"] and all(r.warm for r in ctl.records[:2])
@@ -244,8 +245,8 @@ def test_node_images_from_state_reads_the_digest_of_each_image_record():
     doc = {"nodes": {"n1": {"images": {"a:1": {"digest": "sha256:1", "size": 3, "pulled_at": None, "seconds": 0.5},
                                        "b:2": {"digest": "sha256:2"}}},
                      "n2": {"address": "x"}}}
-    assert node_images_from_state(doc) == {"n1": {"a:1": "sha256:1", "b:2": "sha256:2"}, "n2": {}}
-    assert node_images_from_state(empty_state()) == {}
+    assert image_digests(doc) == {"n1": {"a:1": "sha256:1", "b:2": "sha256:2"}, "n2": {}}
+    assert image_digests(empty_state()) == {}
 
 
 # ----------------------------------------------------------------------------- the counters of each step's figures
@@ -295,7 +296,7 @@ def test_the_records_keep_the_latest_starts_and_the_warm_ratio_counts_the_whole_
                                 toml="[environment]\ncpus = 0.5\nmemory_mb = 64\n"))
     state = {"nodes": {"n2": {"images": {task.image_ref: {"digest": "sha256:abc", "size": 1}}}, "n1": {}}}
     ctl = AdmissionController(nodes(cpus=1.0), config=SandboxConfig(max_concurrent=6, wave_size=6, wave_interval_s=0),
-                              node_images=node_images_from_state(state))
+                              node_images=image_digests(state))
     run(hold(ctl, task, 6, seconds=0.2))  # 2 warm on n2, then 4 cold on n1 and n3
     assert len(ctl.records) == 6  # up to twice the kept: trimmed in halves
     run(hold(ctl, task, 1, prefix="t"))  # every node holds the image now: warm

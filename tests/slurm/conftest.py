@@ -153,7 +153,7 @@ def start_component(state: Path, *, name: str, tier: str, argv: list[str], kind:
     """Start a component through the stage code (as `serve`/`train` do), in this process."""
     from rl360cli.backends.base import ComponentSpec
     from rl360cli.stages.base import Context, resolve_profile, start_component as start
-    from rl360cli.state import StateFile
+    from rl360cli.state.store import StateFile
 
     state_file = StateFile(state)
     profile, path = resolve_profile(state_file.read(), None, None)
@@ -169,7 +169,7 @@ __all__ = ["DEV_ROOT", "write_profile", "start_component", "squeue_ids", "sacct_
 def start_spec(state: Path, spec) -> dict:
     """Start a prepared ComponentSpec through the stage code."""
     from rl360cli.stages.base import Context, resolve_profile, start_component as start
-    from rl360cli.state import StateFile
+    from rl360cli.state.store import StateFile
 
     state_file = StateFile(state)
     profile, path = resolve_profile(state_file.read(), None, None)

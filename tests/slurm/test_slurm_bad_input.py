@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rl360cli.backends.slurm_preflight import explain_sbatch_error
-from rl360cli.state import StateFile
+from rl360cli.state.store import StateFile
 from tests.slurm.conftest import slurm_out, write_profile
 
 pytestmark = pytest.mark.slurm

@@ -46,8 +46,8 @@ def test_a_failing_task_takes_its_step_down_and_status_says_why(rl360, small_clu
 def test_logs_follow_ends_with_the_run_and_its_exit_code(rl360, small_cluster):
     from rl360cli.config import load_recipe
     from rl360cli.stages.base import Context, resolve_profile
-    from rl360cli.stages.run import start_run
-    from rl360cli.state import StateFile
+    from rl360cli.stages.lifecycle import start_run
+    from rl360cli.state.store import StateFile
     from tests.conftest import REPO
 
     state = StateFile(rl360.state)

@@ -103,4 +103,4 @@ def test_a_megatron_trainer_on_slurm_is_one_torchrun_per_training_node(tmp_path)
     assert "64 ranks = TP 4 x PP 1 x DP 16 (8 nodes x 8), one torchrun per training node" in lines[row]
     assert ("-m torch.distributed.run --nproc-per-node=8 --nnodes=8 --rdzv-backend=c10d "
             "--rdzv-endpoint=<training[0]>:") in lines[row + 1]
-    assert "-m rl360cli.loop.driver -- --state" in lines[row + 1]
+    assert "-m rl360cli.run.driver -- --state" in lines[row + 1]

@@ -20,7 +20,7 @@ from rl360cli.backends import slurm_script
 from rl360cli.backends.slurm import SlurmBackend
 from rl360cli.backends.slurm_launch import StepFiles, srun_argv
 from rl360cli.config import load_profile, load_recipe
-from rl360cli.state import StateFile
+from rl360cli.state.store import StateFile
 from tests.conftest import REPO, need
 
 GOLDEN = Path(__file__).parent / "golden"

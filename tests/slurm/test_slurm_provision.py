@@ -13,7 +13,7 @@ import pytest
 
 from rl360cli.backends.slurm import SlurmBackend
 from rl360cli.config import load_profile
-from rl360cli.state import StateFile
+from rl360cli.state.store import StateFile
 from tests.slurm.conftest import DEV_PROFILE, sacct_states, squeue_ids, start_component, write_profile
 
 pytestmark = pytest.mark.slurm

@@ -7,8 +7,10 @@ import json
 from rl360cli import events
 from rl360cli.backends import slurm_requeue
 from rl360cli.backends.slurm import SlurmBackend
+from rl360cli.backends.slurm_observe import NODE_LOST
 from rl360cli.config import load_profile
-from rl360cli.state import StateFile
+from rl360cli.state import recovery
+from rl360cli.state.store import StateFile
 from tests.slurm.conftest import write_profile
 
 
@@ -49,7 +51,8 @@ def test_components_marked_for_restart_and_the_run_resumes(tmp_path):
         doc["components"]["training/engine-0"] = {
             "backend": "slurm", "tier": "training", "name": "engine-0", "kind": "engine", "run": "r1",
             "status": "failed", "reason": "hung: /health unreachable", "job_id": "999990", "node": "n7"}
-        slurm_requeue.mark_for_restart(doc, ("training",), ["999990"], ["n7"])
+    recovery.begin_requeue(state, ("training",), old_job_ids=["999990"], lost=["n7"], node_lost=NODE_LOST,
+                           requeued=slurm_requeue.REQUEUED, resuming=slurm_requeue.RESUMING)
     doc = state.read()
     assert doc["components"]["training/engine-0"]["restart"] is True
     trainer = doc["components"]["training/trainer"]

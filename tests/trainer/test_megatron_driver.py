@@ -1,5 +1,5 @@
 """`rl360 up` with `[trainer] kind = "megatron"` at TP=2: the train stage starts the trainer
-component under torchrun (`trainer_argv`), two ranks of `python -m rl360cli.loop.driver` against a real
+component under torchrun (`trainer_argv`), two ranks of `python -m rl360cli.run.driver` against a real
 run (local engine, real sglang-router, Ray session actors, process sandboxes, the gloo weight
 broadcast). Rank 0 drives the loop, rank 1 follows; the engine ends on the trainer's last policy version.
 """

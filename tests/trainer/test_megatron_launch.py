@@ -36,7 +36,7 @@ def test_one_torchrun_per_node_meeting_at_the_first():
     argv = cluster_trainer_argv(["--state", "s.json", "--run", "r1"], layout, rendezvous_host="node-a", port=29510,
                                 run_id="r1", python="py")  # fmt: skip
     assert argv == ("py", "-m", "torch.distributed.run", "--nproc-per-node=8", "--nnodes=8", "--rdzv-backend=c10d",
-                    "--rdzv-endpoint=node-a:29510", "--rdzv-id=rl360-r1", "-m", "rl360cli.loop.driver", "--",
+                    "--rdzv-endpoint=node-a:29510", "--rdzv-id=rl360-r1", "-m", "rl360cli.run.driver", "--",
                     "--state", "s.json", "--run", "r1")  # fmt: skip
     one = TrainerLayout.of(tensor_parallel=2, pipeline_parallel=1, nodes=1, ranks_per_node=2)
     assert one.describe() == "2 ranks = TP 2 x PP 1 x DP 1 (1 node x 2)"

@@ -229,7 +229,7 @@ def test_trainer_argv_one_node_and_several():
 
     one = trainer_argv(["--state", "s.json", "--run", "r1"], nproc_per_node=4, master_port=29511, python="py")
     assert one == ("py", "-m", "torch.distributed.run", "--nproc-per-node=4", "--nnodes=1", "--node-rank=0",
-                   "--master-addr=127.0.0.1", "--master-port=29511", "-m", "rl360cli.loop.driver", "--",
+                   "--master-addr=127.0.0.1", "--master-port=29511", "-m", "rl360cli.run.driver", "--",
                    "--state", "s.json", "--run", "r1")  # fmt: skip
     many = trainer_argv(["--run", "r1"], nproc_per_node=8, nnodes=2, master_addr="n1", master_port=29511,
                         rdzv_id="rl360-r1", python="py")  # fmt: skip

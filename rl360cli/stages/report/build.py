@@ -18,7 +18,7 @@ from rl360cli.stages.report.charts import CHARTS, draw_charts
 from rl360cli.stages.report.page import render_page
 from rl360cli.stages.report.series import RunSummary, read_rows, run_summary
 from rl360cli.stages.status import reconcile
-from rl360cli.state import RunRecord
+from rl360cli.state.schema import RunRecord
 
 NAME = "report"
 FOLDER = "report"

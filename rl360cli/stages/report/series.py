@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rl360cli.errors import Rl360Error
-from rl360cli.state import RUN_ACTIVE, RunStatus
+from rl360cli.state.schema import RUN_ACTIVE, RunStatus
 
 EVAL_KEY = re.compile(r"^eval/(pass@\w+)$")
 # Step times from the last this many steps estimate the time left.

@@ -1,56 +1,29 @@
-"""The cluster state file: one JSON document every stage reads and writes.
+"""The state file's schema: statuses, one record type per section, and the shape check a read makes.
 
-Default `.rl360/state.json` in the working folder (`--state` / `RL360_STATE`).
-Writers take an exclusive flock on a sibling `.lock` file (with a timeout whose
-message names the holding pid), read, modify, write a temp file, fsync and
-rename it over the old one, so readers never see a torn file and concurrent
-CLI processes never lose each other's updates. The previous good version is
-kept as `state.json.bak` (a hard link, so it costs no copy).
-
-A missing file is an empty cluster. A corrupt file, or one written by a newer
-rl360, is an error that names the file and the fix; it is never rewritten.
-
-The schema is the types of this module: `StateDoc` is the document, with one
-record type per section (`TierRecord`, `NodeRecord` with its `NodeImage`s,
-`ComponentRecord`, `RunRecord`, `SandboxRecord`, and `ProfileRecord`); each
-field says what it holds and, where only some writers set it, which. Statuses
-are the enums `TierStatus`, `NodeStatus`, `ComponentStatus`, `RunStatus` and
-`SandboxStatus` (a docstring per value), with the sets code tests against
-beside them (`COMPONENT_FINAL`, `RUN_ACTIVE`, `RUN_FINAL`, `TIER_FINAL`).
-The records stay plain dicts at run time (a TypedDict describes a dict and
-builds no object), so a 3 MB state parses as fast as the JSON does; a status
-enum member equals its string and is written as one. The lookups several
-modules share (the recorded profile path, a node's images, a run's live
-components, records by backend) are the functions at the end.
-
-Schema versions: `SCHEMA_VERSION` is the one this code writes. A file of an
-older version is migrated in memory as it is read (`_MIGRATIONS`, one step per
-version), and the next write stores it in the current version; readers that
-never write leave the file as it is. A change of shape bumps `SCHEMA_VERSION`
-and adds its step (tests/cli/test_state.py loads a file of each old version).
-Version 2 (from 1): a node image is always a record `{"digest": ...}`;
-version 1 also allowed the bare digest string, which becomes `{"digest": d}`.
+`StateDoc` is the document, with one record type per section (`TierRecord`,
+`NodeRecord` with its `NodeImage`s, `ComponentRecord`, `RunRecord`,
+`SandboxRecord`, and `ProfileRecord`); each field says what it holds and, where
+only some writers set it, which transition sets it (rl360cli/state/transitions.py).
+Statuses are the enums `TierStatus`, `NodeStatus`, `ComponentStatus`,
+`RunStatus` and `SandboxStatus` (a docstring per value), with the sets code
+tests against beside them (`COMPONENT_FINAL`, `RUN_ACTIVE`, `RUN_FINAL`,
+`TIER_FINAL`). The records stay plain dicts at run time (a TypedDict describes a
+dict and builds no object), so a 3 MB state parses as fast as the JSON does; a
+status enum member equals its string and is written as one.
 """
 
 # No `from __future__ import annotations` here: TypedDicts built from evaluated annotations import in half the
 # time (every CLI command imports this module).
-import contextlib
-import fcntl
 import json
-import os
-import time
-from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timezone
 from enum import StrEnum
-from pathlib import Path
 from types import UnionType
-from typing import (Any, Literal, NotRequired, Required, TypedDict, TypeVar, Union, get_args, get_origin,
-                    get_type_hints, is_typeddict)
+from typing import (Any, Literal, NotRequired, Required, TypedDict, Union, get_args, get_origin, get_type_hints,
+                    is_typeddict)
 
 from rl360cli.errors import Rl360Error
 
 SCHEMA_VERSION = 2
-DEFAULT_PATH = Path(".rl360/state.json")
 SECTIONS = ("tiers", "nodes", "components", "runs", "sandboxes")
 
 
@@ -115,7 +88,7 @@ class RunStatus(StrEnum):
     STARTING = "starting"
     """Created (or reopened with --resume) by `rl360 up` / `rl360 serve`; its trainer has not started the loop."""
     RUNNING = "running"
-    """Its trainer runs the loop (loop/driver.py), or restarts after a lost node to resume it (Slurm requeue)."""
+    """Its trainer runs the loop (run/driver.py), or restarts after a lost node to resume it (Slurm requeue)."""
     FINISHED = "finished"
     """Its trainer ran the last step, or its trainer component exited 0 without saying so (`rl360 status`)."""
     FAILED = "failed"
@@ -287,13 +260,21 @@ class ComponentRecord(TypedDict):
     env: NotRequired[dict[str, str]]
     requested_node: NotRequired[str | None]
     launched_at: NotRequired[float]  # time.time()
-    restarts: NotRequired[int]  # restarts after node loss (backends/slurm_requeue.py)
+    restarts: NotRequired[int]  # times it was started again (transitions.record_restart)
+    restarted_at: NotRequired[str]
+    restart_reason: NotRequired[str]  # why it was started again (the death the control plane saw)
+    # The policy version it serves, once back in the weight-update group after a restart (None until then).
+    served_version: NotRequired[int | None]
+    # The control plane asks the trainer to take a restarted engine back into the weight-update group
+    # (transitions.request_rejoin); the trainer answers (record_rejoined), or says why it could not.
+    rejoin_requested_at: NotRequired[str | None]
+    rejoin_error: NotRequired[str | None]
     restart: NotRequired[bool]  # to be restarted once its tier's replacement allocation holds its nodes
 
 
 class RunRecord(TypedDict):
-    """`runs[id]`: one training run (stages/run.py `start_run`), kept current by its trainer
-    (loop/driver.py) and by `rl360 status` / `rl360 down`."""
+    """`runs[id]`: one training run (stages/lifecycle.py `start_run`), kept current by its trainer
+    (run/driver.py) and by `rl360 status` / `rl360 down`."""
 
     name: str  # the recipe's run name
     recipe: str  # the recipe file it was started from
@@ -305,10 +286,10 @@ class RunRecord(TypedDict):
     policy_version: int
     status: RunStatus
     resumed: bool  # reopened with --resume
-    overrides: NotRequired[list[str]]  # the `--set` overrides as typed, `--inject-failures` among them (stages/run.py)
-    pid: NotRequired[int]  # the trainer's driver process (loop/driver.py)
-    reward_mean: NotRequired[float | None]  # of the last step (loop/driver.py)
-    ended_at: NotRequired[str]  # loop/driver.py
+    overrides: NotRequired[list[str]]  # the `--set` overrides as typed, `--inject-failures` among them (stages/lifecycle.py)
+    pid: NotRequired[int]  # the trainer's driver process (run/driver.py)
+    reward_mean: NotRequired[float | None]  # of the last step (run/driver.py)
+    ended_at: NotRequired[str]  # run/driver.py
     engine_versions: NotRequired[dict[str, int | None]]  # policy version each engine serves at the end
     reason: NotRequired[str | None]  # why it failed (or why it runs again after a lost node)
 
@@ -370,7 +351,7 @@ class StateDoc(TypedDict):
     created_at: str
     updated_at: str  # set by every write
     profile: ProfileRecord | None  # None until the first provision
-    current_run: NotRequired[str | None]  # the run commands act on by default (stages/run.py `start_run`)
+    current_run: NotRequired[str | None]  # the run commands act on by default (stages/lifecycle.py `start_run`)
     tiers: dict[str, TierRecord]
     nodes: dict[str, NodeRecord]
     components: dict[str, ComponentRecord]  # by `tier/name`
@@ -392,161 +373,6 @@ def empty_state() -> StateDoc:
     return {"schema_version": SCHEMA_VERSION, "created_at": stamp, "updated_at": stamp, "profile": None,
             "tiers": {}, "nodes": {}, "components": {}, "runs": {}, "sandboxes": {}}
 
-
-class StateFile:
-    """The state file at `path`, with its lock, backup and events log beside it."""
-
-    def __init__(self, path: Path | str = DEFAULT_PATH, *, lock_timeout_s: float = 30.0):
-        self.path = Path(path)
-        # The document this object last wrote, keyed by the file's identity: a process that updates
-        # the state repeatedly (the trainer, a fleet of sandboxes) skips re-parsing its own write.
-        self._last_written: tuple[tuple[int, int, int], StateDoc] | None = None
-        self._last_snapshot: tuple[tuple[int, int, int], StateDoc] | None = None
-        self.lock_path = self.path.with_name(self.path.name + ".lock")
-        self.backup_path = self.path.with_name(self.path.name + ".bak")
-        self.events_path = self.path.with_name("events.jsonl")
-        self.lock_timeout_s = lock_timeout_s
-
-    @property
-    def home(self) -> Path:
-        """The folder that holds the state file; run folders live below it by default."""
-        return self.path.parent
-
-    def read(self) -> StateDoc:
-        """The current document (an empty cluster when there is no file yet). Takes no lock."""
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return empty_state()
-        except OSError as e:
-            raise StateError(f"state file {self.path} cannot be read ({e.strerror})", "check its permissions") from None
-        return self._parse(raw)
-
-    def snapshot(self) -> StateDoc:
-        """The current document, for reading only: parsed once per version of the file and shared,
-        so the readers of one command (its context, then `status`'s reconcile) pay for one parse of
-        a 3 MB file, not one each. Never modify it; `update()` gives a document to change."""
-        try:
-            key = _identity(self.path)
-        except FileNotFoundError:
-            return empty_state()
-        if self._last_snapshot is not None and self._last_snapshot[0] == key:
-            return self._last_snapshot[1]
-        doc = self.read()
-        self._last_snapshot = (key, doc)
-        return doc
-
-    @contextlib.contextmanager
-    def update(self) -> Iterator[StateDoc]:
-        """Lock, read, let the caller modify the document in place, write it back atomically.
-
-        If the body raises, nothing is written.
-        """
-        with self.locked():
-            doc = self._own_last_write() or self.read()
-            self._last_written = None  # the body may fail half way through changing `doc`
-            yield doc
-            self._write(doc)
-
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            self._acquire(fd)
-            try:
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{os.getpid()} {_own_command()}\n".encode(), 0)
-                yield
-            finally:
-                os.ftruncate(fd, 0)
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-
-    def _acquire(self, fd: int) -> None:
-        deadline = time.monotonic() + self.lock_timeout_s
-        delay = 0.001
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    holder = os.pread(fd, 512, 0).decode(errors="replace").strip() or "an unknown process"
-                    raise StateError(
-                        f"state file {self.path} is locked by pid {holder} for over {self.lock_timeout_s:g}s",
-                        "wait for that command to finish, or stop it",
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
-
-    def _own_last_write(self) -> StateDoc | None:
-        if self._last_written is None:
-            return None
-        key, doc = self._last_written
-        try:
-            return doc if _identity(self.path) == key else None
-        except FileNotFoundError:
-            return None
-
-    def _write(self, doc: StateDoc) -> None:
-        doc["updated_at"] = now_iso()
-        data = _dumps(doc)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if self.path.exists():
-            bak_tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.bak")
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(bak_tmp)
-            os.link(self.path, bak_tmp)
-            os.replace(bak_tmp, self.backup_path)
-        os.replace(tmp, self.path)
-        _fsync_dir(self.path.parent)
-        self._last_written = (_identity(self.path), doc)
-
-    def _parse(self, raw: bytes) -> StateDoc:
-        fix = (f"restore the last good copy with `cp {self.backup_path} {self.path}`, "
-               "or move the file aside to start empty")
-        try:
-            doc = _loads(raw)
-        except ValueError as e:  # json's and orjson's decode errors are both ValueErrors
-            raise StateError(f"state file {self.path} is corrupt ({e})", fix) from None
-        # `type(...) is int`: JSON's true is no schema version; versions start at 1.
-        if not isinstance(doc, dict) or type(doc.get("schema_version")) is not int or doc["schema_version"] < 1:
-            raise StateError(f"state file {self.path} is not an rl360 state file (no schema_version of 1 or more)",
-                             fix)
-        version = doc["schema_version"]
-        if version > SCHEMA_VERSION:
-            raise StateError(
-                f"state file {self.path} has schema {version}, newer than this rl360 understands ({SCHEMA_VERSION})",
-                "upgrade rl360 (pip install -U rl360)",
-            )
-        for section in SECTIONS:
-            if not isinstance(doc.setdefault(section, {}), dict):
-                raise StateError(f"state file {self.path}: '{section}' must be an object", fix)
-        doc.setdefault("profile", None)
-        for step in range(version, SCHEMA_VERSION):
-            if step in _MIGRATIONS:
-                _MIGRATIONS[step](doc)
-            doc["schema_version"] = step + 1
-        problem = _shape_problem(doc)
-        if problem:
-            raise StateError(f"state file {self.path}: {problem}", fix)
-        return doc
-
-
-def _node_images_as_records(doc: dict[str, Any]) -> None:
-    """Version 1 -> 2: a node image recorded as its bare digest string becomes `{"digest": digest}`."""
-    for node in doc["nodes"].values():
-        images = node.get("images") if isinstance(node, dict) else None
-        if isinstance(images, dict):
-            for ref, entry in images.items():
-                if isinstance(entry, str):
-                    images[ref] = {"digest": entry}
 
 
 def _runtime_types(annotation: Any) -> tuple[type, ...]:
@@ -594,7 +420,7 @@ def _expected(types: frozenset[type]) -> str:
     return " or ".join(_KINDS[t] for t in sorted(types, key=list(_KINDS).index) if not (t is int and float in types))
 
 
-def _shape_problem(doc: dict[str, Any]) -> str | None:
+def shape_problem(doc: dict[str, Any]) -> str | None:
     """The first record or field of `doc` whose JSON type its TypedDict does not allow, said in one
     line (None when every one fits). Fields not in the schema and missing fields are left alone:
     writers add fields as they go, and one check per present field keeps a 3 MB state quick."""
@@ -625,80 +451,3 @@ def _shape_problem(doc: dict[str, Any]) -> str | None:
 def _shown(value: Any) -> str:
     text = json.dumps(value, default=str)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-# Schema version -> the step that brings a document of that version to the next one, in place.
-_MIGRATIONS: dict[int, Callable[[dict[str, Any]], None]] = {1: _node_images_as_records}
-
-
-def _identity(path: Path) -> tuple[int, int, int]:
-    st = os.stat(path)
-    return st.st_ino, st.st_mtime_ns, st.st_size
-
-
-try:  # orjson parses and writes the 3 MB state of a full cluster several times faster
-    import orjson
-
-    def _dumps(doc: Mapping[str, Any]) -> bytes:
-        return orjson.dumps(doc, option=orjson.OPT_INDENT_2, default=str)
-
-    _loads = orjson.loads
-except ImportError:  # pragma: no cover - orjson is a dependency; this keeps a broken install usable
-    def _dumps(doc: Mapping[str, Any]) -> bytes:
-        return json.dumps(doc, indent=1, default=str).encode()
-
-    _loads = json.loads
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _own_command() -> str:
-    try:
-        args = Path("/proc/self/cmdline").read_bytes().split(b"\0")
-        return " ".join(a.decode(errors="replace") for a in args if a)[:200]
-    except OSError:
-        return ""
-
-
-# ----------------------------------------------------------------------------- lookups several modules share
-
-
-def profile_path(doc: StateDoc) -> str | None:
-    """The profile file the cluster was provisioned with (None before the first provision)."""
-    profile = doc["profile"]
-    return profile["path"] if profile else None
-
-
-def node_images(doc: StateDoc, node: str) -> dict[str, NodeImage]:
-    """The image cache recorded for `node` (empty when the state does not know the node)."""
-    rec = doc["nodes"].get(node)
-    return rec.get("images", {}) if rec else {}
-
-
-def live_components(doc: StateDoc, *, run: str | None = None) -> dict[str, ComponentRecord]:
-    """The components that may still run (their status is not in `COMPONENT_FINAL`); only those of `run`
-    when it is given."""
-    return {cid: rec for cid, rec in doc["components"].items()
-            if rec["status"] not in COMPONENT_FINAL and (run is None or rec["run"] == run)}
-
-
-def component_run(doc: StateDoc, rec: ComponentRecord) -> RunRecord | None:
-    """The run the component belongs to, if it belongs to one the state still has."""
-    return doc["runs"].get(rec["run"] or "")
-
-
-Managed = TypeVar("Managed", ComponentRecord, TierRecord)
-
-
-def by_backend(records: Mapping[str, Managed]) -> dict[str, dict[str, Managed]]:
-    """`records` (components or tiers) grouped by the backend that manages them, each group in their order."""
-    grouped: dict[str, dict[str, Managed]] = {}
-    for key, rec in records.items():
-        grouped.setdefault(rec["backend"], {})[key] = rec
-    return grouped

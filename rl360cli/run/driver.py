@@ -1,18 +1,18 @@
 """The trainer component of a run: sets up Ray, the session actors, the trainer and the weight
 broadcast, runs the loop, and keeps the run's record in the state file current.
 
-    python -m rl360cli.loop.driver --state .rl360/state.json --run RUN_ID [--resume]
+    python -m rl360cli.run.driver --state .rl360/state.json --run RUN_ID [--resume]
 
 `rl360 train` (and `rl360 up`) start it on the training tier; it finds the
 engines and the router of its run in the state file, and the recipe in the
 run folder. Under torchrun (the megatron trainer) rank 0 runs the loop and
 ranks > 0 follow it (`follow_run`).
 
-It also runs the run's health watcher (inference/health.py): an engine that dies or hangs is started
-again on its node, taken back into the weight-update group at the trainer's version and registered
-with the router again; a dead router is started again with the live engines. The loop and the
-watcher take turns on the trainer's weights (`Serialized`): a rejoin never sends weights that a
-train step is halfway through changing.
+An engine that dies is the run's control plane's to start again (run/control.py, a component of its own);
+the trainer leaves it out of the weight syncs meanwhile and takes it back into the weight-update group at
+its version when the control plane asks (run/rejoin.py). The loop and the rejoins take turns on the
+trainer's weights (`Serialized`): a rejoin never sends weights that a train step is halfway through
+changing.
 """
 
 from __future__ import annotations
@@ -31,14 +31,17 @@ from rl360cli.config import RUN_RECIPE, ClusterProfile, Recipe, load_profile, lo
 from rl360cli.errors import RunFailed
 from rl360cli.ports import free_port
 from rl360cli.progress import GenerationProgress
-from rl360cli.state import RunStatus, StateDoc, StateError, StateFile, live_components, now_iso, profile_path
+from rl360cli.run.rejoin import EngineRejoins
+from rl360cli.state import queries, transitions
+from rl360cli.state.schema import RunStatus, StateDoc, StateError
+from rl360cli.state.store import StateFile
 
 # How long the run's end waits for a state file a stuck command holds locked (one lock timeout each try).
 FINAL_RECORD_PATIENCE_S = 600.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rl360cli.loop.driver")
+    parser = argparse.ArgumentParser(prog="python -m rl360cli.run.driver")
     parser.add_argument("--state", required=True)
     parser.add_argument("--run", required=True)
     parser.add_argument("--resume", action="store_true")
@@ -50,15 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run(state, args.run, resume=args.resume, ray_address=args.ray_address)
     except Exception as e:  # noqa: BLE001 — whatever ends the run is recorded, then the component fails
-        if was_stopped(state, args.run):
+        if queries.run_was_stopped(state.read(), args.run):
             # `rl360 down` stopped the run and is stopping its engines: what that breaks here is no failure.
             log(f"run {args.run} was stopped ({type(e).__name__} as its components went)")
             return 0
         traceback.print_exc()
-        set_run_patiently(state, args.run, status=RunStatus.FAILED, reason=f"{type(e).__name__}: {e}"[:300],
-                          ended_at=now_iso())
+        end_run_patiently(state, args.run, RunStatus.FAILED, reason=f"{type(e).__name__}: {e}"[:300])
         return 3
-    set_run_patiently(state, args.run, status=RunStatus.FINISHED, ended_at=now_iso(), **summary)
+    end_run_patiently(state, args.run, RunStatus.FINISHED, **summary)
     return 0
 
 
@@ -72,13 +74,12 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     from rl360cli.metrics import MetricsLogger
     from rl360cli.rollout.rollouts import Rollouts
     from rl360cli.sandbox.task import load_task_set
-    from rl360cli.sandbox.waves import node_images_from_state
 
     doc = state.read()
-    record = doc["runs"][run_id]
+    record = queries.run(doc, run_id)
     run_dir = Path(record["run_dir"])
     recipe = load_run_recipe(run_dir)
-    recorded_profile = profile_path(doc)
+    recorded_profile = queries.profile_path(doc)
     profile = load_profile(recorded_profile) if recorded_profile else None
     engines, router = engine_urls(doc, run_id)
     policy_dir = run_policy_dir(run_dir)
@@ -91,10 +92,10 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     # its policy and joins the engines (a tiny run's Ray and actor take ~7 s, its trainer ~3 s). On this
     # thread: started from another one, Ray's driver took ~16 s longer to shut down (measured).
     actors = launch_ray_and_actors(recipe, profile, run_id=run_id, policy_dir=policy_dir, router=router,
-                                   node_images=node_images_from_state(doc), ray_address=ray_address,
+                                   node_images=queries.image_digests(doc), ray_address=ray_address,
                                    api_key_file=api_key_file)
     try:
-        trainer, broadcaster, watcher, weights_lock, start_step = _set_up_trainer(
+        trainer, broadcaster, rejoins, weights_lock, start_step = _set_up_trainer(
             state, run_id, run_dir, recipe, profile, policy_dir, engines, router, api_key, resume=resume)
         wait_actors_ready(actors, recipe, in_cluster=ray_address is not None)
     except BaseException:
@@ -117,9 +118,9 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
             f"train {values['train_s']:.2f}s sync {_fmt(values.get('weight_sync_s'))}s "
             f"overlap {_fmt(values.get('overlap_ratio'))} step {values['step_s']:.1f}s")
 
-    set_run(state, run_id, status=RunStatus.RUNNING, pid=os.getpid())
+    transitions.mark_run_running(state, run_id, pid=os.getpid())
     try:
-        if was_stopped(state, run_id):  # `rl360 down` came while this trainer was setting up
+        if queries.run_was_stopped(state.read(), run_id):  # `rl360 down` came while this trainer was setting up
             raise RuntimeError("the run was stopped before its loop began")
         train_loop(LoopParts(rollouts=rollouts, trainer=Serialized(trainer, weights_lock, TRAINER_TURNS),
                              weight_sync=Serialized(broadcaster, weights_lock, ("broadcast",)), loop=recipe.loop,
@@ -130,15 +131,13 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
                                                                pass_threshold=recipe.grpo.pass_threshold),
                              progress=GenerationProgress(run_dir)),
                    start_step=start_step)
-        if watcher is not None:
-            watcher.stop()  # a restart under way completes: the run ends with every engine back
         # Megatron: release the follower ranks (on failure torchrun ends them when rank 0 exits).
         trainer.close()
         # Every engine of the run where it is now (one its backend moved has a new URL; a dead one says None).
         versions = engine_versions(run_engine_urls(state.read(), run_id), api_key=api_key)
     finally:
-        if watcher is not None:
-            watcher.stop(timeout_s=5)
+        if rejoins is not None:
+            rejoins.stop(timeout_s=5)
         metrics.close()
         for actor in actors:
             try:
@@ -152,8 +151,9 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
 
 def _set_up_trainer(state: StateFile, run_id: str, run_dir: Path, recipe: Recipe, profile: ClusterProfile | None,
                     policy_dir: Path, engines: list[str], router: str, api_key: str | None, *, resume: bool):
-    """The trainer (from its last checkpoint on resume), its weight sync joined to the engines, and the
-    health watcher; (trainer, weight sync, watcher or None, the lock they take turns with, first step)."""
+    """The trainer (from its last checkpoint on resume), its weight sync joined to the engines, and what takes
+    restarted engines back (`EngineRejoins`); (trainer, weight sync, rejoins or None, the lock they take turns
+    with, first step)."""
     from rl360cli.loop.train_loop import latest_checkpoint
     from rl360cli.metrics import drop_steps_from
     from rl360cli.trainer.broadcast import WeightBroadcaster
@@ -186,12 +186,21 @@ def _set_up_trainer(state: StateFile, run_id: str, run_dir: Path, recipe: Recipe
     if resume or trainer.version > 0:
         broadcaster.broadcast(trainer.named_tensors(), trainer.version)  # engines start from v0
     weights_lock = threading.RLock()
-    watcher = start_health_watcher(state, run_id, profile, recipe, broadcaster, trainer, weights_lock,
-                                   api_key=api_key)
-    return trainer, broadcaster, watcher, weights_lock, start_step
+    rejoins = None
+    if hasattr(broadcaster, "rejoin"):  # stand-in engines (many per process) are never restarted one by one
+        rejoins = EngineRejoins(state=state, run_id=run_id, forget=broadcaster.mark_restarting, log=log,
+                                rejoin=lambda url: _rejoin(broadcaster, trainer, weights_lock, url))
+        rejoins.start()
+    return trainer, broadcaster, rejoins, weights_lock, start_step
 
 
-# The trainer's methods that read or change its weights: the loop and the health watcher's rejoins take turns.
+def _rejoin(broadcaster, trainer, weights_lock: threading.RLock, url: str) -> int:
+    """Take the restarted engine at `url` back into the weight-update group at the trainer's version."""
+    with weights_lock:  # between two train steps: the weights are whole, tagged with their version
+        return broadcaster.rejoin(url, trainer.named_tensors(), trainer.version).version
+
+
+# The trainer's methods that read or change its weights: the loop and the engines' rejoins take turns.
 TRAINER_TURNS = ("train_step", "save_checkpoint", "load_checkpoint")
 
 
@@ -211,37 +220,6 @@ class Serialized:
                 return value(*args, **kwargs)
 
         return in_turn
-
-
-def start_health_watcher(state: StateFile, run_id: str, profile: ClusterProfile | None, recipe: Recipe,
-                         broadcaster, trainer, weights_lock: threading.RLock, *, api_key: str | None):
-    """The run's health watcher (inference/health.py), started; None where it has nothing to restart with:
-    no recorded profile (no backend), stand-in engines (many per process), or a sync without `rejoin`."""
-    from rl360cli.inference.health import HealthPolicy, HealthWatcher
-
-    if profile is None or recipe.engine.kind == "simulated" or not hasattr(broadcaster, "rejoin"):
-        return None
-
-    def rejoin(url: str) -> int:
-        with weights_lock:  # between two train steps: the weights are whole, tagged with their version
-            return broadcaster.rejoin(url, trainer.named_tensors(), trainer.version).version
-
-    watcher = HealthWatcher(state=state, run_id=run_id, backend=component_backend(profile, state), rejoin=rejoin,
-                            api_key=api_key, forget=getattr(broadcaster, "mark_restarting", None),
-                            policy=HealthPolicy(max_restarts=recipe.engine.max_restarts), log=log)
-    watcher.start()
-    return watcher
-
-
-def component_backend(profile: ClusterProfile, state: StateFile):
-    """The backend that starts the run's components again (the one `rl360 serve` started them with)."""
-    if profile.backend == "slurm":
-        from rl360cli.backends.slurm import SlurmBackend
-
-        return SlurmBackend(profile, state)
-    from rl360cli.backends.local import LocalBackend
-
-    return LocalBackend(profile)
 
 
 def launch_ray_and_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_id: str, policy_dir: Path,
@@ -338,7 +316,7 @@ def follow_run(state_path: str, run_id: str) -> int:
     (rank 0 keeps them)."""
     from rl360cli.trainer.megatron_trainer import MegatronTrainer, default_device
 
-    run_dir = Path(StateFile(state_path).read()["runs"][run_id]["run_dir"])
+    run_dir = Path(queries.run(StateFile(state_path).read(), run_id)["run_dir"])
     recipe = load_run_recipe(run_dir)
     MegatronTrainer(run_policy_dir(run_dir), recipe.trainer, recipe.grpo, seed=recipe.run.seed,
                     device=default_device()).serve()
@@ -348,7 +326,7 @@ def follow_run(state_path: str, run_id: str) -> int:
 def engine_urls(doc: StateDoc, run_id: str) -> tuple[list[str], str]:
     """The run's live engines (direct URLs, for the weight broadcast) and its router."""
     engines, router = [], None
-    for rec in live_components(doc, run=run_id).values():
+    for rec in queries.live_components(doc, run=run_id).values():
         if rec["kind"].startswith("engine"):
             engines.append(rec["url"])
         elif rec["kind"] == "router":
@@ -360,8 +338,8 @@ def engine_urls(doc: StateDoc, run_id: str) -> tuple[list[str], str]:
 
 def run_engine_urls(doc: StateDoc, run_id: str) -> list[str]:
     """The URLs of every engine of the run, live or not."""
-    return sorted(rec["url"] for rec in doc["components"].values()
-                  if rec.get("run") == run_id and rec["kind"].startswith("engine") and rec.get("url"))
+    return sorted(rec["url"] for rec in queries.run_components(doc, run_id).values()
+                  if rec["kind"].startswith("engine") and rec.get("url"))
 
 
 def engine_versions(urls: list[str], *, api_key: str | None = None) -> dict[str, int | None]:
@@ -383,45 +361,32 @@ def engine_versions(urls: list[str], *, api_key: str | None = None) -> dict[str,
     return dict(zip(urls, asyncio.run(ask_all())))
 
 
-def set_run(state: StateFile, run_id: str, **fields) -> None:
-    """Update the run's record; a run `rl360 down` stopped keeps that status (and its reason and end), so a
-    trainer that meets its engines' end, or starts the loop after the stop, never overwrites it."""
-    with state.update() as doc:
-        run = doc["runs"].setdefault(run_id, {})
-        if run.get("status") == RunStatus.STOPPED:
-            for key in ("status", "reason", "ended_at"):
-                fields.pop(key, None)
-        run.update(fields)
-
-
-def record_progress(state: StateFile, run_id: str, **fields) -> bool:
-    """`set_run` for a step's progress, which the next step records again: a state file locked past its
-    timeout (a stuck command holds it) is said in the log and does not end the run. True if recorded."""
+def record_progress(state: StateFile, run_id: str, *, step: int, policy_version: int,
+                    reward_mean: float | None) -> bool:
+    """A step's progress, which the next step records again: a state file locked past its timeout (a stuck
+    command holds it) is said in the log and does not end the run. True if recorded."""
     try:
-        set_run(state, run_id, **fields)
+        transitions.record_run_progress(state, run_id, step=step, policy_version=policy_version,
+                                        reward_mean=reward_mean)
         return True
     except StateError as e:
         log(f"progress not recorded in the state file ({e.problem}); the run goes on")
         return False
 
 
-def set_run_patiently(state: StateFile, run_id: str, *, patience_s: float = FINAL_RECORD_PATIENCE_S,
-                      **fields) -> None:
-    """`set_run` for the run's end, which nothing records later: a locked state file is waited for
-    (`patience_s`, one lock timeout after the other) before it fails."""
+def end_run_patiently(state: StateFile, run_id: str, status: RunStatus, *, reason: str | None = None,
+                      patience_s: float = FINAL_RECORD_PATIENCE_S, **summary) -> None:
+    """The run's end, which nothing records later: a locked state file is waited for (`patience_s`, one lock
+    timeout after the other) before it fails. A run `rl360 down` stopped stays stopped."""
     deadline = time.monotonic() + patience_s
     while True:
         try:
-            set_run(state, run_id, **fields)
+            transitions.end_run(state, run_id, status, reason=reason, **summary)
             return
         except StateError as e:
             if time.monotonic() >= deadline:
                 raise
             log(f"the run's end is not recorded yet ({e.problem}); trying again")
-
-
-def was_stopped(state: StateFile, run_id: str) -> bool:
-    return state.read()["runs"].get(run_id, {}).get("status") == RunStatus.STOPPED
 
 
 def log(message: str) -> None:

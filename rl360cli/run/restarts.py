@@ -1,0 +1,91 @@
+"""Start a component of a run again from its record: same argv, env, ports and node, through its backend.
+
+    record = relaunch_component(backend, state, "rollout/engine-0", reason="SIGKILL")
+
+The run's control plane (control.py) does it for an engine or router that died; `rl360 serve --restart`
+(stages/serve.py) does it by hand. The backend's `launch` starts it (a supervised subprocess locally, a job
+step on Slurm) from the process that calls it: on Slurm that process must outlive the restarted component,
+which is why the control plane, not the trainer, restarts what the run needs to the end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from rl360cli import events
+from rl360cli.backends.base import ComponentSpec, Observation
+from rl360cli.errors import Rl360Error
+from rl360cli.inference.health import probe
+from rl360cli.state import queries, transitions
+from rl360cli.state.schema import COMPONENT_FINAL, ComponentRecord, ComponentStatus
+from rl360cli.state.store import StateFile
+
+
+class Launcher(Protocol):
+    """The part of a backend (backends/base.py `Backend`) a restart needs."""
+
+    def launch(self, spec: ComponentSpec, log_path: str) -> dict: ...
+
+    def observe(self, records: Mapping[str, ComponentRecord]) -> dict[str, Observation]: ...
+
+    def stop(self, records: Mapping[str, ComponentRecord], *, grace_s: float) -> None: ...
+
+
+def restart_spec(rec: ComponentRecord, *, argv: Sequence[str] | None = None) -> ComponentSpec:
+    """The component as it was started (its recorded argv, env, ports and node), optionally with another argv."""
+    return ComponentSpec(name=rec["name"], tier=rec["tier"], stage=rec.get("stage") or "serve",
+                         kind=rec.get("kind") or "service", argv=tuple(argv or rec.get("command") or ()),
+                         env=dict(rec.get("env") or {}), ports=dict(rec.get("ports") or {}), run=rec.get("run"),
+                         node=rec.get("requested_node") or (rec.get("node") if rec.get("backend") == "slurm" else None),
+                         url=rec.get("url"), health_url=rec.get("health_url"))
+
+
+def relaunch_component(backend: Launcher, state: StateFile, cid: str, *, reason: str,
+                       argv: Sequence[str] | None = None, ready_timeout_s: float = 120.0,
+                       stage: str = "serve", while_run_active: bool = False) -> ComponentRecord:
+    """Start component `cid` again from its record, on the same node with the same ports, and wait until its
+    health URL answers. What is left of the old process is stopped first (a hung one is killed). The record
+    keeps its place and counts the restart. Raises Rl360Error when the component is gone from the state or was
+    stopped (`rl360 down`), or — `while_run_active` — when its run is no longer under way (`rl360 down` marks
+    the runs stopped before it stops anything, so a death it caused never leaves a restarted process behind),
+    or when the new process does not become healthy."""
+    old = queries.component(state.read(), cid)
+    if old is None or old["status"] == ComponentStatus.STOPPED:
+        raise Rl360Error(f"{cid} was stopped; it is not restarted", "start the run's engines with `rl360 serve`")
+    backend.stop({cid: old}, grace_s=2.0)
+    spec = restart_spec(old, argv=argv)
+    launched = backend.launch(spec, old["log_path"])
+    record = transitions.record_restart(state, cid, launched, command=spec.argv, env=spec.env, url=spec.url,
+                                        health_url=spec.health_url, reason=reason, while_run_active=while_run_active)
+    if record is None:  # `rl360 down` came meanwhile: what was just started goes too
+        backend.stop({cid: {**old, **launched}}, grace_s=2.0)
+        raise Rl360Error(f"{cid} was stopped while it restarted", "start the run's engines with `rl360 serve`")
+    events.record(state, stage=stage, action="restart", subject=cid, reason=reason, pid=launched.get("pid"),
+                  job=launched.get("job_id"), node=launched.get("node"))
+    if spec.health_url:
+        _wait_ready(backend, state, cid, spec.health_url, timeout_s=ready_timeout_s)
+    return queries.component(state.read(), cid)
+
+
+def _wait_ready(backend: Launcher, state: StateFile, cid: str, url: str, *, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if probe(url, timeout_s=2.0) is None:
+            transitions.set_component(state, cid, status=ComponentStatus.RUNNING)
+            return
+        rec = queries.component(state.read(), cid)
+        if rec is None or rec["status"] == ComponentStatus.STOPPED:
+            raise Rl360Error(f"{cid} was stopped while it restarted", "start the run's engines with `rl360 serve`")
+        seen = backend.observe({cid: rec})[cid]
+        if seen.status in COMPONENT_FINAL:
+            transitions.set_component(state, cid, status=ComponentStatus.FAILED, exit_code=seen.exit_code,
+                                      reason=f"restart failed: {seen.reason}")
+            raise Rl360Error(f"{cid} ended as it restarted ({seen.reason})", f"see its log {rec['log_path']}")
+        if time.monotonic() > deadline:
+            transitions.set_component(state, cid, status=ComponentStatus.UNKNOWN,
+                                      reason=f"not healthy {timeout_s:g}s after a restart")
+            raise Rl360Error(f"{cid} did not answer {url} within {timeout_s:g}s of its restart",
+                             f"see its log {rec['log_path']}")
+        time.sleep(0.2)
