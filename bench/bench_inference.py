@@ -27,21 +27,14 @@ from datetime import date
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BENCHMARKS = REPO / "docs" / "benchmarks.md"
-SECTION = "## Inference engine"
+TITLE = "Inference engine"
 sys.path.insert(0, str(REPO))
 
+from bench.report import write_section  # noqa: E402
 from rl360cli.backends import procinfo  # noqa: E402
 from rl360cli.inference.client import EngineClient  # noqa: E402
 from rl360cli.inference.testing import build_tiny_test_model, smollm2_test_model  # noqa: E402
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from rl360cli.ports import free_port  # noqa: E402
 
 
 def start_server(model: Path, threads: int, log: Path, *extra: str) -> tuple[subprocess.Popen, str]:
@@ -131,7 +124,6 @@ def bench_agent_turns(model: Path, folder: Path, *, rounds: int = 3) -> list[dic
 
 def render(rows: list[dict], load: float, agent: list[dict]) -> str:
     lines = [
-        SECTION, "",
         f"`bench/bench_inference.py`, {date.today().isoformat()}, {platform.machine()}, "
         f"{os.cpu_count()} cores, torch CPU; load average {load:.1f} when it started (other work on the "
         "machine slows every figure). Each model is served by `rl360cli.inference.server` and driven over "
@@ -157,18 +149,6 @@ def render(rows: list[dict], load: float, agent: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_section(text: str, path: Path = BENCHMARKS) -> None:
-    """Replace (or append) this benchmark's section, leaving every other section as it was."""
-    current = path.read_text() if path.exists() else "# Benchmarks\n"
-    lines = current.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == SECTION), None)
-    if start is None:
-        path.write_text(current.rstrip("\n") + "\n\n" + text)
-        return
-    stop = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    tail = "".join(lines[stop:])
-    path.write_text("".join(lines[:start]) + text + ("\n" + tail if tail else ""))
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -188,9 +168,9 @@ def main() -> None:
         rows.append(bench_model("SmolLM2-135M-Instruct (fp32)", smol, 2, 32, folder))
     agent = bench_agent_turns(REPO / "recipes" / "models" / "local-smoke-v0", folder)
     text = render(rows, load, agent)
-    print(text)
+    print(f"## {TITLE}\n\n{text}")
     if not args.no_write:
-        write_section(text)
+        write_section(TITLE, text)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO))
 
 import docker  # noqa: E402
 
+from bench.report import BENCHMARKS, write_section  # noqa: E402
 from rl360cli.config import load_profile  # noqa: E402
 from rl360cli.sandbox.config import SandboxConfig  # noqa: E402
 from rl360cli.sandbox.docker_provider import DockerProvider  # noqa: E402
@@ -52,8 +53,7 @@ from rl360cli.sandbox.waves import AdmissionController  # noqa: E402
 from rl360cli.state.queries import image_digests  # noqa: E402
 
 DEV_ROOT = Path(os.environ.get("RL360_DEV_ROOT", "/tmp/rl360-dev"))
-BENCHMARKS = REPO / "docs" / "benchmarks.md"
-SECTION = "## prewarm-images"
+TITLE = "prewarm-images"
 RUN = uuid.uuid4().hex[:8]
 
 
@@ -256,13 +256,12 @@ def main() -> None:
         clean_nodes(hosts)
         shutil.rmtree(tmp, ignore_errors=True)
     if not args.no_write:
-        write_section(render(results, args, load))
-        print(f"wrote the '{SECTION}' section of {BENCHMARKS}")
+        write_section(TITLE, render(results, args, load))
+        print(f"wrote the '{TITLE}' section of {BENCHMARKS}")
 
 
 def render(results: dict, args, load: float) -> str:
-    lines = [SECTION, "",
-             f"`bench/bench_prewarm.py` on the dev Docker nodes (3 dockerd, one loopback registry, one machine: "
+    lines = [f"`bench/bench_prewarm.py` on the dev Docker nodes (3 dockerd, one loopback registry, one machine: "
              f"{os.cpu_count()} cores, {platform.machine()}), {time.strftime('%Y-%m-%d')}, {args.trials} trials; "
              f"load average {load:.1f} when it started (other work on the machine slows every figure). Images are "
              "busybox plus a random layer (so each pull downloads the layer), each pushed for the benchmark only.",
@@ -301,18 +300,6 @@ def render(results: dict, args, load: float) -> str:
               "cluster network; the ratios, not the seconds, carry over.", ""]
     return "\n".join(lines)
 
-
-def write_section(text: str, path: Path = BENCHMARKS) -> None:
-    """Replace (or append) this benchmark's section, leaving every other section as it was."""
-    current = path.read_text() if path.exists() else "# Benchmarks\n"
-    lines = current.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == SECTION), None)
-    if start is None:
-        new = current.rstrip("\n") + "\n\n" + text
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        new = "".join(lines[:start]) + text + ("\n" if end < len(lines) else "") + "".join(lines[end:])
-    path.write_text(new)
 
 
 if __name__ == "__main__":

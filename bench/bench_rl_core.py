@@ -17,19 +17,22 @@ import argparse  # noqa: E402
 import base64  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.report import BENCHMARKS, write_section  # noqa: E402
 from rl360cli.rl.batch import build_batch  # noqa: E402
 from rl360cli.outcome import InfraCause, Outcome  # noqa: E402
 from rl360cli.rl.trajectory import Trajectory  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-BENCHMARKS = REPO / "docs" / "benchmarks.md"
-SECTION = "## RL core"
+TITLE = "RL core"
 
 NUM_GROUPS = 1024
 GROUP_SIZE = 8
@@ -198,8 +201,6 @@ def bench_compaction() -> dict:
 def render(build: dict, serial: dict, compaction: dict) -> str:
     report = build["report"]
     lines = [
-        SECTION,
-        "",
         f"`bench/bench_rl_core.py`, one core pinned ({platform.processor() or platform.machine()}, "
         f"torch {torch.__version__.split('+')[0]}, numpy {np.__version__}), {time.strftime('%Y-%m-%d')}; "
         f"load average {os.getloadavg()[0]:.1f} while it ran (other work on the machine slows the figures).",
@@ -242,18 +243,6 @@ def render(build: dict, serial: dict, compaction: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(text: str, path: Path = BENCHMARKS) -> None:
-    """Replace (or append) the `## RL core` section, leaving every other section as it was."""
-    current = path.read_text() if path.exists() else "# Benchmarks\n"
-    lines = current.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == SECTION), None)
-    if start is None:
-        path.write_text(current.rstrip("\n") + "\n\n" + text)
-        return
-    stop = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    tail = "".join(lines[stop:])
-    path.write_text("".join(lines[:start]) + text + ("\n" + tail if tail else ""))
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -270,10 +259,10 @@ def main() -> None:
     del trajectories
     compaction = bench_compaction()
     text = render(build, serial, compaction)
-    print(text)
+    print(f"## {TITLE}\n\n{text}")
     if not args.no_write:
-        write_section(text)
-        print(f"wrote the '{SECTION}' section of {BENCHMARKS.relative_to(REPO)}")
+        write_section(TITLE, text)
+        print(f"wrote the '{TITLE}' section of {BENCHMARKS.relative_to(REPO)}")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ DEV_ROOT = Path(os.environ.get("RL360_DEV_ROOT", "/tmp/rl360-dev"))
 PYTHON = "127.0.0.1:5000/rl360/python:3.11"
 CHECK = "python3 -c 'print(sum(range(10)) == 45)'"
 LATENCY_CPUS = 0.5
-SECTION = "## Sandboxes"
+TITLE = "Sandboxes"
 
 
 def make_task(root: Path) -> Path:
@@ -230,8 +230,7 @@ async def main_async(args) -> dict:
 
 def render(data: dict, args) -> str:
     load = os.getloadavg()[0]
-    lines = [SECTION, "",
-             f"`bench/bench_sandbox.py` on this machine ({os.cpu_count()} cores, {platform.machine()}), "
+    lines = [f"`bench/bench_sandbox.py` on this machine ({os.cpu_count()} cores, {platform.machine()}), "
              f"{time.strftime('%Y-%m-%d')}; load average {load:.1f} when it ended (other work on the machine slows "
              "every figure). The check is `" + CHECK + "`; the process provider runs the host's python3 under "
              "bubblewrap, the docker provider runs the dev python image (cached on the node).", "",
@@ -289,9 +288,9 @@ def main() -> None:
     args = parser.parse_args()
     data = asyncio.run(main_async(args))
     text = render(data, args)
-    print(text)
+    print(f"## {TITLE}\n\n{text}")
     if not args.no_write:
-        write_section(SECTION.removeprefix("## "), text.split("\n", 2)[2])
+        write_section(TITLE, text)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -28,9 +27,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench.report import write_section  # noqa: E402
+
 DEV_ROOT = Path(os.environ.get("RL360_DEV_ROOT", "/tmp/rl360-dev"))
 PROFILE = REPO / "cluster" / "dev-slurm.toml"
-SECTION = "## Slurm backend"
+TITLE = "Slurm backend"
 
 
 def cli(state: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -126,8 +128,7 @@ def node_loss(state: Path, interval: float) -> dict:
 
 def render(r: dict, load: float) -> str:
     f = r["fanout"]
-    lines = [SECTION, "",
-             f"`bench/bench_slurm.py` on the dev Slurm (`cluster/dev/slurm.sh`: slurmctld, slurmdbd, four fake "
+    lines = [f"`bench/bench_slurm.py` on the dev Slurm (`cluster/dev/slurm.sh`: slurmctld, slurmdbd, four fake "
              f"nodes on one machine, {os.cpu_count()} cores), profile `cluster/dev-slurm.toml` (poll interval "
              f"{r['interval']:g} s, heartbeat {r['heartbeat']:g} s), {time.strftime('%Y-%m-%d')}; load average "
              f"{load:.1f} when it started (other work on the machine slows every figure).", "",
@@ -160,14 +161,6 @@ def render(r: dict, load: float) -> str:
                   f"{loss.get('back', float('nan')):.1f} |",
                   f"| its component restarted there | {loss.get('restarted', float('nan')):.1f} |"]
     return "\n".join(lines) + "\n"
-
-
-def write_section(text: str) -> None:
-    path = REPO / "docs" / "benchmarks.md"
-    old = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"(?ms)^{re.escape(SECTION)}\n.*?(?=^## |\Z)")
-    new = pattern.sub(lambda _m: text + "\n", old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
-    path.write_text(new.rstrip("\n") + "\n")
 
 
 def main() -> None:
@@ -209,9 +202,9 @@ def main() -> None:
         if state.exists() and json.loads(state.read_text()).get("tiers"):
             cli(state, "down", "--grace", "1")
     text = render(r, load)
-    print(text)
+    print(f"## {TITLE}\n\n{text}")
     if not args.no_write:
-        write_section(text)
+        write_section(TITLE, text)
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -27,14 +27,15 @@ os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 REPO = Path(__file__).resolve().parents[1]
-BENCHMARKS = REPO / "docs" / "benchmarks.md"
-SECTION = "## Weight sync"
+TITLE = "Weight sync"
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from bench.bench_inference import free_port, start_server  # noqa: E402
+from bench.bench_inference import start_server  # noqa: E402
+from bench.report import write_section  # noqa: E402
 from rl360cli.inference.testing import build_tiny_test_model, smollm2_test_model  # noqa: E402
+from rl360cli.ports import free_port  # noqa: E402
 from rl360cli.trainer.broadcast import WeightBroadcaster  # noqa: E402
 from rl360cli.inference.process_group import StatelessGroup  # noqa: E402
 
@@ -129,7 +130,6 @@ def bench_policy(name: str, model_dir: Path, folder: Path) -> dict:
 
 def render(rows: list[dict], load: float) -> str:
     lines = [
-        SECTION, "",
         f"`bench/bench_weight_sync.py`, {date.today().isoformat()}, {platform.machine()}, {os.cpu_count()} cores, "
         f"torch {torch.__version__}, gloo on loopback; load average {load:.1f} when it started (other work on "
         "the machine slows every figure). Trainer (this process, rank 0) to 2 local engine servers, float32 "
@@ -167,22 +167,10 @@ def main() -> None:
     if not args.no_smollm2:
         rows.append(bench_policy("SmolLM2-135M-Instruct", smollm2_test_model(args.cache), folder))
     text = render(rows, load)
-    print(text)
+    print(f"## {TITLE}\n\n{text}")
     if not args.no_write:
-        write_section(text)
+        write_section(TITLE, text)
 
-
-def write_section(text: str, path: Path = BENCHMARKS) -> None:
-    """Replace (or append) this benchmark's section, leaving every other section as it was."""
-    current = path.read_text() if path.exists() else "# Benchmarks\n"
-    lines = current.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == SECTION), None)
-    if start is None:
-        path.write_text(current.rstrip("\n") + "\n\n" + text)
-        return
-    stop = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    tail = "".join(lines[stop:])
-    path.write_text("".join(lines[:start]) + text + ("\n" + tail if tail else ""))
 
 
 if __name__ == "__main__":

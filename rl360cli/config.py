@@ -35,8 +35,8 @@ from typing import Literal
 
 from rl360cli.agent.config import RolloutConfig
 from rl360cli.backends.config import TIERS, SlurmOptions, TierSpec
-from rl360cli.configload import (NAME, ConfigError, Override, from_mapping, load_toml, parse_override, read_toml,
-                                 with_overrides)
+from rl360cli.configload import (ConfigError, Override, check_name, check_range, from_mapping, load_toml,
+                                 parse_override, read_toml, with_overrides)
 from rl360cli.images.config import RegistrySpec
 from rl360cli.inference.config import EngineConfig
 from rl360cli.loop.config import EvalConfig, LoopConfig, check_held_out
@@ -78,8 +78,7 @@ class ClusterProfile:
     images: str = "images/images.toml"
 
     def __post_init__(self) -> None:
-        if not NAME.match(self.name):
-            raise ValueError(f"name {self.name!r} must be lowercase letters, digits, '.', '_' or '-'")
+        check_name(self, "name")
         missing = [t for t in TIERS if t not in self.tiers]
         unknown = [t for t in self.tiers if t not in TIERS]
         if missing or unknown:
@@ -90,8 +89,9 @@ class ClusterProfile:
             total = sum(t.share for t in self.tiers.values())
             if total > 1.0001:
                 raise ValueError(f"the tiers' shares add up to {total:.2f}; they must not exceed 1")
-        if not 1024 <= self.base_port <= 65000 or not 1024 <= self.sync_port <= 65535:
-            raise ValueError("base_port and sync_port must be between 1024 and 65000")
+        # base_port stops short of 65535: the engines and the router take ports from it up.
+        check_range(self, 1024, 65000, "base_port")
+        check_range(self, 1024, 65535, "sync_port")
         names = [n.name for n in self.nodes]
         if len(set(names)) != len(names):
             raise ValueError(f"node names must be unique (got {names})")
@@ -117,8 +117,7 @@ class RunSpec:
     profile: str = "../cluster/local.toml"
 
     def __post_init__(self) -> None:
-        if not NAME.match(self.name):
-            raise ValueError(f"name {self.name!r} must be lowercase letters, digits, '.', '_' or '-'")
+        check_name(self, "name")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

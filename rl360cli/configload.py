@@ -12,6 +12,16 @@ pass exactly the checks the file does.
 
     profile = load_toml(ClusterProfile, Path("cluster/local.toml"))
     data = with_overrides(Recipe, read_toml(path), [parse_override("run.seed=3")])
+
+A dataclass's `__post_init__` is a short list of rules (`check_positive`,
+`check_non_negative`, `check_at_least`, `check_above`, `check_range`,
+`check_one_of`, `check_integer`, `check_finite`, `check_name`), each raising
+`ValueError("<field> must be <rule> (got <value>); <fix>")`:
+
+    def __post_init__(self) -> None:
+        check_at_least(self, 1, "num_steps", "num_tasks_per_step")
+        check_range(self, 0, 1, "top_p", low_open=True)
+        check_non_negative(self, "max_restarts", fix="0 leaves a dead engine dead")
 """
 
 from __future__ import annotations
@@ -20,11 +30,12 @@ import copy
 import dataclasses
 import difflib
 import math
+import numbers
 import re
 import tomllib
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
@@ -35,6 +46,7 @@ T = TypeVar("T")
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 """What a run, profile, node or image name may be: lowercase letters, digits, '.', '_' and '-'."""
+NAME_RULE = "lowercase letters, digits, '.', '_' or '-'"
 
 
 class ConfigError(Rl360Error):
@@ -62,6 +74,92 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid TOML ({_one_line(str(e))})", "fix the syntax at that line") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot be read ({_one_line(str(e))})") from None
+
+
+# ----------------------------------------------------------------------------- rules for __post_init__
+
+# Each rule checks the named fields of `config` and raises `error` (ValueError, which `from_mapping` reports
+# with the file and the table; a subclass where the caller answers with its own) naming the field, the bad
+# value and what it must be, then `fix` where one helps. A field that is None is unset and passes: an
+# optional setting is checked only when it is set. A number rule also refuses what is not a finite number
+# (a bool, a string, nan, an infinity), so a config built in Python is held to what a TOML file is.
+
+
+def check_positive(config: Any, *names: str, fix: str | None = None, error: type[ValueError] = ValueError) -> None:
+    """Each field > 0."""
+    _check(config, names, "positive", lambda v: v > 0, fix, error)
+
+
+def check_non_negative(config: Any, *names: str, fix: str | None = None,
+                       error: type[ValueError] = ValueError) -> None:
+    """Each field >= 0."""
+    _check(config, names, ">= 0", lambda v: v >= 0, fix, error)
+
+
+def check_at_least(config: Any, low: float, *names: str, fix: str | None = None,
+                   error: type[ValueError] = ValueError) -> None:
+    """Each field >= `low`."""
+    _check(config, names, f"at least {_bound(low)}", lambda v: v >= low, fix, error)
+
+
+def check_above(config: Any, low: float, *names: str, fix: str | None = None,
+                error: type[ValueError] = ValueError) -> None:
+    """Each field > `low`."""
+    _check(config, names, f"> {_bound(low)}", lambda v: v > low, fix, error)
+
+
+def check_range(config: Any, low: float, high: float, *names: str, low_open: bool = False, high_open: bool = False,
+                fix: str | None = None, error: type[ValueError] = ValueError) -> None:
+    """Each field within [low, high]; an open end leaves that bound out (`low_open`: (low, high])."""
+    what = f"in {'(' if low_open else '['}{_bound(low)}, {_bound(high)}{')' if high_open else ']'}"
+    _check(config, names, what,
+           lambda v: (low < v if low_open else low <= v) and (v < high if high_open else v <= high), fix, error)
+
+
+def check_one_of(config: Any, allowed: Collection[Any], *names: str, fix: str | None = None,
+                 error: type[ValueError] = ValueError) -> None:
+    """Each field one of `allowed`."""
+    _check(config, names, f"one of {', '.join(map(str, allowed))}", lambda v: v in allowed, fix, error,
+           number=False)
+
+
+def check_integer(config: Any, *names: str, fix: str | None = None, error: type[ValueError] = ValueError) -> None:
+    """Each field a whole number (an int, not a bool)."""
+    _check(config, names, "an integer", lambda v: isinstance(v, int), fix, error)
+
+
+def check_finite(config: Any, *names: str, fix: str | None = None, error: type[ValueError] = ValueError) -> None:
+    """Each field a finite number, with no bound."""
+    _check(config, names, "a finite number", lambda v: True, fix, error)
+
+
+def check_name(config: Any, *names: str, fix: str | None = None, error: type[ValueError] = ValueError) -> None:
+    """Each field a name as `NAME` allows (a run, profile, node or image name)."""
+    _check(config, names, NAME_RULE, lambda v: isinstance(v, str) and NAME.match(v) is not None, fix, error,
+           number=False)
+
+
+def _check(config: Any, names: Sequence[str], what: str, ok: Callable[[Any], bool], fix: str | None,
+           error: type[ValueError], *, number: bool = True) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if value is None:
+            continue
+        if not ((not number or _is_finite_number(value)) and ok(value)):
+            raise error(f"{name} must be {what} (got {_shown(value)})" + (f"; {fix}" if fix else ""))
+
+
+def _is_finite_number(value: Any) -> bool:
+    # bool is an int; a `true` where a number belongs is a typo, not 1. An int is finite however large
+    # (math.isfinite would overflow on one past a float's range).
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
+
+
+def _bound(value: float) -> str:
+    """A rule's bound as a person writes it: 1 for 1.0, 0.25 for 0.25."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 # ----------------------------------------------------------------------------- command-line overrides

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rl360cli.configload import check_at_least, check_non_negative, check_one_of, check_positive, check_range
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RolloutConfig:
@@ -37,18 +39,9 @@ class RolloutConfig:
     actor_max_restarts: int = 3
 
     def __post_init__(self) -> None:
-        for name in ("max_turns", "max_new_tokens", "max_total_tokens", "num_session_actors",
-                     "max_concurrent_sessions", "max_observation_chars"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
-        if self.actor_max_restarts < 0:
-            raise ValueError(f"actor_max_restarts must be >= 0 (got {self.actor_max_restarts})")
-        for name in ("generate_timeout_s", "session_timeout_s", "actor_start_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be a positive number of seconds (got {getattr(self, name)})")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (got {self.temperature})")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1] (got {self.top_p})")
-        if self.observation_role not in ("tool", "user", "ipython", "observation"):
-            raise ValueError(f"observation_role must be tool, user, ipython or observation (got {self.observation_role!r})")
+        check_at_least(self, 1, "max_turns", "max_new_tokens", "max_total_tokens", "num_session_actors",
+                       "max_concurrent_sessions", "max_observation_chars")
+        check_non_negative(self, "actor_max_restarts", "temperature")
+        check_positive(self, "generate_timeout_s", "session_timeout_s", "actor_start_timeout_s")
+        check_range(self, 0, 1, "top_p", low_open=True)
+        check_one_of(self, ("tool", "user", "ipython", "observation"), "observation_role")

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rl360cli.configload import check_at_least, check_non_negative, check_positive, check_range
+
 TIERS = ("service", "training", "rollout")
 
 # Slurm's time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (and "infinite"/"UNLIMITED" for limits).
@@ -79,23 +81,16 @@ class TierSpec:
 
     def __post_init__(self) -> None:
         # The bound keeps a typo (1e8 nodes) from a plan that lists every node for minutes.
-        if not 1 <= self.num_nodes <= 100_000:
-            raise ValueError(f"num_nodes must be between 1 and 100000 (got {self.num_nodes})")
-        if self.gpus_per_node < 0:
-            raise ValueError(f"gpus_per_node must be >= 0 (got {self.gpus_per_node})")
-        if self.sandbox_gpus_per_node < 0:
-            raise ValueError(f"sandbox_gpus_per_node must be >= 0 (got {self.sandbox_gpus_per_node})")
+        check_range(self, 1, 100_000, "num_nodes")
+        check_non_negative(self, "gpus_per_node", "sandbox_gpus_per_node")
         if self.gpu_type is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.gpu_type):
             raise ValueError(f"gpu_type must be a GRES type name like \"h100\" (got {self.gpu_type!r})")
-        if self.cpus_per_node is not None and self.cpus_per_node < 1:
-            raise ValueError(f"cpus_per_node must be at least 1 (got {self.cpus_per_node})")
-        if not 0 < self.share <= 1:
-            raise ValueError(f"share must be in (0, 1] (got {self.share})")
+        check_at_least(self, 1, "cpus_per_node")
+        check_range(self, 0, 1, "share", low_open=True)
         if any(c < 0 for c in self.cpu_list):
             raise ValueError(f"cpu_list holds CPU numbers >= 0 (got {list(self.cpu_list)})")
         if self.time_limit is not None:
             check_time_limit(self.time_limit)
-
 
     @property
     def total_gpus_per_node(self) -> int:
@@ -157,16 +152,12 @@ class SlurmOptions:
     command_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
-        if self.max_requeues < 0:
-            raise ValueError(f"max_requeues must be >= 0 (got {self.max_requeues})")
-        if self.poll_interval_s <= 0:
-            raise ValueError(f"poll_interval_s must be positive (got {self.poll_interval_s})")
+        check_non_negative(self, "max_requeues")
+        check_positive(self, "poll_interval_s", "allocation_timeout_s", "step_timeout_s", "command_timeout_s",
+                       "heartbeat_s")
         if self.max_poll_interval_s < self.poll_interval_s:
             raise ValueError(f"max_poll_interval_s ({self.max_poll_interval_s}) must be >= poll_interval_s "
                              f"({self.poll_interval_s})")
-        for name in ("allocation_timeout_s", "step_timeout_s", "command_timeout_s", "heartbeat_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive (got {getattr(self, name)})")
         check_time_limit(self.time_limit)
         for key in self.extra_sbatch:
             if not re.match(r"^[a-z][a-z0-9-]*$", key):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rl360cli.backends.config import TIERS
-from rl360cli.configload import NAME, ConfigError, load_toml
+from rl360cli.configload import NAME, NAME_RULE, ConfigError, check_at_least, check_positive, load_toml
 
 _REPO = re.compile(r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -46,8 +46,7 @@ class RegistrySpec:
     mirrors: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.max_concurrent_pulls < 1:
-            raise ValueError(f"max_concurrent_pulls must be at least 1 (got {self.max_concurrent_pulls})")
+        check_at_least(self, 1, "max_concurrent_pulls")
         for host, target in self.mirrors.items():
             if not _HOST.match(host):
                 raise ValueError(f"mirrors: {host!r} is not a registry host (e.g. docker.io, ghcr.io)")
@@ -137,14 +136,10 @@ class ImageSpec:
             raise ValueError("set pin or pin_count, not both")
         if len(set(self.pin)) != len(self.pin):
             raise ValueError(f"pin names a node twice (got {list(self.pin)})")
-        if self.pin_count is not None and self.pin_count < 1:
-            raise ValueError(f"pin_count must be at least 1 (got {self.pin_count}); remove it to use every node")
-        if self.expected_concurrency is not None and self.expected_concurrency < 1:
-            raise ValueError(f"expected_concurrency must be at least 1 (got {self.expected_concurrency})")
-        if self.cpus <= 0 or self.memory_mb <= 0:
-            raise ValueError(f"cpus and memory_mb must be positive (got {self.cpus}, {self.memory_mb})")
-        if self.disk_mb is not None and self.disk_mb <= 0:
-            raise ValueError(f"disk_mb must be positive (got {self.disk_mb}); remove it to measure it")
+        check_at_least(self, 1, "pin_count", fix="remove it to use every node")
+        check_at_least(self, 1, "expected_concurrency")
+        check_positive(self, "cpus", "memory_mb")
+        check_positive(self, "disk_mb", fix="remove it to measure it")
         ImageRef.parse(self.ref, default_registry="registry.invalid")  # raises ValueError on a bad ref
 
 
@@ -155,7 +150,7 @@ class ImageList:
     def __post_init__(self) -> None:
         for name in self.images:
             if not NAME.match(name):
-                raise ValueError(f"image name {name!r} must be lowercase letters, digits, '.', '_' or '-'")
+                raise ValueError(f"image name {name!r} must be {NAME_RULE}")
 
 
 def load_images(path: Path | str) -> ImageList:

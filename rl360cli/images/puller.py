@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from rl360cli.configload import check_at_least, check_non_negative
 from rl360cli.images.config import ImageRef
 from rl360cli.nodes.base import NodeError, NodeRuntime
 from rl360cli.state.schema import now_iso
@@ -63,10 +64,10 @@ class RetryPolicy:
     max_delay_s: float = 8.0
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError(f"max_attempts must be at least 1 (got {self.max_attempts})")
-        if self.base_delay_s < 0 or self.max_delay_s < self.base_delay_s:
-            raise ValueError("need 0 <= base_delay_s <= max_delay_s")
+        check_at_least(self, 1, "max_attempts")
+        check_non_negative(self, "base_delay_s")
+        if self.max_delay_s < self.base_delay_s:
+            raise ValueError(f"max_delay_s ({self.max_delay_s}) must be >= base_delay_s ({self.base_delay_s})")
 
     def delay_s(self, attempt: int) -> float:
         """Seconds to wait after failed attempt `attempt` (1-based): doubling, with +-50% jitter."""

@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rl360cli.configload import check_at_least, check_non_negative, check_positive, check_range
+
 # The local engine's prefix cache, in MB (rl360cli/inference/prefix_cache.py).
 DEFAULT_PREFIX_CACHE_MB = 256.0
 
@@ -28,13 +30,9 @@ class SimulatedEngineConfig:
     engines_per_process: int = 96
 
     def __post_init__(self) -> None:
-        for name in ("per_token_ms", "prefill_ms_per_1k_tokens", "weight_update_ms"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"simulated.{name} must be >= 0 (got {getattr(self, name)})")
-        if not 0.0 <= self.submit_probability <= 1.0:
-            raise ValueError(f"simulated.submit_probability must be in [0, 1] (got {self.submit_probability})")
-        if self.engines_per_process < 1:
-            raise ValueError(f"simulated.engines_per_process must be at least 1 (got {self.engines_per_process})")
+        check_non_negative(self, "per_token_ms", "prefill_ms_per_1k_tokens", "weight_update_ms")
+        check_range(self, 0, 1, "submit_probability")
+        check_at_least(self, 1, "engines_per_process")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,24 +75,11 @@ class EngineConfig:
         if not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
             raise ValueError(f"device must be cpu, cuda or cuda:N (got {self.device!r})")
         # The bound keeps a typo (1e8 engines) from a plan that builds every engine's command for minutes.
-        if not 1 <= self.num_engines <= 4096:
-            raise ValueError(f"num_engines must be between 1 and 4096 (got {self.num_engines})")
-        if self.max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be at least 1 (got {self.max_batch_size})")
-        if self.max_wait_ms < 0:
-            raise ValueError(f"max_wait_ms must be >= 0 (got {self.max_wait_ms})")
-        if self.tp_size < 1:
-            raise ValueError(f"tp_size must be at least 1 (got {self.tp_size})")
-        for name in ("router_health_check_interval_s", "router_max_retries", "router_request_timeout_s"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
-        if self.max_restarts < 0:
-            raise ValueError(f"max_restarts must be >= 0 (got {self.max_restarts})")
-        if self.prefix_cache_mb < 0:
-            raise ValueError(f"prefix_cache_mb must be >= 0, 0 for no prefix cache (got {self.prefix_cache_mb})")
-        if self.num_threads < 0:
-            raise ValueError(f"num_threads must be >= 0, 0 for torch's default (got {self.num_threads})")
-        if not self.weight_sync_timeout_s > 0:
-            raise ValueError(f"weight_sync_timeout_s must be positive (got {self.weight_sync_timeout_s})")
-        if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
-            raise ValueError(f"mem_fraction_static must be in (0, 1) (got {self.mem_fraction_static})")
+        check_range(self, 1, 4096, "num_engines")
+        check_at_least(self, 1, "max_batch_size", "tp_size", "router_health_check_interval_s", "router_max_retries",
+                       "router_request_timeout_s")
+        check_non_negative(self, "max_wait_ms", "max_restarts")
+        check_non_negative(self, "prefix_cache_mb", fix="0 for no prefix cache")
+        check_non_negative(self, "num_threads", fix="0 for torch's default")
+        check_positive(self, "weight_sync_timeout_s")
+        check_range(self, 0, 1, "mem_fraction_static", low_open=True, high_open=True)

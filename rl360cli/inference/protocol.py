@@ -19,10 +19,11 @@ No torch here: the client and the CLI import this module cheaply. Tested by test
 
 from __future__ import annotations
 
-import math
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+from rl360cli.configload import check_non_negative, check_range
 
 # Sampling parameters SGLang accepts that this engine implements.
 _IMPLEMENTED = {
@@ -75,16 +76,11 @@ class SamplingParams:
     sampling_seed: int | None = None
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 0:
-            raise ProtocolError(f"max_new_tokens must be >= 0 (got {self.max_new_tokens})")
-        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
-            raise ProtocolError(f"temperature must be >= 0 (got {self.temperature})")
-        if not 0 < self.top_p <= 1:
-            raise ProtocolError(f"top_p must be in (0, 1] (got {self.top_p})")
+        check_non_negative(self, "max_new_tokens", "temperature", error=ProtocolError)
+        check_range(self, 0, 1, "top_p", low_open=True, error=ProtocolError)
         if self.top_k == 0 or self.top_k < -1:
             raise ProtocolError(f"top_k must be -1 (off) or >= 1 (got {self.top_k})")
-        if not 0 <= self.min_p <= 1:
-            raise ProtocolError(f"min_p must be in [0, 1] (got {self.min_p})")
+        check_range(self, 0, 1, "min_p", error=ProtocolError)
         if not 0 <= self.min_new_tokens <= max(self.max_new_tokens, 0):
             raise ProtocolError(f"min_new_tokens must be in [0, max_new_tokens] (got {self.min_new_tokens})")
 

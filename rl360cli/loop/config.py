@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rl360cli.configload import ConfigError
+from rl360cli.configload import ConfigError, check_at_least, check_non_negative, check_range
 
 
 # More than 4x the groups a step needs in flight is a typo (25 for 0.25), not a setting.
@@ -46,23 +46,14 @@ class LoopConfig:
     max_steps_without_signal: int = 5
 
     def __post_init__(self) -> None:
-        for name in ("num_steps", "num_tasks_per_step", "max_generation_rounds"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
-        if not 0.0 < self.resample_below <= 1.0:
-            raise ValueError(f"resample_below must be a fraction above 0 and at most 1 of num_tasks_per_step "
-                             f"(1: top every batch up to its quota), got {self.resample_below}")
-        if self.resample_from_step < 0:
-            raise ValueError(f"resample_from_step must be 0 or more (0: further rounds from the first step), "
-                             f"got {self.resample_from_step}")
-        if self.num_samples_per_task < 2:
-            raise ValueError(f"num_samples_per_task must be at least 2 for GRPO (got {self.num_samples_per_task})")
-        if not 0.0 <= self.over_sample <= MAX_OVER_SAMPLE:
-            raise ValueError(f"over_sample must be a fraction from 0 to {MAX_OVER_SAMPLE:g} of num_tasks_per_step "
-                             f"(0.25: a quarter more groups in flight; 0: off), got {self.over_sample}")
-        if self.max_steps_without_signal < 0:
-            raise ValueError(f"max_steps_without_signal must be >= 0, 0 turns the guard off "
-                             f"(got {self.max_steps_without_signal})")
+        check_at_least(self, 1, "num_steps", "num_tasks_per_step", "max_generation_rounds")
+        check_range(self, 0, 1, "resample_below", low_open=True,
+                    fix="a fraction of num_tasks_per_step (1: top every batch up to its quota)")
+        check_non_negative(self, "resample_from_step", fix="0: further rounds from the first step")
+        check_at_least(self, 2, "num_samples_per_task", fix="GRPO compares the samples of a task with each other")
+        check_range(self, 0, MAX_OVER_SAMPLE, "over_sample",
+                    fix="a fraction of num_tasks_per_step (0.25: a quarter more groups in flight; 0: off)")
+        check_non_negative(self, "max_steps_without_signal", fix="0 turns the guard off")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -84,10 +75,8 @@ class EvalConfig:
     enabled: bool = True
 
     def __post_init__(self) -> None:
-        if self.every < 0:
-            raise ValueError(f"every must be >= 0, 0 evaluates only after the last step (got {self.every})")
-        if self.k < 1:
-            raise ValueError(f"k must be at least 1 (got {self.k})")
+        check_non_negative(self, "every", fix="0 evaluates only after the last step")
+        check_at_least(self, 1, "k")
         if self.num_samples_per_task < self.k:
             raise ValueError(f"num_samples_per_task must be at least k={self.k} for an unbiased pass@k "
                              f"(got {self.num_samples_per_task})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from rl360cli.configload import NAME
+from rl360cli.configload import check_name, check_non_negative, check_positive
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -29,11 +29,8 @@ class NodeSpec:
     disk_budget_gb: float = 50.0
 
     def __post_init__(self) -> None:
-        if not NAME.match(self.name):
-            raise ValueError(f"node name {self.name!r} must be lowercase letters, digits, '.', '_' or '-'")
+        check_name(self, "name")
         if not self.docker_host.startswith(("unix://", "ssh://", "tcp://")):
             raise ValueError(f"docker_host must start with unix://, ssh:// or tcp:// (got {self.docker_host!r})")
-        if self.cpus <= 0 or self.memory_mb <= 0 or self.disk_budget_gb <= 0:
-            raise ValueError("cpus, memory_mb and disk_budget_gb must be positive")
-        if self.gpus < 0:
-            raise ValueError(f"gpus must be >= 0 (got {self.gpus}); 0 for a node without GPUs")
+        check_positive(self, "cpus", "memory_mb", "disk_budget_gb")
+        check_non_negative(self, "gpus", fix="0 for a node without GPUs")

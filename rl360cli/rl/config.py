@@ -8,9 +8,11 @@ their inputs), so a bad value is refused once, when the recipe is loaded, not on
 micro-batch.
 """
 
-import math
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
+
+from rl360cli.configload import (check_above, check_at_least, check_finite, check_integer, check_non_negative,
+                                 check_one_of, check_positive, check_range)
 
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
 KLEstimator = Literal["k1", "k2", "k3", "low_var_kl"]
@@ -55,46 +57,20 @@ class GRPOConfig:
     # A valid sample with reward >= this counts as a pass in the pass-rate metric.
 
     def __post_init__(self) -> None:
-        _check_real(self.eps, "eps", positive=True, fix="use a small positive number such as 1e-6")
-        _check_real(self.clip_low, "clip_low", fix="use a value in [0, 1), e.g. 0.2")
-        if not 0.0 <= self.clip_low < 1.0:
-            raise ValueError(f"clip_low must be in [0, 1) (got {self.clip_low}); use e.g. 0.2")
-        _check_real(self.clip_high, "clip_high", fix="use a value >= 0, e.g. 0.2 or 0.28")
-        if self.clip_high < 0.0:
-            raise ValueError(f"clip_high must be >= 0 (got {self.clip_high}); use e.g. 0.2 or 0.28")
-        if self.clip_c is not None:
-            _check_real(self.clip_c, "clip_c", fix="use a value > 1 such as 3.0, or None to disable dual clip")
-            if self.clip_c <= 1.0:
-                raise ValueError(
-                    f"clip_c must be > 1 (got {self.clip_c}); use e.g. 3.0, or None to disable dual clip"
-                )
-        if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)} (got {self.aggregation!r})")
-        if self.norm_tokens is not None and (not _is_int(self.norm_tokens) or self.norm_tokens < 1):
-            raise ValueError(
-                f"norm_tokens must be a positive integer or None (got {self.norm_tokens!r}); "
-                "use the maximum response length"
-            )
-        _check_real(self.kl_coef, "kl_coef", fix="use 0 to disable the KL term or a small value like 0.001")
-        if self.kl_coef < 0.0:
-            raise ValueError(f"kl_coef must be >= 0 (got {self.kl_coef}); use 0 to disable the KL term")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(
-                f"kl_estimator must be one of {', '.join(KL_ESTIMATORS)} (got {self.kl_estimator!r})"
-            )
-        if self.tis_cap is not None:
-            _check_real(self.tis_cap, "tis_cap", positive=True, fix="use e.g. 2.0, or None to disable")
-        if not _is_int(self.min_valid) or self.min_valid < 2:
-            raise ValueError(
-                f"min_valid must be an integer >= 2 (got {self.min_valid!r}); "
-                "a group needs two samples for a baseline"
-            )
-        if self.max_staleness is not None and (not _is_int(self.max_staleness) or self.max_staleness < 0):
-            raise ValueError(
-                f"max_staleness must be an integer >= 0 or None (got {self.max_staleness!r}); "
-                "use 0 for on-policy, 1 for one step of overlap"
-            )
-        _check_real(self.pass_threshold, "pass_threshold", fix="use the reward of a solved task, e.g. 1.0")
+        # None (clip_c, norm_tokens, tis_cap, max_staleness) turns a setting off and passes every rule.
+        check_positive(self, "eps", fix="use a small positive number such as 1e-6")
+        check_range(self, 0, 1, "clip_low", high_open=True, fix="use e.g. 0.2")
+        check_non_negative(self, "clip_high", fix="use e.g. 0.2 or 0.28")
+        check_above(self, 1, "clip_c", fix="use e.g. 3.0, or None to disable dual clip")
+        check_one_of(self, AGGREGATIONS, "aggregation")
+        check_integer(self, "norm_tokens", "min_valid", "max_staleness")
+        check_at_least(self, 1, "norm_tokens", fix="use the maximum response length, or None")
+        check_non_negative(self, "kl_coef", fix="use 0 to disable the KL term or a small value like 0.001")
+        check_one_of(self, KL_ESTIMATORS, "kl_estimator")
+        check_positive(self, "tis_cap", fix="use e.g. 2.0, or None to disable")
+        check_at_least(self, 2, "min_valid", fix="a group needs two samples for a baseline")
+        check_non_negative(self, "max_staleness", fix="use 0 for on-policy, 1 for one step of overlap, or None")
+        check_finite(self, "pass_threshold", fix="use the reward of a solved task, e.g. 1.0")
 
     def batch_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of `build_batch` this config sets (add `current_version`)."""
@@ -119,15 +95,3 @@ class GRPOConfig:
             "kl_estimator": self.kl_estimator,
             "tis_cap": self.tis_cap,
         }
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_real(value: object, name: str, *, fix: str, positive: bool = False) -> None:
-    # bool is an int subclass; a TOML `true` where a number belongs is a typo, not 1.0.
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number (got {value!r}); {fix}")
-    if positive and value <= 0:
-        raise ValueError(f"{name} must be > 0 (got {value!r}); {fix}")

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rl360cli.configload import check_at_least, check_non_negative, check_positive, check_range
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SimulatedSandboxConfig:
@@ -52,21 +54,12 @@ class SimulatedSandboxConfig:
     ledger_dir: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("num_nodes", "node_memory_mb", "max_concurrent_pulls"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"simulated.{name} must be at least 1 (got {getattr(self, name)})")
-        for name in ("node_cpus", "registry_bandwidth_mb_s", "exec_median_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"simulated.{name} must be positive (got {getattr(self, name)})")
-        for name in ("image_size_mb", "start_latency_s", "stop_latency_s", "verifier_latency_s"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"simulated.{name} must be >= 0 (got {getattr(self, name)})")
-        if self.exec_p99_ratio < 1:
-            raise ValueError(f"simulated.exec_p99_ratio must be at least 1, p99 >= median (got {self.exec_p99_ratio})")
-        for name in ("pass_rate", "start_failure_rate", "start_timeout_rate", "pull_failure_rate", "oom_rate",
-                     "node_lost_rate"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"simulated.{name} must be in [0, 1] (got {getattr(self, name)})")
+        check_at_least(self, 1, "num_nodes", "node_memory_mb", "max_concurrent_pulls")
+        check_positive(self, "node_cpus", "registry_bandwidth_mb_s", "exec_median_s")
+        check_non_negative(self, "image_size_mb", "start_latency_s", "stop_latency_s", "verifier_latency_s")
+        check_at_least(self, 1, "exec_p99_ratio", fix="the p99 is never below the median")
+        check_range(self, 0, 1, "pass_rate", "start_failure_rate", "start_timeout_rate", "pull_failure_rate",
+                    "oom_rate", "node_lost_rate")
         if self.start_failure_rate + self.start_timeout_rate > 1.0:
             raise ValueError("simulated.start_failure_rate + start_timeout_rate must not exceed 1")
 
@@ -84,8 +77,7 @@ class WarmPoolConfig:
     size: int = 2
 
     def __post_init__(self) -> None:
-        if self.size < 0:
-            raise ValueError(f"warm_pool.size must be >= 0 (got {self.size}); 0 turns the pool off")
+        check_non_negative(self, "size", fix="0 turns the pool off")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -114,12 +106,8 @@ class DaytonaSandboxConfig:
     def __post_init__(self) -> None:
         if self.api_url and not self.api_url.startswith(("http://", "https://")):
             raise ValueError(f"daytona.api_url must start with http:// or https:// (got {self.api_url!r})")
-        if not self.quota_cpus > 0 or self.quota_memory_mb < 1:
-            raise ValueError("daytona.quota_cpus and daytona.quota_memory_mb must be positive "
-                             f"(got {self.quota_cpus}, {self.quota_memory_mb})")
-        if self.auto_stop_minutes < 1:
-            raise ValueError(f"daytona.auto_stop_minutes must be at least 1 (got {self.auto_stop_minutes}); "
-                             "0 would keep orphaned sandboxes forever")
+        check_positive(self, "quota_cpus", "quota_memory_mb")
+        check_at_least(self, 1, "auto_stop_minutes", fix="0 would keep orphaned sandboxes forever")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -180,26 +168,11 @@ class SandboxConfig:
     daytona: DaytonaSandboxConfig = field(default_factory=DaytonaSandboxConfig)
 
     def __post_init__(self) -> None:
-        if self.cpus is not None and self.cpus <= 0:
-            raise ValueError(f"cpus must be positive (got {self.cpus}); remove it to use the task's own")
-        if self.memory_mb is not None and self.memory_mb < 16:
-            raise ValueError(f"memory_mb must be at least 16 (got {self.memory_mb})")
-        for name in ("pids_limit", "max_concurrent", "wave_size", "max_wave_size", "max_file_mb",
-                     "max_open_files", "max_output_chars"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
-        if self.wave_interval_s < 0:
-            raise ValueError(f"wave_interval_s must be >= 0 (got {self.wave_interval_s})")
-        if self.max_infra_retries < 0:
-            raise ValueError(f"max_infra_retries must be >= 0 (got {self.max_infra_retries})")
-        for name in ("retry_backoff_s", "node_down_s"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0 (got {getattr(self, name)})")
-        for name in ("exec_timeout_s", "start_timeout_s", "pull_timeout_s", "target_start_latency_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive (got {getattr(self, name)})")
-        if not 0.0 <= self.inject_failure_rate < 1.0:
-            raise ValueError(f"inject_failure_rate must be in [0, 1) (got {self.inject_failure_rate})")
-        if self.process_uid_base < 1000:
-            raise ValueError(f"process_uid_base must be at least 1000 (got {self.process_uid_base}); "
-                             "sandboxes must not share a system user's uid")
+        check_positive(self, "cpus", fix="remove it to use the task's own")
+        check_at_least(self, 16, "memory_mb", fix="remove it to use the task's own")
+        check_at_least(self, 1, "pids_limit", "max_concurrent", "wave_size", "max_wave_size", "max_file_mb",
+                       "max_open_files", "max_output_chars")
+        check_non_negative(self, "wave_interval_s", "max_infra_retries", "retry_backoff_s", "node_down_s")
+        check_positive(self, "exec_timeout_s", "start_timeout_s", "pull_timeout_s", "target_start_latency_s")
+        check_range(self, 0, 1, "inject_failure_rate", high_open=True)
+        check_at_least(self, 1000, "process_uid_base", fix="sandboxes must not share a system user's uid")

@@ -109,7 +109,7 @@ class DaytonaStandIn:
     # ------------------------------------------------------------------ plumbing
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._inject], client_max_size=1 << 30)
+        app = web.Application(middlewares=[self._inject, _answer_http_errors], client_max_size=1 << 30)
         r = app.router
         r.add_post("/api/sandbox", self.create_sandbox)
         r.add_get("/api/sandbox", self.list_sandboxes)
@@ -150,6 +150,7 @@ class DaytonaStandIn:
         return web.json_response({"ok": True})
 
     def _entry(self, request: web.Request) -> Entry:
+        """The sandbox the path names; a 404 (`_HttpError`, answered by `_answer_http_errors`) when there is none."""
         entry = self.sandboxes.get(request.match_info["id"])
         if entry is None:
             raise _HttpError(404, f"Sandbox with ID or name {request.match_info['id']} not found")
@@ -206,16 +207,10 @@ class DaytonaStandIn:
         return web.json_response({"items": items, "nextCursor": None})
 
     async def get_sandbox(self, request: web.Request) -> web.Response:
-        try:
-            return web.json_response(self._entry(request).dto)
-        except _HttpError as e:
-            return e.response()
+        return web.json_response(self._entry(request).dto)
 
     async def delete_sandbox(self, request: web.Request) -> web.Response:
-        try:
-            entry = self._entry(request)
-        except _HttpError as e:
-            return e.response()
+        entry = self._entry(request)
         del self.sandboxes[entry.dto["id"]]
         await entry.sandbox.stop()
         return web.json_response({**entry.dto, "state": "destroyed"})
@@ -267,10 +262,7 @@ class DaytonaStandIn:
     # ------------------------------------------------------------------ toolbox
 
     async def execute(self, request: web.Request) -> web.Response:
-        try:
-            entry = self._entry(request)
-        except _HttpError as e:
-            return e.response()
+        entry = self._entry(request)
         body = await request.json()
         argv = parse_command(body.get("command") or "")
         if not argv:
@@ -310,20 +302,15 @@ class DaytonaStandIn:
         assert host.is_dir()
 
     async def create_folder(self, request: web.Request) -> web.Response:
+        entry = self._entry(request)
         try:
-            entry = self._entry(request)
             self._make_dir(entry.sandbox, request.query["path"])
-        except _HttpError as e:
-            return e.response()
         except SandboxError as e:
             return _error(400, e.detail)
         return web.Response(status=200)
 
     async def upload(self, request: web.Request) -> web.Response:
-        try:
-            entry = self._entry(request)
-        except _HttpError as e:
-            return e.response()
+        entry = self._entry(request)
         reader = await request.multipart()
         with tempfile.TemporaryDirectory(prefix="daytona-standin-") as tmp:
             destinations: dict[str, str] = {}
@@ -345,10 +332,7 @@ class DaytonaStandIn:
         return web.Response(status=200)
 
     async def download(self, request: web.Request) -> web.Response:
-        try:
-            entry = self._entry(request)
-        except _HttpError as e:
-            return e.response()
+        entry = self._entry(request)
         paths = (await request.json()).get("paths") or []
         boundary = uuid.uuid4().hex
         chunks: list[bytes] = []
@@ -377,6 +361,15 @@ class _HttpError(Exception):
 
     def response(self) -> web.Response:
         return _error(self.status, self.message)
+
+
+@web.middleware
+async def _answer_http_errors(request: web.Request, handler):
+    """A handler's `_HttpError` as the error response Daytona gives."""
+    try:
+        return await handler(request)
+    except _HttpError as e:
+        return e.response()
 
 
 def _error(status: int, message: str, *, code: str | None = None) -> web.Response:

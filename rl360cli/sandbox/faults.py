@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rl360cli.sandbox.provider import ExecResult, NodeCapacity, Sandbox, SandboxProvider, WrappedSandbox
+from rl360cli.sandbox.provider import ExecResult, Sandbox, SandboxProvider, WrappedProvider, WrappedSandbox
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 
 if TYPE_CHECKING:
@@ -28,34 +28,14 @@ def injection_fires(seed: int, rate: float, attempt_id: str, operation: str) -> 
     return int.from_bytes(digest[:8], "big") / 2**64 < rate
 
 
-class FaultInjector(SandboxProvider):
+class FaultInjector(WrappedProvider):
     """Fails `rate` of the starts and execs of the provider it wraps with `InfraCause.INJECTED`."""
 
     def __init__(self, inner: SandboxProvider, *, rate: float, seed: int = 0):
-        self.inner = inner
+        super().__init__(inner)
         self.rate = rate
         self.seed = seed
-        self.name = inner.name
-        self.supports_sidecars = inner.supports_sidecars
         self.injected: list[tuple[str, str]] = []
-
-    def nodes(self) -> list[NodeCapacity]:
-        return self.inner.nodes()
-
-    def image_ref(self, task: Task) -> str:
-        return self.inner.image_ref(task)
-
-    def reservation(self, task: Task) -> tuple[float, int]:
-        return self.inner.reservation(task)
-
-    def expect(self, task, count: int) -> None:
-        self.inner.expect(task, count)
-
-    def pooled_nodes(self, task) -> set[str]:
-        return self.inner.pooled_nodes(task)
-
-    def pull_load(self) -> tuple[int, int] | None:
-        return self.inner.pull_load()
 
     async def start(self, task: Task, *, attempt_id: str, labels: Mapping[str, str],
                     node: str | None = None) -> Sandbox:
@@ -68,9 +48,6 @@ class FaultInjector(SandboxProvider):
     async def detach(self, sandbox: Sandbox) -> dict[str, Any]:
         inner = sandbox.inner if isinstance(sandbox, _InjectedSandbox) else sandbox
         return await self.inner.detach(inner)
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 class _InjectedSandbox(WrappedSandbox):

@@ -11,7 +11,7 @@ this machine) and `docker` (rl360cli/sandbox/docker_provider.py: a container on
 a node's daemon). `providers.make_provider` builds the one a recipe names and
 wraps it in fault injection (rl360cli/sandbox/faults.py) when
 `inject_failure_rate > 0` and in the admission controller
-(rl360cli/sandbox/waves.py); each wrapper is itself a `SandboxProvider`.
+(rl360cli/sandbox/waves.py); each wrapper is a `WrappedProvider`, itself a `SandboxProvider`.
 
 A provider raises `SandboxError` (rl360cli/sandbox/taxonomy.py) for anything
 that is not the policy's doing: the image would not pull, the daemon went
@@ -291,6 +291,38 @@ class WrappedSandbox(Sandbox):
 
     def info(self):
         return self.inner.info()
+
+
+class WrappedProvider(SandboxProvider):
+    """A provider that adds one behaviour to another (fault injection, admission waves) and hands every
+    other call through to it; a subclass writes `start` (and `detach`, to unwrap its own sandboxes)."""
+
+    def __init__(self, inner: SandboxProvider):
+        self.inner = inner
+        self.name = inner.name
+        self.supports_sidecars = inner.supports_sidecars
+
+    def nodes(self) -> list[NodeCapacity]:
+        return self.inner.nodes()
+
+    def image_ref(self, task: Task) -> str:
+        return self.inner.image_ref(task)
+
+    def reservation(self, task: Task) -> tuple[float, int]:
+        """What the inner provider gives a sandbox (its config is the truth, not the wrapper's)."""
+        return self.inner.reservation(task)
+
+    def expect(self, task: Task, count: int) -> None:
+        self.inner.expect(task, count)
+
+    def pooled_nodes(self, task: Task) -> set[str]:
+        return self.inner.pooled_nodes(task)
+
+    def pull_load(self) -> tuple[int, int] | None:
+        return self.inner.pull_load()
+
+    async def close(self) -> None:
+        await self.inner.close()
 
 
 def containers_of(task: Task) -> int:

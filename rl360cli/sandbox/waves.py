@@ -45,7 +45,7 @@ from typing import Any
 from rl360cli.errors import Rl360Error
 from rl360cli.metrics import Histogram, Level
 from rl360cli.sandbox.config import SandboxConfig
-from rl360cli.sandbox.provider import NodeCapacity, Sandbox, SandboxProvider, WrappedSandbox
+from rl360cli.sandbox.provider import NodeCapacity, Sandbox, SandboxProvider, WrappedProvider, WrappedSandbox
 from rl360cli.sandbox.taxonomy import Event, InfraError, SandboxError
 
 # The start records a controller keeps (the latest): `summary()` and the wave size's adaptation read them.
@@ -96,7 +96,7 @@ class _Node:
         return max(self.reserved_cpus / self.capacity.cpus, self.reserved_mb / self.capacity.memory_mb)
 
 
-class AdmissionController(SandboxProvider):
+class AdmissionController(WrappedProvider):
     """See the module docstring. `node_images` is what each node's cache holds, `{node: {image_ref: digest}}`
     (a digest of None: the image is there, its digest unknown), as `rl360cli.state.queries.image_digests` reads it."""
 
@@ -104,9 +104,7 @@ class AdmissionController(SandboxProvider):
                  node_images: Mapping[str, Mapping[str, str | None]] | None = None,
                  image_digests: Mapping[str, str] | None = None,
                  clock: Callable[[], float] = time.monotonic):
-        self.inner = provider
-        self.name = provider.name
-        self.supports_sidecars = provider.supports_sidecars
+        super().__init__(provider)
         self.config = config
         self.clock = clock
         self.nodes_state = {c.name: _Node(capacity=c) for c in provider.nodes()}
@@ -132,12 +130,6 @@ class AdmissionController(SandboxProvider):
         self._outcomes: collections.Counter[str] = collections.Counter()
 
     # ------------------------------------------------------------------ the SandboxProvider interface
-
-    def nodes(self) -> list[NodeCapacity]:
-        return self.inner.nodes()
-
-    def image_ref(self, task) -> str:
-        return self.inner.image_ref(task)
 
     async def start(self, task, *, attempt_id: str, labels: Mapping[str, str], node: str | None = None) -> Sandbox:
         """Wait for admission, place, start; infra failures of the start are retried on another node."""
@@ -179,9 +171,6 @@ class AdmissionController(SandboxProvider):
         inner = sandbox.inner if isinstance(sandbox, _Admitted) else sandbox
         return await self.inner.detach(inner)
 
-    async def close(self) -> None:
-        await self.inner.close()
-
     # ------------------------------------------------------------------ whole attempts
 
     async def run_attempt(self, task, agent, *, attempt_id: str, labels: Mapping[str, str] | None = None,
@@ -212,10 +201,6 @@ class AdmissionController(SandboxProvider):
 
     # ------------------------------------------------------------------ accounting
 
-    def reservation(self, task) -> tuple[float, int]:
-        """What the provider will give the sandbox (its config is the truth, not this controller's)."""
-        return self.inner.reservation(task)
-
     def warm_start_ratio(self) -> float | None:
         done = self._started["warm"] + self._started["cold"]
         return self._started["warm"] / done if done else None
@@ -228,15 +213,6 @@ class AdmissionController(SandboxProvider):
         return {"queue": self.waiting.take(), "queue_wait_s": self.queue_wait.take(),
                 "sandboxes": self.live_level.take(), "warm_starts": outcomes["warm"],
                 "cold_starts": outcomes["cold"], "failed_starts": outcomes["failed"]}
-
-    def expect(self, task, count: int) -> None:
-        self.inner.expect(task, count)
-
-    def pooled_nodes(self, task) -> set[str]:
-        return self.inner.pooled_nodes(task)
-
-    def pull_load(self) -> tuple[int, int] | None:
-        return self.inner.pull_load()
 
     def summary(self) -> dict[str, Any]:
         done = [r.start_latency_s for r in self.records if r.ok and r.start_latency_s is not None]

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rl360cli.configload import check_at_least, check_non_negative, check_positive, check_range
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ModelConfig:
@@ -37,19 +39,12 @@ class ModelConfig:
             raise ValueError("kind 'huggingface' needs `path` (a saved model folder)")
         if self.kind == "gguf-package" and not (self.package and self.gguf_file):
             raise ValueError("kind 'gguf-package' needs `package` and `gguf_file`")
-        for name in ("hidden_size", "num_layers", "num_heads"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
+        check_at_least(self, 1, "hidden_size", "num_layers", "num_heads", "warmup_batch_size")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size ({self.hidden_size}) must be a multiple of num_heads ({self.num_heads})")
-        if self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be >= 0 (got {self.warmup_steps})")
-        if self.vocab_size < 262:
-            raise ValueError(f"vocab_size must be at least 262, a token per byte plus 6 special (got {self.vocab_size})")
-        if self.warmup_batch_size < 1:
-            raise ValueError(f"warmup_batch_size must be at least 1 (got {self.warmup_batch_size})")
-        if not self.warmup_lr > 0:
-            raise ValueError(f"warmup_lr must be positive (got {self.warmup_lr})")
+        check_non_negative(self, "warmup_steps")
+        check_at_least(self, 262, "vocab_size", fix="a token per byte plus 6 special ones")
+        check_positive(self, "warmup_lr")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -61,9 +56,7 @@ class SimulatedTrainerConfig:
     step_s_per_1k_loss_tokens: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("step_s", "step_s_per_1k_loss_tokens"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"simulated.{name} must be >= 0 (got {getattr(self, name)})")
+        check_non_negative(self, "step_s", "step_s_per_1k_loss_tokens")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -102,23 +95,17 @@ class TrainerConfig:
     simulated: SimulatedTrainerConfig = field(default_factory=SimulatedTrainerConfig)
 
     def __post_init__(self) -> None:
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive (got {self.lr})")
-        if self.lr_warmup_steps < 0:
-            raise ValueError(f"lr_warmup_steps must be >= 0 (got {self.lr_warmup_steps})")
-        if not 0 <= self.lr_min_ratio <= 1:
-            raise ValueError(f"lr_min_ratio must be between 0 and 1 (got {self.lr_min_ratio:g})")
+        check_positive(self, "lr")
+        check_non_negative(self, "lr_warmup_steps")
+        check_range(self, 0, 1, "lr_min_ratio")
         if self.lr_schedule == "cosine" and self.lr_decay_steps <= self.lr_warmup_steps:
             raise ValueError(f"lr_schedule 'cosine' needs lr_decay_steps > lr_warmup_steps "
                              f"({self.lr_warmup_steps}) (got {self.lr_decay_steps})")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ValueError(f"betas must be two numbers in [0, 1) (got {list(self.betas)})")
-        if self.grad_clip < 0:
-            raise ValueError(f"grad_clip must be >= 0, 0 turns clipping off (got {self.grad_clip})")
-        for name in ("micro_batch_tokens", "num_epochs", "checkpoint_every", "tensor_parallel",
-                     "pipeline_parallel", "sync_bucket_mb"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
+        check_non_negative(self, "grad_clip", fix="0 turns clipping off")
+        check_at_least(self, 1, "micro_batch_tokens", "num_epochs", "checkpoint_every", "tensor_parallel",
+                       "pipeline_parallel", "sync_bucket_mb")
 
     def lr_at(self, step: int) -> float:
         """The learning rate of training step `step` (0 for the first)."""

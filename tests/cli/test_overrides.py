@@ -55,12 +55,12 @@ def test_overrides_reach_every_depth_of_the_recipe():
                                "did you mean 'docker'?"),
     ("trainer.lr=nan", "--set trainer.lr=nan: trainer.lr: expected a finite number, got nan"),
     ("trainer.lr=inf", "--set trainer.lr=inf: trainer.lr: expected a finite number, got inf"),
-    ("run.name=" + "x" * 500, "--set run.name=" + "x" * 500 + ": [run]: name '" + "x" * 500 + "' must be "
-     "lowercase letters, digits, '.', '_' or '-'"),
+    ("run.name=" + "x" * 500, "--set run.name=" + "x" * 500 + ": [run]: name must be lowercase letters, digits, "
+     "'.', '_' or '-' (got '" + "x" * 78 + "…)"),
     ("run.seed='" + "7" * 500 + "'", "--set run.seed='" + "7" * 500 + "': run.seed: expected an integer, got a "
      "string '" + "7" * 78 + "…"),
     ("loop.num_samples_per_task=1", "--set loop.num_samples_per_task=1: [loop]: num_samples_per_task must be "
-                                    "at least 2 for GRPO (got 1)"),
+                                    "at least 2 (got 1); GRPO compares the samples of a task with each other"),
     ("nokey", "--set nokey: expected section.key=value; for example --set run.seed=3"),
 ])
 def test_a_bad_override_is_one_line_naming_it(text, message):
@@ -144,7 +144,7 @@ def _seed_state(state_path: Path) -> bytes:
                                     "did you mean 'engine.num_engines'?"),
     # A typo of a huge count is refused at once, not planned for minutes.
     ("plan", "engine.num_engines=100000000", "error: --set engine.num_engines=100000000: [engine]: num_engines must "
-                                             "be between 1 and 4096 (got 100000000)"),
+                                             "be in [1, 4096] (got 100000000)"),
 ])
 def test_the_cli_refuses_a_bad_override_in_one_line_and_starts_nothing(cli, state_path, tmp_path, command, text,
                                                                        message):

@@ -159,7 +159,8 @@ def test_a_bad_over_sample_is_refused_at_load_time():
 def test_a_resample_below_outside_0_to_1_is_refused_at_load_time():
     assert LoopConfig().resample_below == 1.0
     for value in (0, -0.5, 1.5):
-        with pytest.raises(ConfigError, match=r"resample_below must be a fraction above 0 and at most 1") as error:
+        with pytest.raises(ConfigError, match=r"resample_below must be in \(0, 1\] \(got .+\); a fraction of "
+                                              r"num_tasks_per_step") as error:
             from_mapping(LoopConfig, {"resample_below": value}, where="recipe.toml", table="loop")
         assert "\n" not in str(error.value)
 
@@ -251,7 +252,7 @@ def test_steps_before_resample_from_step_train_their_first_round_as_it_is(shared
 
 
 def test_a_negative_resample_from_step_is_refused_at_load_time():
-    with pytest.raises(ConfigError, match=r"resample_from_step must be 0 or more") as error:
+    with pytest.raises(ConfigError, match=r"resample_from_step must be >= 0 \(got -1\); 0: further rounds from the first step") as error:
         from_mapping(LoopConfig, {"resample_from_step": -1}, where="recipe.toml", table="loop")
     assert "\n" not in str(error.value)
 

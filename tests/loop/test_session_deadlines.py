@@ -120,7 +120,7 @@ def test_a_generation_that_never_answers_ends_at_its_deadline_as_engine_error(pr
 
 def test_the_deadlines_and_the_actor_restarts_are_validated():
     for name in ("generate_timeout_s", "session_timeout_s", "actor_start_timeout_s"):
-        with pytest.raises(ValueError, match=f"{name} must be a positive number of seconds"):
+        with pytest.raises(ValueError, match=f"{name} must be positive"):
             RolloutConfig(**{name: 0})
     with pytest.raises(ValueError, match="actor_max_restarts must be >= 0"):
         RolloutConfig(actor_max_restarts=-1)

@@ -74,7 +74,7 @@ def test_the_run_record_says_why_it_stopped(tmp_path, monkeypatch):
 
 def test_a_bad_limit_is_refused_at_load_time():
     assert LoopConfig().max_steps_without_signal == 5
-    for value, problem in ((-1, "must be >= 0, 0 turns the guard off"), ("5", "")):
+    for value, problem in ((-1, "must be >= 0 (got -1); 0 turns the guard off"), ("5", "")):
         with pytest.raises(ConfigError, match="max_steps_without_signal") as error:
             from_mapping(LoopConfig, {"max_steps_without_signal": value}, where="recipe.toml", table="loop")
         assert problem in str(error.value) and "\n" not in str(error.value)

@@ -45,7 +45,7 @@ def test_cosine_falls_from_lr_to_its_lowest_at_the_decay_step_and_stays():
      "[trainer]: lr_schedule 'cosine' needs lr_decay_steps > lr_warmup_steps (4) (got 0)"),
     (["trainer.lr_warmup_steps=5", "trainer.lr_decay_steps=5"],
      "[trainer]: lr_schedule 'cosine' needs lr_decay_steps > lr_warmup_steps (5) (got 5)"),
-    (["trainer.lr_min_ratio=1.5"], "[trainer]: lr_min_ratio must be between 0 and 1 (got 1.5)"),
+    (["trainer.lr_min_ratio=1.5"], "[trainer]: lr_min_ratio must be in [0, 1] (got 1.5)"),
     (["trainer.lr_warmup_steps=-1"], "[trainer]: lr_warmup_steps must be >= 0 (got -1)"),
     (["trainer.lr_schedule=cosin"], "trainer.lr_schedule: 'cosin' is not allowed; did you mean 'cosine'?"),
 ])
