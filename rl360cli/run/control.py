@@ -64,6 +64,7 @@ from rl360cli import events
 from rl360cli.backends.base import Observation
 from rl360cli.backends.slurm_observe import NODE_LOST
 from rl360cli.config import load_profile, load_run_recipe
+from rl360cli.configload import check_at_least, check_non_negative, check_positive
 from rl360cli.errors import Rl360Error
 from rl360cli.inference.apikey import optional_api_key
 from rl360cli.inference.health import ROUTER_WORKER_TIMEOUT_S, probe, router_forget, router_register
@@ -91,12 +92,9 @@ class HealthPolicy:
     max_restarts: int = 5
 
     def __post_init__(self) -> None:
-        for name in ("interval_s", "probe_timeout_s", "ready_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive (got {getattr(self, name)})")
-        if self.num_failures < 1 or self.max_restarts < 0:
-            raise ValueError(f"num_failures must be >= 1 and max_restarts >= 0 "
-                             f"(got {self.num_failures}, {self.max_restarts})")
+        check_positive(self, "interval_s", "probe_timeout_s", "ready_timeout_s")
+        check_at_least(self, 1, "num_failures")
+        check_non_negative(self, "max_restarts")
 
 
 @dataclass
