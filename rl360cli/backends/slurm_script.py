@@ -44,8 +44,10 @@ def python_note(profile: ClusterProfile) -> str | None:
     assert profile.slurm is not None
     if profile.slurm.python:
         return None
-    return (f"[slurm] python is unset: the nodes will run rl360 with this machine's {sys.executable}; set it in "
-            "the profile to rl360's interpreter on the nodes (a virtualenv on the shared file system)")
+    # No `[slurm]` here: the plan's table reads square brackets as markup.
+    return (f"the profile names no python for the nodes: they will run rl360 with this machine's {sys.executable}; "
+            "set python in its slurm table to rl360's interpreter on the nodes (a virtualenv on the shared file "
+            "system)")
 
 
 def submit_command(python: str, folder: Path) -> str:

@@ -177,7 +177,8 @@ def test_a_slurm_profile_without_python_says_what_to_set(cli, tmp_path):
     the plan says so in one line, with what to set."""
     proc = cli("plan", "--profile", str(REPO / "cluster" / "dev-slurm.toml"), "--json", check=True)
     notes = [a["detail"] for a in json.loads(proc.stdout)["actions"] if a["verb"] == "note"]
-    assert notes == [f"[slurm] python is unset: the nodes will run rl360 with this machine's {sys.executable}; set "
-                     "it in the profile to rl360's interpreter on the nodes (a virtualenv on the shared file system)"]
+    assert notes == [f"the profile names no python for the nodes: they will run rl360 with this machine's "
+                     f"{sys.executable}; set python in its slurm table to rl360's interpreter on the nodes (a "
+                     "virtualenv on the shared file system)"]
     proc = cli("plan", "--profile", str(REFERENCE), "--json", check=True)
     assert not [a for a in json.loads(proc.stdout)["actions"] if a["verb"] == "note"]
