@@ -1,4 +1,8 @@
-"""What every backend shares: the description of a component to start, and what is observed of one."""
+"""What every backend shares: the description of a component to start, and what is observed of one.
+
+A backend also says how a component's Python starts on its node (`Backend.python`): the stages render
+every component's command with it, so that a command rendered on one machine runs on another.
+"""
 
 from __future__ import annotations
 
@@ -44,6 +48,11 @@ class Observation:
 
 class Backend(Protocol):
     name: str
+
+    @property
+    def python(self) -> str:
+        """The interpreter that runs a component's Python on its node: the first word of the engines', the
+        router's and the trainer's commands (locally this one; on Slurm the profile's `[slurm] python`)."""
 
     def launch(self, spec: ComponentSpec, log_path: str) -> dict:
         """Start the component; return the backend's part of its state record (pid or job step, log path, ...),

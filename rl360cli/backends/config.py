@@ -12,6 +12,7 @@ malformed time limit before an allocation is spent.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -125,8 +126,10 @@ class SlurmOptions:
     container_image: str | None = None
     # Extra `SRC[:DST]` mounts for the container (pyxis `--container-mounts`).
     container_mounts: tuple[str, ...] = ()
-    # The Python interpreter on the compute nodes that runs the holder and the supervisor
-    # (empty: the one running rl360; on a cluster, a venv on the shared file system).
+    # The Python interpreter on the compute nodes: it runs the allocation's holder, each step's supervisor
+    # and every component (the first word of the engines', the router's and the trainer's commands).
+    # Empty: the one running rl360, right only where the nodes see this machine's folders (the dev
+    # cluster); on a cluster, a venv on the shared file system. One word: options go in a script.
     python: str = ""
     # SLURM_CONF for every Slurm command rl360 runs (empty: whatever the environment says).
     slurm_conf: str = ""
@@ -159,7 +162,18 @@ class SlurmOptions:
             raise ValueError(f"max_poll_interval_s ({self.max_poll_interval_s}) must be >= poll_interval_s "
                              f"({self.poll_interval_s})")
         check_time_limit(self.time_limit)
+        if self.python and len(_words(self.python)) != 1:
+            raise ValueError(f"python must be one interpreter, the first word of every component's command (got "
+                             f"{self.python!r}); put its options in a script that runs it, and name the script")
         for key in self.extra_sbatch:
             if not re.match(r"^[a-z][a-z0-9-]*$", key):
                 raise ValueError(f"extra_sbatch key {key!r} must be a long sbatch option without dashes, e.g. "
                                  "'reservation'")
+
+
+def _words(command: str) -> list[str]:
+    """A shell command's words (none when its quotes do not close)."""
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return []

@@ -47,6 +47,11 @@ class LocalBackend:
     def __init__(self, profile: ClusterProfile | None):
         self.profile = profile
 
+    @property
+    def python(self) -> str:
+        """Components run on this machine, under the interpreter running rl360."""
+        return sys.executable
+
     # ------------------------------------------------------------------ tiers
 
     def provision_plan(self) -> list[tuple[str, str, tuple[str, ...]]]:

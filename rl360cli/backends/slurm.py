@@ -57,6 +57,16 @@ class SlurmBackend:
         self.poller = Poller(state.home, self.options)
         self.recovery = TierRecovery(self)
 
+    @property
+    def python(self) -> str:
+        """The profile's `[slurm] python` (else this machine's, as in the sbatch script): the holder, each
+        step's supervisor and every component start with the same interpreter on the nodes."""
+        return slurm_script.component_python(self.profile)
+
+    def python_note(self) -> str | None:
+        """What `rl360 plan` says when the profile names no interpreter for the nodes."""
+        return slurm_script.python_note(self.profile)
+
     # ------------------------------------------------------------------ paths
 
     @property

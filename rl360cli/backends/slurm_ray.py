@@ -3,7 +3,8 @@
 Each Ray node is a component (a job step started by `start_component`, so it
 is supervised, logged, observed and stopped like any other):
 
-    specs = ray_cluster_specs(doc=ctx.state.read(), run=ctx.run_id, token_path=ctx.run_dir / "ray" / "auth_token")
+    specs = ray_cluster_specs(doc=ctx.state.read(), run=ctx.run_id, token_path=ctx.run_dir / "ray" / "auth_token",
+                              python=ctx.backend.python)
     for spec in specs:
         start_component(ctx, spec)
     # the driver (the trainer, the rollout workers) then joins with the same environment:
@@ -31,7 +32,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import sys
 from pathlib import Path
 
 from rl360cli.backends.base import ComponentSpec
@@ -87,17 +87,18 @@ def ray_address(doc: StateDoc, *, head_tier: str = "service", port: int = HEAD_P
     return f"{queries.node_address(doc, head_node(doc, head_tier))}:{port}"
 
 
-def ray_cluster_specs(*, doc: StateDoc, run: str | None, token_path: Path, stage: str = "train",
+def ray_cluster_specs(*, doc: StateDoc, run: str | None, token_path: Path, python: str, stage: str = "train",
                       head_tier: str = "service", worker_tiers: tuple[str, ...] = ("training", "rollout"),
                       port: int = HEAD_PORT, ray_bin: str | None = None,
                       num_cpus: dict[str, int] | None = None,
                       worker_port_range: tuple[int, int] = WORKER_PORT_RANGES[0]) -> list[ComponentSpec]:
     """The head (first node of `head_tier`) and one worker per node of `worker_tiers`, as components.
 
-    `num_cpus` caps the CPUs Ray advertises per tier (default: what Ray detects on the node);
-    `worker_port_range` is where Ray's workers listen (`worker_ports`).
+    `python` is the interpreter components start with on the nodes (`Backend.python`): `ray` is the one
+    installed beside it (unless `ray_bin` names another). `num_cpus` caps the CPUs Ray advertises per tier
+    (default: what Ray detects on the node); `worker_port_range` is where Ray's workers listen (`worker_ports`).
     """
-    ray = ray_bin or str(Path(sys.executable).with_name("ray"))
+    ray = ray_bin or str(Path(python).with_name("ray"))
     env = ray_env(ensure_token(token_path))
     head = head_node(doc, head_tier)
     address = ray_address(doc, head_tier=head_tier, port=port)

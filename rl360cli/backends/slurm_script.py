@@ -28,9 +28,26 @@ HOLD_MODULE = "rl360cli.backends.slurm_hold"
 
 
 def python_of(profile: ClusterProfile) -> str:
-    """The interpreter command on the compute nodes (quoted for a shell)."""
+    """The interpreter command on the compute nodes (quoted for a shell): `[slurm] python`, else this one."""
     assert profile.slurm is not None
     return profile.slurm.python or shlex.quote(sys.executable)
+
+
+def component_python(profile: ClusterProfile) -> str:
+    """The first word of every component's command: the interpreter that runs the holder and the steps'
+    supervisor (`python_of`), unquoted (the profile's is one word, checked at load time)."""
+    return shlex.split(python_of(profile))[0]
+
+
+def python_note(profile: ClusterProfile) -> str | None:
+    """One line for the plan when the profile names no interpreter for the nodes; None when it does."""
+    assert profile.slurm is not None
+    if profile.slurm.python:
+        return None
+    # No `[slurm]` here: the plan's table reads square brackets as markup.
+    return (f"the profile names no python for the nodes: they will run rl360 with this machine's {sys.executable}; "
+            "set python in its slurm table to rl360's interpreter on the nodes (a virtualenv on the shared file "
+            "system)")
 
 
 def submit_command(python: str, folder: Path) -> str:

@@ -1,20 +1,23 @@
 """What the `serve` stage starts: the engines and the router as ComponentSpecs, and where to probe them.
 
     ports = serve_ports(profile.base_port, engine.num_engines)
-    specs = [engine_spec(engine, index=i, model_path=model_dir, host="127.0.0.1", port=p, run=run_id)
+    specs = [engine_spec(engine, index=i, model_path=model_dir, host="127.0.0.1", port=p, run=run_id,
+                         python=backend.python)
              for i, p in enumerate(ports.engines)]
     specs.append(router_spec(engine, worker_urls=[s.health_url.removesuffix("/health") for s in specs],
-                             host="127.0.0.1", port=ports.router, prometheus_port=ports.router_metrics))
+                             host="127.0.0.1", port=ports.router, prometheus_port=ports.router_metrics,
+                             python=backend.python))
 
 Each spec's `health_url` answers 200 once the component is ready (an engine
 once its model is loaded; the router once it has a healthy engine; then
 `rl360cli.inference.router.wait_router_workers` waits for all of them). The argv comes from the
-launch templates in `stages/` (see templates.py). Tested by tests/inference/test_launch.py.
+launch templates in `stages/` (see templates.py). Every command starts with `python`, the interpreter of
+the node it runs on (the backend's, `Backend.python`), never simply the one rendering it.
+Tested by tests/inference/test_launch.py.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -48,9 +51,9 @@ def health_url(host: str, port: int) -> str:
     return f"{http_url(host, port)}/health"
 
 
-def engine_command(engine: EngineConfig, *, model_path: str, host: str, port: int, weight_version: int = 0,
-                   api_key_file: str | None = None, dtype: str = "float32", seed: int = 0,
-                   python: str = sys.executable) -> LaunchCommand:
+def engine_command(engine: EngineConfig, *, model_path: str, host: str, port: int, python: str,
+                   weight_version: int = 0, api_key_file: str | None = None, dtype: str = "float32",
+                   seed: int = 0) -> LaunchCommand:
     """The command line of one engine of `engine.kind` (local CPU engine or real SGLang).
 
     `api_key_file`: the engine requires the key in that file (`rl360cli.inference.apikey`); the command names
@@ -83,24 +86,24 @@ def engine_command(engine: EngineConfig, *, model_path: str, host: str, port: in
     return keyed_command(render("local-engine", values), api_key_file=None, python=python)
 
 
-def engine_spec(engine: EngineConfig, *, index: int, model_path: str, host: str, port: int, run: str | None = None,
-                tier: str = "rollout", stage: str = "serve", node: str | None = None, weight_version: int = 0,
-                api_key_file: str | None = None, dtype: str = "float32", seed: int = 0,
+def engine_spec(engine: EngineConfig, *, index: int, model_path: str, host: str, port: int, python: str,
+                run: str | None = None, tier: str = "rollout", stage: str = "serve", node: str | None = None,
+                weight_version: int = 0, api_key_file: str | None = None, dtype: str = "float32", seed: int = 0,
                 url_host: str | None = None) -> ComponentSpec:
     """One engine listening on host:port; `url_host` is how others reach it when `host` is filled in on its node."""
     cmd = engine_command(engine, model_path=model_path, host=host, port=port, weight_version=weight_version,
-                         api_key_file=api_key_file, dtype=dtype, seed=seed + index)
+                         api_key_file=api_key_file, dtype=dtype, seed=seed + index, python=python)
     return ComponentSpec(name=f"engine-{index}", tier=tier, stage=stage, kind=f"engine-{engine.kind}",
                          argv=cmd.argv, env=cmd.env, ports={"http": port}, run=run, node=node,
                          health_url=health_url(url_host or host, port))
 
 
 def router_spec(engine: EngineConfig, *, worker_urls: Sequence[str], host: str, port: int, prometheus_port: int,
-                run: str | None = None, tier: str = "service", stage: str = "serve", node: str | None = None,
-                api_key_file: str | None = None, url_host: str | None = None,
+                python: str, run: str | None = None, tier: str = "service", stage: str = "serve",
+                node: str | None = None, api_key_file: str | None = None, url_host: str | None = None,
                 max_concurrent_sessions: int | None = None) -> ComponentSpec:
     cmd = router_command(engine, worker_urls=worker_urls, host=host, port=port, prometheus_port=prometheus_port,
-                         api_key_file=api_key_file, max_concurrent_sessions=max_concurrent_sessions)
+                         api_key_file=api_key_file, max_concurrent_sessions=max_concurrent_sessions, python=python)
     # Ready once it has a healthy engine (its /health is up as soon as the process is);
     # `wait_router_workers` then waits for all of them.
     return ComponentSpec(name="router", tier=tier, stage=stage, kind="router", argv=cmd.argv, env=cmd.env,

@@ -14,7 +14,7 @@ router's worker API (`POST /workers`, `DELETE /workers/{id}`).
 When the package is missing this says how to install it; there is no fallback.
 
     cmd = router_command(engine, worker_urls=["http://127.0.0.1:31001"], host="127.0.0.1", port=31000,
-                         prometheus_port=31099)
+                         prometheus_port=31099, python=sys.executable)
 
 The router's own `/health` answers 200 as soon as it runs; `/readiness` answers
 200 once at least one engine is registered and healthy; `/workers` lists the
@@ -28,7 +28,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import resource
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -54,9 +53,10 @@ def require_router() -> None:
 
 
 def router_command(engine: EngineConfig, *, worker_urls: Sequence[str], host: str, port: int, prometheus_port: int,
-                   api_key_file: str | None = None, worker_startup_timeout_s: int = 600, python: str = sys.executable,
+                   python: str, api_key_file: str | None = None, worker_startup_timeout_s: int = 600,
                    check_installed: bool = True, max_concurrent_sessions: int | None = None) -> LaunchCommand:
-    """The router on host:port in front of `worker_urls`. `check_installed=False` builds it for another machine.
+    """The router on host:port in front of `worker_urls`, started by `python` (the interpreter of the node it
+    runs on). `check_installed=False` builds it for another machine.
 
     With `api_key_file` the router requires the run's key from every client (and sends it to the engines):
     `--api-key` of sglang-router 0.3.x does both; `keyed_launch` fills it in from the file on the node.

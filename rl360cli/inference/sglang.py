@@ -3,10 +3,12 @@
 Built from the recipe's `[engine]` table and the launch template
 `stages/sglang-server.toml`; the recipe's `extra_args` come last and win.
 SGLang itself is installed only on GPU nodes (`pip install 'rl360[gpu]'`),
-so nothing here imports it: the command is built wherever `rl360 serve` runs.
+so nothing here imports it: the command is built wherever `rl360 serve` runs, with the interpreter
+of the node it runs on (`python`, the backend's: `Backend.python`).
 
-    cmd = sglang_server_command(engine, model_path="/models/k2", host="10.0.0.5", port=31001)
-    cmd.argv  # ("python", "-m", "sglang.launch_server", "--model-path", "/models/k2", ...)
+    cmd = sglang_server_command(engine, model_path="/models/k2", host="10.0.0.5", port=31001,
+                                python="/shared/venv/bin/python")
+    cmd.argv  # ("/shared/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/k2", ...)
     cmd.env   # {"SGLANG_RETURN_ORIGINAL_LOGPROB": "1", ...}
 
 With `api_key_file`, the command runs behind `rl360cli.inference.keyed_launch`,
@@ -19,17 +21,15 @@ Tested by tests/inference/test_launch.py (golden strings).
 
 from __future__ import annotations
 
-import sys
-
 from rl360cli.inference.apikey import KEY_PLACEHOLDER
 from rl360cli.inference.config import EngineConfig
 from rl360cli.inference.keyed_launch import keyed_command
 from rl360cli.inference.templates import LaunchCommand, render
 
 
-def sglang_server_command(engine: EngineConfig, *, model_path: str, host: str, port: int, weight_version: int = 0,
-                          api_key_file: str | None = None, dtype: str | None = None, seed: int | None = None,
-                          python: str = sys.executable, nccl_ifname: str | None = None) -> LaunchCommand:
+def sglang_server_command(engine: EngineConfig, *, model_path: str, host: str, port: int, python: str,
+                          weight_version: int = 0, api_key_file: str | None = None, dtype: str | None = None,
+                          seed: int | None = None, nccl_ifname: str | None = None) -> LaunchCommand:
     """The real SGLang server serving `model_path` on host:port, starting at policy version `weight_version`."""
     values = {
         "python": python,

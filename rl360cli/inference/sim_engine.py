@@ -300,9 +300,9 @@ def format_ports(ports: list[int]) -> str:
     return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
 
 
-def sim_engine_command(engine: EngineConfig, *, ports: list[int], host: str, tokenizer: str | None,
-                       api_key_file: str | None = None, weight_version: int = 0, seed: int = 0,
-                       python: str = sys.executable) -> tuple[str, ...]:
+def sim_engine_command(engine: EngineConfig, *, ports: list[int], host: str, tokenizer: str | None, python: str,
+                       api_key_file: str | None = None, weight_version: int = 0, seed: int = 0) -> tuple[str, ...]:
+    """The command of one process serving `ports`; `python` is the interpreter on the node it runs on."""
     sim = engine.simulated
     argv = [python, "-m", "rl360cli.inference.sim_engine", "--host", host, "--ports", format_ports(ports),
             "--per-token-ms", f"{sim.per_token_ms:g}", "--prefill-ms-per-1k", f"{sim.prefill_ms_per_1k_tokens:g}",
@@ -316,7 +316,7 @@ def sim_engine_command(engine: EngineConfig, *, ports: list[int], host: str, tok
     return tuple(argv)
 
 
-def sim_engine_specs(engine: EngineConfig, *, ports: tuple[int, ...], host: str, tokenizer: str | None,
+def sim_engine_specs(engine: EngineConfig, *, ports: tuple[int, ...], host: str, tokenizer: str | None, python: str,
                      api_key_file: str | None = None, run: str | None = None, seed: int = 0, tier: str = "rollout",
                      stage: str = "serve") -> list[ComponentSpec]:
     """The processes that serve `ports` as simulated engines, `engines_per_process` ports each. A
@@ -328,7 +328,7 @@ def sim_engine_specs(engine: EngineConfig, *, ports: tuple[int, ...], host: str,
         specs.append(ComponentSpec(
             name=f"engine-sim-{index}", tier=tier, stage=stage, kind="engine-simulated",
             argv=sim_engine_command(engine, ports=mine, host=host, tokenizer=tokenizer, api_key_file=api_key_file,
-                                    seed=seed + index),
+                                    seed=seed + index, python=python),
             ports={"http": mine[0], **{f"http-{i}": p for i, p in enumerate(mine[1:], start=1)}}, run=run,
             url=f"http://{host}:{mine[0]}", health_url=f"http://{host}:{mine[-1]}/health"))
     return specs

@@ -8,7 +8,6 @@ nothing; `apply` is idempotent: run twice, it converges and duplicates nothing.
 from __future__ import annotations
 
 import functools
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -199,6 +198,7 @@ def _where(record: ComponentRecord) -> str:
     return f"pid {record['pid']}"
 
 
-def python_argv(module: str, *args: str) -> tuple[str, ...]:
-    """The argv that runs `python -m module args` with this interpreter."""
-    return (sys.executable, "-m", module, *args)
+def python_argv(ctx: Context, module: str, *args: str) -> tuple[str, ...]:
+    """The argv that runs `python -m module args` on a component's node, with the interpreter the backend
+    starts components with there (not necessarily the one rendering the command)."""
+    return (ctx.backend.python, "-m", module, *args)

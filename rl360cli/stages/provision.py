@@ -27,6 +27,10 @@ def plan(ctx: Context) -> list[Action]:
     actions = [Action(stage=NAME, verb="allocate", subject=f"tier {name}", detail=detail, command=command,
                       script=script[0] if script else "")
                for name, detail, command, *script in ctx.backend.provision_plan()]
+    # Slurm: a profile that names no interpreter for the nodes gets this machine's; the plan says what to set.
+    note = getattr(ctx.backend, "python_note", lambda: None)()
+    if note:
+        actions.append(Action(stage=NAME, verb="note", subject="python", detail=note))
     placement_plan = getattr(ctx.backend, "placement_plan", None)
     if ctx.recipe is not None and placement_plan is not None:
         actions += [Action(stage=NAME, verb="place", subject=subject, detail=detail)

@@ -92,6 +92,8 @@ def component_specs(ctx: Context) -> list[ComponentSpec]:
     else:
         engine_nodes, router_node, on_nodes = [host] * engine.num_engines, host, False
     key_file = str(api_key_file(ctx))
+    # Every command runs on its node: it starts with the interpreter the backend starts components with there.
+    python = ctx.backend.python
     sessions = recipe.rollout.max_concurrent_sessions  # the router's launcher checks its node's open-files limit
     if engine.kind == "simulated":
         # --- simulated engines (issue 11): stand-ins, many engines per process, on this machine.
@@ -100,19 +102,21 @@ def component_specs(ctx: Context) -> list[ComponentSpec]:
         urls = [f"http://{host}:{port}" for port in ports.engines]
         router = router_spec(engine, worker_urls=urls, host=host, port=ports.router,
                              prometheus_port=ports.router_metrics, run=ctx.run_id, api_key_file=key_file, url_host=host,
-                             max_concurrent_sessions=sessions)
+                             max_concurrent_sessions=sessions, python=python)
         return [*sim_engine_specs(engine, ports=ports.engines, host=host, tokenizer=str(policy_dir(ctx)),
-                                  api_key_file=key_file, run=ctx.run_id, seed=recipe.run.seed),
+                                  api_key_file=key_file, run=ctx.run_id, seed=recipe.run.seed, python=python),
                 dataclasses.replace(router, url=f"http://{host}:{ports.router}")]
         # --- end of simulated engines
     engines = [
         engine_spec(engine, index=i, model_path=str(policy_dir(ctx)), host=host, port=port, run=ctx.run_id,
-                    dtype=recipe.model.dtype, seed=recipe.run.seed, api_key_file=key_file, url_host=engine_nodes[i])
+                    dtype=recipe.model.dtype, seed=recipe.run.seed, api_key_file=key_file, url_host=engine_nodes[i],
+                    python=python)
         for i, port in enumerate(ports.engines)
     ]
     urls = [f"http://{node}:{port}" for node, port in zip(engine_nodes, ports.engines)]
     router = router_spec(engine, worker_urls=urls, host=host, port=ports.router, prometheus_port=ports.router_metrics,
-                         run=ctx.run_id, api_key_file=key_file, url_host=router_node, max_concurrent_sessions=sessions)
+                         run=ctx.run_id, api_key_file=key_file, url_host=router_node, max_concurrent_sessions=sessions,
+                         python=python)
     specs = [dataclasses.replace(s, url=f"http://{node}:{s.ports['http']}")
              for s, node in zip([*engines, router], [*engine_nodes, router_node])]
     if on_nodes:
@@ -128,7 +132,7 @@ def component_specs(ctx: Context) -> list[ComponentSpec]:
 def control_spec(ctx: Context, *, node: str | None) -> ComponentSpec:
     """The run's control plane (rl360cli/run/control.py) beside the router: it starts again the engines and the
     router that die, from a process that outlives the trainer (on Slurm, a job step of its own)."""
-    argv = python_argv("rl360cli.run.control", "--state", str(ctx.state.path.absolute()), "--run", ctx.run_id or "")
+    argv = python_argv(ctx, "rl360cli.run.control", "--state", str(ctx.state.path.absolute()), "--run", ctx.run_id or "")
     return ComponentSpec(name="control", tier="service", stage=NAME, kind="control", argv=argv, run=ctx.run_id,
                          node=node)
 

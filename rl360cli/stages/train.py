@@ -47,7 +47,7 @@ def trainer_spec(ctx: Context, *, resume: bool = False) -> ComponentSpec:
         host = nodes[0] if layout.nodes > 1 else "127.0.0.1"
         argv = cluster_trainer_argv(driver_args, layout, rendezvous_host=host,
                                     port=ctx.profile.base_port + 91, run_id=ctx.run_id or "",
-                                    python=ctx.profile.slurm.python or None)
+                                    python=ctx.backend.python)
         env, node = thread_env(ctx, "training"), "*"
     elif trainer.kind == "megatron":
         from rl360cli.trainer.megatron_launch import trainer_argv
@@ -55,10 +55,10 @@ def trainer_spec(ctx: Context, *, resume: bool = False) -> ComponentSpec:
         # One rank per tensor x pipeline shard on this machine; rank 0 runs the loop, the others follow.
         ranks = trainer.tensor_parallel * trainer.pipeline_parallel
         argv = trainer_argv(driver_args, nproc_per_node=ranks, master_addr="127.0.0.1", master_port=free_port(),
-                            rdzv_id=f"rl360-{ctx.run_id}")
+                            rdzv_id=f"rl360-{ctx.run_id}", python=ctx.backend.python)
         env = {**thread_env(ctx, "training", sharing=ranks, alone=alone), "GLOO_SOCKET_IFNAME": "lo"}
     else:
-        argv, env = python_argv("rl360cli.run.driver", *driver_args), thread_env(ctx, "training", alone=alone)
+        argv, env = python_argv(ctx, "rl360cli.run.driver", *driver_args), thread_env(ctx, "training", alone=alone)
     return ComponentSpec(name="trainer", tier="training", stage=NAME, kind="trainer", argv=argv, run=ctx.run_id,
                          env=env, node=node)
 
@@ -95,9 +95,9 @@ def apply(ctx: Context, *, resume: bool = False) -> ComponentRecord:
         doc = ctx.state.read()
         token = ctx.run_dir / "ray" / "auth_token"
         port = ray_port(ctx)
+        ray_ports = worker_ports(ctx.profile.base_port, ctx.profile.sync_port)
         for ray_spec in ray_cluster_specs(doc=doc, run=ctx.run_id, token_path=token, port=port,
-                                          worker_port_range=worker_ports(ctx.profile.base_port,
-                                                                         ctx.profile.sync_port)):
+                                          python=ctx.backend.python, worker_port_range=ray_ports):
             start_component(ctx, ray_spec)
         spec = dataclasses.replace(spec, argv=(*spec.argv, "--ray-address", ray_address(doc, port=port)),
                                    env={**spec.env, **ray_env(token)})

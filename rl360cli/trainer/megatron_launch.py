@@ -1,13 +1,17 @@
 """The torchrun command line of the megatron trainer component (no heavy imports: stages call it).
 
-    argv = trainer_argv(["--state", state_path, "--run", run_id], nproc_per_node=2, master_port=29510)
-    # python -m torch.distributed.run --nproc-per-node=2 --nnodes=1 --node-rank=0
+    argv = trainer_argv(["--state", state_path, "--run", run_id], nproc_per_node=2, master_port=29510,
+                        python="/shared/venv/bin/python")
+    # /shared/venv/bin/python -m torch.distributed.run --nproc-per-node=2 --nnodes=1 --node-rank=0
     #     --master-addr=127.0.0.1 --master-port=29510 -m rl360cli.run.driver -- --state ... --run ...
 
     layout = TrainerLayout.of(tensor_parallel=4, pipeline_parallel=1, nodes=8, ranks_per_node=8)
     layout.describe()       # '64 ranks = TP 4 x PP 1 x DP 16 (8 nodes x 8)'
     argv = cluster_trainer_argv(driver_args, layout, rendezvous_host="<training[0] address>", port=29510,
-                                run_id="r1")   # one such torchrun per training node (e.g. an srun task each)
+                                run_id="r1", python=backend.python)   # one per training node (an srun task each)
+
+`python` is the interpreter on the node that runs the command (the backend's, `Backend.python`), never
+simply this one: the command is rendered where `rl360 train` runs.
 
 Rank 0 of that world runs the driver (the loop, the state file, the weight broadcast); ranks > 0
 follow it (rl360cli.run.driver.main -> follow_run -> MegatronTrainer.serve). See docs/trainer.md.
@@ -16,7 +20,6 @@ Tested by tests/trainer/test_megatron_trainer.py, test_megatron_launch.py and te
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -56,7 +59,7 @@ class TrainerLayout:
 
 
 def cluster_trainer_argv(driver_args: Sequence[str], layout: TrainerLayout, *, rendezvous_host: str, port: int,
-                         run_id: str, python: str | None = None) -> tuple[str, ...]:  # fmt: skip
+                         run_id: str, python: str) -> tuple[str, ...]:  # fmt: skip
     """The torchrun that each of `layout.nodes` training nodes runs: `ranks_per_node` ranks, meeting at
     `rendezvous_host:port` (the first training node); world = TP x PP x DP of `layout`."""
     return trainer_argv(driver_args, nproc_per_node=layout.ranks_per_node, nnodes=layout.nodes,
@@ -64,7 +67,7 @@ def cluster_trainer_argv(driver_args: Sequence[str], layout: TrainerLayout, *, r
 
 
 def trainer_argv(driver_args: Sequence[str], *, nproc_per_node: int, nnodes: int = 1, master_addr: str = "127.0.0.1",
-                 master_port: int = 29500, rdzv_id: str = "rl360-trainer", python: str | None = None,
+                 master_port: int = 29500, rdzv_id: str = "rl360-trainer", python: str,
                  module: str = "rl360cli.run.driver") -> tuple[str, ...]:  # fmt: skip
     """The command line that starts the megatron trainer component: torchrun over `module`.
 
@@ -74,7 +77,7 @@ def trainer_argv(driver_args: Sequence[str], *, nproc_per_node: int, nnodes: int
     """
     if nproc_per_node < 1 or nnodes < 1:
         raise ValueError(f"nproc_per_node and nnodes must be >= 1 (got {nproc_per_node}, {nnodes})")
-    argv = [python or sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}",
+    argv = [python, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}",
             f"--nnodes={nnodes}"]  # fmt: skip
     if nnodes == 1:
         argv += ["--node-rank=0", f"--master-addr={master_addr}", f"--master-port={master_port}"]

@@ -113,7 +113,7 @@ def test_the_real_engine_refuses_requests_without_the_key_and_never_holds_it_in_
     port = free_port()
     # The command exactly as `rl360 serve` renders it.
     cmd = engine_command(EngineConfig(num_threads=1), model_path=str(tiny_model), host="127.0.0.1", port=port,
-                         api_key_file=str(key_file))
+                         api_key_file=str(key_file), python=sys.executable)
     log = tmp_path / "engine.log"
     proc = subprocess.Popen(list(cmd.argv), stdout=open(log, "wb"), stderr=subprocess.STDOUT,
                             env={**os.environ, **cmd.env, "RL360_ENGINE_API_KEY": ""})

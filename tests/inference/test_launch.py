@@ -88,7 +88,7 @@ def test_router_flags_parse_with_the_installed_router():
     from sglang_router.launch_router import parse_router_args
 
     cmd = router_command(EngineConfig(), worker_urls=["http://127.0.0.1:1"], host="127.0.0.1", port=2,
-                         prometheus_port=3, api_key_file="/runs/r1/api-key")
+                         prometheus_port=3, api_key_file="/runs/r1/api-key", python=sys.executable)
     assert cmd.argv[1:6] == ("-m", "rl360cli.inference.keyed_launch", "--api-key-file", "/runs/r1/api-key", "--")
     args = parse_router_args(list(cmd.argv[9:]))
     assert args.worker_urls == ["http://127.0.0.1:1"] and args.retry_max_retries == 1
@@ -104,7 +104,8 @@ def test_missing_router_package_names_the_install_command(monkeypatch):
         require_router()
     assert info.value.fix == "install it with: pip install 'rl360[rollout]'"
     with pytest.raises(Rl360Error, match="sglang-router"):
-        router_command(EngineConfig(), worker_urls=["http://x:1"], host="h", port=1, prometheus_port=2)
+        router_command(EngineConfig(), worker_urls=["http://x:1"], host="h", port=1, prometheus_port=2,
+                       python=sys.executable)
 
 
 def test_generations_in_flight_are_the_sessions_but_no_more_than_the_engines_run():
@@ -159,7 +160,7 @@ def test_an_operator_changes_a_flag_in_the_template(tmp_path, monkeypatch):
     (tmp_path / "sglang-router.toml").write_text(text)
     monkeypatch.setenv("RL360_STAGES_DIR", str(tmp_path))
     cmd = router_command(EngineConfig(), worker_urls=["http://x:1"], host="h", port=1, prometheus_port=2,
-                         check_installed=False)
+                         check_installed=False, python=sys.executable)
     assert cmd.argv[-2:] == ("--log-level", "debug")
 
 
@@ -176,13 +177,14 @@ def test_component_specs_for_the_serve_stage():
     engine = EngineConfig(num_engines=2)
     ports = serve_ports(31000, engine.num_engines)
     assert (ports.router, ports.router_metrics, ports.engines) == (31000, 31001, (31002, 31003))
-    specs = [engine_spec(engine, index=i, model_path="/m", host="127.0.0.1", port=p, run="r1")
+    specs = [engine_spec(engine, index=i, model_path="/m", host="127.0.0.1", port=p, run="r1", python=sys.executable)
              for i, p in enumerate(ports.engines)]
     assert [s.id for s in specs] == ["rollout/engine-0", "rollout/engine-1"]
     assert specs[1].health_url == "http://127.0.0.1:31003/health" and specs[1].ports == {"http": 31003}
     assert "--seed" in specs[1].argv and specs[1].argv[specs[1].argv.index("--seed") + 1] == "1"
     router = router_spec(engine, worker_urls=["http://127.0.0.1:31002", "http://127.0.0.1:31003"],
-                         host="127.0.0.1", port=ports.router, prometheus_port=ports.router_metrics, run="r1")
+                         host="127.0.0.1", port=ports.router, prometheus_port=ports.router_metrics, run="r1",
+                         python=sys.executable)
     assert router.id == "service/router" and router.health_url == "http://127.0.0.1:31000/readiness"
 
 

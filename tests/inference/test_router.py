@@ -6,6 +6,7 @@ import asyncio
 import importlib.util
 import json
 import subprocess
+import sys
 import urllib.request
 
 import pytest
@@ -38,7 +39,7 @@ def cluster(module_engines, tiny_model, tmp_path_factory):
     port = free_port()
     cmd = router_command(EngineConfig(num_engines=2, router_policy="round_robin", router_health_check_interval_s=1),
                          worker_urls=[e.url for e in engines], host="127.0.0.1", port=port,
-                         prometheus_port=free_port())
+                         prometheus_port=free_port(), python=sys.executable)
     log = tmp_path_factory.mktemp("router") / "router.log"
     router = subprocess.Popen(list(cmd.argv), stdout=open(log, "wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

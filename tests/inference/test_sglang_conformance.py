@@ -285,7 +285,7 @@ def test_router_flags_are_in_the_installed_routers_help():
                                text=True, timeout=60, check=True).stdout
     offered = set(re.findall(r"(?<![\w-])--[a-z0-9][a-z0-9-]*", help_text))
     cmd = router_command(EngineConfig(), worker_urls=["http://10.0.0.2:31002"], host="10.0.0.1", port=31000,
-                         prometheus_port=31001, api_key_file="/runs/r1/api-key")
+                         prometheus_port=31001, api_key_file="/runs/r1/api-key", python=sys.executable)
     flags = _flags(cmd.argv)
     assert "--api-key" in flags and "--host" in flags
     assert [f for f in flags if f not in offered] == []
@@ -298,7 +298,7 @@ def test_sglang_server_flags_are_sglang_server_args(defs):
     extra = {k: v for r in recipes for k, v in r.get("engine", {}).get("extra_args", {}).items()}
     engine = EngineConfig(kind="sglang", tp_size=2, mem_fraction_static=0.8, extra_args=extra)
     cmd = sglang_server_command(engine, model_path="/m", host="10.0.0.3", port=31002, dtype="bfloat16", seed=1,
-                                api_key_file="/runs/r1/api-key", nccl_ifname="ib0")
+                                api_key_file="/runs/r1/api-key", nccl_ifname="ib0", python=sys.executable)
     names = [f.lstrip("-").replace("-", "_") for f in _flags(cmd.argv)]
     assert {"api_key", "host", "weight_version", "tp_size"} <= set(names)
     assert [n for n in names if n not in defs.server_args] == []

@@ -62,7 +62,8 @@ def sim_cluster(tmp_path_factory, tiny_model):
         port = free_port()
         cmd = router_command(EngineConfig(num_engines=NUM_ENGINES, router_policy="round_robin",
                                           router_health_check_interval_s=1),
-                             worker_urls=urls, host="127.0.0.1", port=port, prometheus_port=free_port())
+                             worker_urls=urls, host="127.0.0.1", port=port, prometheus_port=free_port(),
+                             python=sys.executable)
         router_log = folder / "router.log"
         router = subprocess.Popen(list(cmd.argv), stdout=open(router_log, "wb"), stderr=subprocess.STDOUT)
         router_url = f"http://127.0.0.1:{port}"
@@ -161,6 +162,7 @@ def test_ports_and_the_serve_stages_processes():
     with pytest.raises(ValueError):
         parse_ports("31002,31002")
     engine = EngineConfig(kind="simulated", num_engines=5, simulated=SimulatedEngineConfig(engines_per_process=2))
-    specs = sim_engine_specs(engine, ports=(40002, 40003, 40004, 40005, 40006), host="127.0.0.1", tokenizer=None)
+    specs = sim_engine_specs(engine, ports=(40002, 40003, 40004, 40005, 40006), host="127.0.0.1", tokenizer=None,
+                             python=sys.executable)
     assert [sorted(s.ports.values()) for s in specs] == [[40002, 40003], [40004, 40005], [40006]]
     assert specs[0].url == "http://127.0.0.1:40002" and specs[0].kind.startswith("engine")

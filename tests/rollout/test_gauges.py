@@ -134,7 +134,7 @@ def served(tmp_path_factory):
         wait_ok(f"http://127.0.0.1:{engine_port}/health", engine, engine_log)
         cmd = router_command(EngineConfig(num_engines=1, router_policy="round_robin"),
                              worker_urls=[f"http://127.0.0.1:{engine_port}"], host="127.0.0.1", port=router_port,
-                             prometheus_port=router_port + 1)
+                             prometheus_port=router_port + 1, python=sys.executable)
         router = subprocess.Popen(list(cmd.argv), stdout=open(router_log, "wb"), stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{router_port}"
         wait_ok(url + "/health", router, router_log)

@@ -32,8 +32,11 @@ def test_every_ray_node_gets_the_range_and_a_temp_dir_of_its_own(tmp_path):
     doc = {"tiers": {"service": {"nodes": ["n1"]}, "training": {"nodes": ["n2"]}, "rollout": {"nodes": ["n3", "n4"]}},
            "nodes": {"n1": {"address": "10.0.0.1"}}}
     specs = ray_cluster_specs(doc=doc, run="r", token_path=tmp_path / "token", port=17090,
+                              python="/shared/venv/bin/python",
                               worker_port_range=worker_ports(17000, 29600))
     assert [s.node for s in specs] == ["n1", "n2", "n3", "n4"]
+    # `ray` is the one beside the nodes' interpreter, not beside the one that rendered the command.
+    assert {s.argv[0] for s in specs} == {"/shared/venv/bin/ray"}
     for spec in specs:
         assert "--min-worker-port=20002" in spec.argv and "--max-worker-port=29499" in spec.argv
         assert f"--temp-dir=/tmp/ray/{spec.node}" in spec.argv

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from rl360cli.backends import slurm_cmd
 from rl360cli.backends.config import SlurmOptions, time_limit_minutes
+from rl360cli.backends.local import LocalBackend
+from rl360cli.backends.slurm import SlurmBackend
 from rl360cli.backends.slurm_preflight import parse_cluster_info
 from rl360cli.config import load_profile
 from rl360cli.configload import ConfigError
+from rl360cli.state.store import StateFile
 from tests.conftest import REPO
 from tests.slurm.conftest import write_profile
 
@@ -39,6 +44,27 @@ def test_option_bounds():
         SlurmOptions(heartbeat_s=0)
     with pytest.raises(ValueError, match="extra_sbatch key"):
         SlurmOptions(extra_sbatch={"--reservation": "x"})
+
+
+@pytest.mark.parametrize("bad", ["/shared/venv/bin/python -X dev", "'/shared/venv/bin/python"])
+def test_the_nodes_python_is_one_interpreter(tmp_path, bad):
+    """It is the first word of every component's command, as well as the holder's and the steps'."""
+    path = write_profile(tmp_path, "bad-python", slurm={"python": bad})
+    with pytest.raises(ConfigError, match="python must be one interpreter"):
+        load_profile(path)
+    assert SlurmOptions(python="'/shared/my venv/bin/python'").python
+
+
+def test_components_start_with_the_profiles_python_and_without_it_with_this_one(tmp_path):
+    """The same interpreter as the allocation's holder (the sbatch script's default when the profile has none)."""
+    reference = load_profile(REPO / "cluster/reference-33-nodes.toml")
+    assert SlurmBackend(reference, StateFile(tmp_path / "state.json")).python == "/shared/rl360/venv/bin/python"
+    spaced = write_profile(tmp_path, "spaced", slurm={"python": "'/shared/my venv/bin/python'"})
+    assert SlurmBackend(load_profile(spaced), StateFile(tmp_path / "state.json")).python == \
+        "/shared/my venv/bin/python"
+    dev = load_profile(REPO / "cluster/dev-slurm.toml")
+    assert SlurmBackend(dev, StateFile(tmp_path / "state.json")).python == sys.executable
+    assert LocalBackend(load_profile(REPO / "cluster/local.toml")).python == sys.executable
 
 
 def test_reference_profile_is_33_nodes_of_8_gpus():

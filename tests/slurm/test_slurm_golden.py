@@ -10,18 +10,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
+import rl360cli
 from rl360cli.backends import slurm_script
 from rl360cli.backends.slurm import SlurmBackend
 from rl360cli.backends.slurm_launch import StepFiles, srun_argv
 from rl360cli.config import load_profile, load_recipe
 from rl360cli.state.store import StateFile
-from tests.conftest import REPO, need
+from tests.conftest import REPO, need, run_cli
 
 GOLDEN = Path(__file__).parent / "golden"
 REFERENCE = REPO / "cluster" / "reference-33-nodes.toml"
@@ -127,3 +129,58 @@ def test_a_recipe_too_big_for_the_profile_is_refused_by_plan(cli, tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "error: 97 engines at TP=2 need 25 rollout nodes with 8 GPUs; the profile has 24; set engine.num_engines "
         "to at most 96, or num_nodes in [tiers.rollout] to 25"]
+
+
+# coding-32 renders the same commands as the swap (what the swap changes is on no command line): one golden file.
+@pytest.mark.parametrize("recipe,golden", [("qwen3-8b-swap", "reference-33-nodes.qwen3-8b-swap.commands"),
+                                           ("coding-32", None)])
+def test_the_reference_plan_names_no_path_of_the_machine_that_rendered_it(tmp_path, recipe, golden):
+    """Every command of the reference plan runs on a cluster node: it starts with the profile's `[slurm] python`
+    and names no path that exists only where `rl360 plan` ran (its interpreter, the checkout, the working
+    folder, the home folder, a temporary folder). The exact commands are a golden file."""
+    state = tmp_path / "state" / "state.json"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = run_cli("plan", "--profile", str(REFERENCE), "--recipe", str(REPO / "recipes" / f"{recipe}.toml"),
+                   "--json", state=state, cwd=elsewhere, check=True)
+    actions = json.loads(proc.stdout)["actions"]
+    python = load_profile(REFERENCE).slurm.python
+    local = {sys.executable, os.path.realpath(sys.executable), sys.prefix, str(REPO), str(REPO.resolve()),
+             str(Path(rl360cli.__file__).resolve().parents[1]), str(tmp_path), str(elsewhere), os.getcwd(),
+             str(Path.home())}
+    starts = [a for a in actions if a["verb"] == "start"]
+    assert len(starts) == 99  # 96 engines, the router, the control plane, the trainer
+    for action in starts:
+        argv = action["command"]
+        # The state file is where the user put it (--state, RL360_STATE): the trainer and the control plane read
+        # it on their nodes, so the nodes must see it there too; it is the one path here that the profile does
+        # not give.
+        if "--state" in argv:
+            assert action["subject"] in ("training/trainer", "service/control")
+            assert argv[argv.index("--state") + 1] == str(state)
+            argv = [a for a in argv if a != str(state)]
+        assert argv[0] == python, action["subject"]
+        if "rl360cli.inference.keyed_launch" in argv:  # the program it becomes on the node: the same python
+            assert argv[argv.index("--") + 1] == python
+        leaked = [(arg, path) for arg in argv for path in local if path in arg]
+        assert not leaked, f"{action['subject']} names a path of this machine: {leaked}"
+    for action in actions:
+        leaked = [path for path in local if path in action["script"]]
+        assert not leaked, f"{action['subject']}'s script names a path of this machine: {leaked}"
+        if action["script"]:
+            assert f"{python} -u -m submitit.core._submit" in action["script"]
+    commands = "".join(f"# {a['stage']}: {a['verb']} {a['subject']}\n{shlex.join(a['command'])}\n\n" for a in starts)
+    if golden:
+        check_golden(golden, commands.replace(str(state), "$STATE"))
+
+
+def test_a_slurm_profile_without_python_says_what_to_set(cli, tmp_path):
+    """Without `[slurm] python` the nodes run this machine's interpreter (as the dev cluster's fake nodes can);
+    the plan says so in one line, with what to set."""
+    proc = cli("plan", "--profile", str(REPO / "cluster" / "dev-slurm.toml"), "--json", check=True)
+    notes = [a["detail"] for a in json.loads(proc.stdout)["actions"] if a["verb"] == "note"]
+    assert notes == [f"the profile names no python for the nodes: they will run rl360 with this machine's "
+                     f"{sys.executable}; set python in its slurm table to rl360's interpreter on the nodes (a "
+                     "virtualenv on the shared file system)"]
+    proc = cli("plan", "--profile", str(REFERENCE), "--json", check=True)
+    assert not [a for a in json.loads(proc.stdout)["actions"] if a["verb"] == "note"]

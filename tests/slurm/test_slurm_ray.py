@@ -49,7 +49,7 @@ def test_ray_head_and_worker_as_job_steps(rl360, tmp_path):
     assert doc["tiers"]["service"]["nodes"] != doc["tiers"]["training"]["nodes"]
     token = tmp_path / "ray" / "auth_token"
     port = free_port()
-    specs = ray_cluster_specs(doc=doc, run=None, token_path=token, port=port,
+    specs = ray_cluster_specs(doc=doc, run=None, token_path=token, port=port, python=sys.executable,
                               num_cpus={"service": 1, "training": 1, "rollout": 1})
     node = {t: doc["tiers"][t]["nodes"][0] for t in ("service", "training", "rollout")}
     assert [s.id for s in specs] == ["service/ray-head", f"training/ray-worker-{node['training']}",

@@ -36,7 +36,8 @@ def launch(root: Path) -> dict:
          "megatron-core is not installed; pip install -e '.[megatron]'")
     test_megatron_trainer.prepare(root / "trainer")
     test_megatron_pipeline.prepare(root / "pipeline")
-    argv = trainer_argv([str(root)], nproc_per_node=WORLD, master_port=_free_port(), module="tests.trainer.megatron_world")
+    argv = trainer_argv([str(root)], nproc_per_node=WORLD, master_port=_free_port(), module="tests.trainer.megatron_world",
+                        python=sys.executable)
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
     started = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)

@@ -236,7 +236,7 @@ def test_trainer_argv_one_node_and_several():
     assert many[3:8] == ("--nproc-per-node=8", "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=n1:29511",
                          "--rdzv-id=rl360-r1")  # fmt: skip
     with pytest.raises(ValueError, match="nproc_per_node"):
-        trainer_argv([], nproc_per_node=0)
+        trainer_argv([], nproc_per_node=0, python="py")
 
 
 def test_the_launch_module_imports_nothing_heavy():
