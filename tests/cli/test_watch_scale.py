@@ -44,5 +44,14 @@ def test_the_live_view_shows_the_last_steps_scale_figures():
     assert "router 1,024 req/s (router)" in text
 
 
+def test_a_small_run_shows_the_actors_rss_not_a_figure_per_1000_sessions():
+    """64 sessions in flight: the actors' fixed memory per 1,000 of them would read as a leak."""
+    row = {"step": 0, "reward_mean": 0.5, "samples": 64, "batch": {},
+           **merge([actor_take(32, [], warm=32, cold=0, pulls=0), actor_take(32, [], warm=32, cold=0, pulls=0)],
+                   seconds=10.0)}
+    text = frame([row])
+    assert "actors 12.5 CPU s/1k sessions, 1,200 MB RSS" in text and "MB/1k in flight" not in text
+
+
 def test_a_row_without_scale_figures_shows_no_scale_line():
     assert "scale" not in frame([{"step": 0, "reward_mean": 0.5, "samples": 8, "batch": {}}])
