@@ -2,7 +2,8 @@
 
     python -m tests.inference.health_standins --port P [--version 3]
 
-`StandInEngine` answers `GET /health` (200), `GET /model_info` (`weight_version`), `POST /generate`
+`StandInEngine` answers `GET /health` (200), `GET /model_info` (`weight_version`), `GET /workers` (none: as a
+router with no engine, for the control plane's tests), `POST /generate`
 (after `{"sleep_s": s}` seconds, a minimal SGLang answer) and `POST /cut` (closes the connection without an
 answer, the server stays up). It does not generate, take weights, or join a process group: the watcher's
 tests need only a process that is alive, dead, hung (SIGSTOP) or gone, and a port that answers or not.
@@ -37,6 +38,8 @@ class StandInEngine(BaseHTTPRequestHandler):
             self.end_headers()
         elif self.path == "/model_info":
             self._json({"weight_version": self.version})
+        elif self.path == "/workers":
+            self._json({"workers": []})
         else:
             self.send_error(404)
 
