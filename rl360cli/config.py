@@ -85,6 +85,9 @@ class ClusterProfile:
             raise ValueError(f"tiers must be exactly {', '.join(TIERS)} (missing {missing}, unknown {unknown})")
         if self.backend == "slurm" and self.slurm is None:
             raise ValueError("backend 'slurm' needs a [slurm] table (at least partition)")
+        if self.backend == "slurm" and any(t.cpu_list for t in self.tiers.values()):
+            raise ValueError("cpu_list pins a tier to CPUs of this machine (the local backend); on Slurm the "
+                             "allocation decides: remove it")
         if self.backend == "local":
             total = sum(t.share for t in self.tiers.values())
             if total > 1.0001:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
-from rl360cli.state.schema import ComponentRecord, ComponentStatus
+from rl360cli.state.schema import ComponentRecord, ComponentStatus, StateDoc
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -46,8 +47,21 @@ class Observation:
     reason: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RayCluster:
+    """The Ray processes a run's trainer joins (head and one worker per node), and the head's address; none
+    where the trainer starts a private Ray instance on its own machine."""
+
+    components: tuple[ComponentSpec, ...] = ()
+    address: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
 class Backend(Protocol):
     name: str
+    # Every component runs on this machine: the tiers share its CPUs, its ports and its limits, and it has no
+    # GPU (the local backend). Otherwise each runs on a node of its tier (Slurm).
+    on_this_machine: bool
 
     @property
     def python(self) -> str:
@@ -63,3 +77,13 @@ class Backend(Protocol):
 
     def stop(self, records: Mapping[str, ComponentRecord], *, grace_s: float) -> None:
         """Stop the components (TERM, then KILL after `grace_s`); already stopped ones are fine."""
+
+    def check_engine(self, kind: str) -> None:
+        """Refuse, in one line, an engine kind these machines cannot run."""
+
+    def ray_cluster(self, doc: StateDoc, *, run: str | None, token_path: Path, port: int) -> RayCluster:
+        """The Ray cluster across the tiers that a run's trainer joins (see `RayCluster`)."""
+
+    def docker_steps(self, doc: StateDoc, node_names: list[str]) -> dict[str, tuple[str, int | None] | None]:
+        """Per node whose Docker daemon is reached through a job step of the allocation holding it: that job
+        (and het group); None for such a node no allocation holds. Empty where daemons are reached directly."""

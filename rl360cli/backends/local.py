@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 from collections.abc import Mapping
 
 from rl360cli.backends import procinfo
-from rl360cli.backends.base import ComponentSpec, Observation
+from rl360cli.backends.base import ComponentSpec, Observation, RayCluster
 from rl360cli.errors import Rl360Error
-from rl360cli.state.schema import ComponentRecord, ComponentStatus, NodeRecord, TierRecord, TierStatus
+from rl360cli.state.schema import ComponentRecord, ComponentStatus, NodeRecord, StateDoc, TierRecord, TierStatus
 
 if TYPE_CHECKING:
     from rl360cli.config import ClusterProfile
@@ -43,6 +43,7 @@ def machine_resources() -> tuple[int, int]:
 
 class LocalBackend:
     name = "local"
+    on_this_machine = True
 
     def __init__(self, profile: ClusterProfile | None):
         self.profile = profile
@@ -51,6 +52,19 @@ class LocalBackend:
     def python(self) -> str:
         """Components run on this machine, under the interpreter running rl360."""
         return sys.executable
+
+    def check_engine(self, kind: str) -> None:
+        if kind == "sglang":
+            raise Rl360Error("SGLang engines need GPUs, which the local backend does not have",
+                             "set [engine] kind = \"local\" in the recipe, or use a Slurm profile")
+
+    def ray_cluster(self, doc: StateDoc, *, run: str | None, token_path: Path, port: int) -> RayCluster:
+        """None to join: the trainer starts a private Ray instance on this machine."""
+        return RayCluster()
+
+    def docker_steps(self, doc: StateDoc, node_names: list[str]) -> dict[str, tuple[str, int | None] | None]:
+        """None: this machine's daemons are reached through their sockets."""
+        return {}
 
     # ------------------------------------------------------------------ tiers
 

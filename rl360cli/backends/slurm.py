@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rl360cli.backends import procinfo, slurm_cmd, slurm_script
-from rl360cli.backends.base import ComponentSpec, Observation
+from rl360cli.backends import slurm_ray
+from rl360cli.backends.base import ComponentSpec, Observation, RayCluster
 from rl360cli.backends.slurm_cmd import ACTIVE, ENDED
 from rl360cli.backends.slurm_launch import StepFiles, srun_argv
 from rl360cli.backends.slurm_observe import observe_component, read_json
@@ -40,7 +41,7 @@ from rl360cli.backends.slurm_step import rank_path
 from rl360cli.errors import Rl360Error
 from rl360cli.state import queries
 from rl360cli.state.schema import (COMPONENT_FINAL, TIER_FINAL, ComponentRecord, ComponentStatus, NodeRecord,
-                                   TierRecord, TierStatus, now_iso)
+                                   StateDoc, TierRecord, TierStatus, now_iso)
 
 if TYPE_CHECKING:
     from rl360cli.config import ClusterProfile, Recipe
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 class SlurmBackend:
     name = "slurm"
+    on_this_machine = False
 
     def __init__(self, profile: ClusterProfile, state: StateFile):
         self.profile = profile
@@ -62,6 +64,25 @@ class SlurmBackend:
         """The profile's `[slurm] python` (else this machine's, as in the sbatch script): the holder, each
         step's supervisor and every component start with the same interpreter on the nodes."""
         return slurm_script.component_python(self.profile)
+
+    def check_engine(self, kind: str) -> None:
+        """Any engine: a GPU engine on nodes without GPUs fails as it starts, with its own error."""
+
+    def ray_cluster(self, doc: StateDoc, *, run: str | None, token_path: Path, port: int) -> RayCluster:
+        """The session actors live on the rollout tier: a Ray cluster across the allocations (head on the
+        service tier) that the trainer joins as the driver."""
+        specs = slurm_ray.ray_cluster_specs(doc=doc, run=run, token_path=token_path, port=port, python=self.python,
+                                            worker_port_range=slurm_ray.worker_ports(self.profile.base_port,
+                                                                                     self.profile.sync_port))
+        return RayCluster(components=tuple(specs), address=slurm_ray.ray_address(doc, port=port),
+                          env=slurm_ray.ray_env(token_path))
+
+    def docker_steps(self, doc: StateDoc, node_names: list[str]) -> dict[str, tuple[str, int | None] | None]:
+        """A node's unix:// socket is on the node: reach it by a step of the job holding it (in a heterogeneous
+        job: the het leader and the tier's het group)."""
+        return {name: next(((str(t.get("het_leader") or t["job_id"]), t.get("het_group"))
+                            for t in queries.tiers(doc).values() if t.get("job_id") and name in t["nodes"]), None)
+                for name in node_names}
 
     def python_note(self) -> str | None:
         """What `rl360 plan` says when the profile names no interpreter for the nodes."""

@@ -270,8 +270,6 @@ def launch_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run
     remote_actor = ray.remote(SessionActor)
     # In a Ray cluster across the tiers the actors go to the rollout tier's nodes, spread out.
     placement = {"resources": {"tier_rollout": 0.001}, "scheduling_strategy": "SPREAD"} if in_cluster else {}
-    # The local backend may pin the rollout tier to some CPUs: the actors and their sandboxes keep to them.
-    pinned = profile is not None and profile.backend == "local"
     num_actors = recipe.rollout.num_session_actors
     in_flight = generations_in_flight(recipe.engine, recipe.rollout.max_concurrent_sessions)
     setup = ActorSetup(run_id=run_id, policy_dir=str(policy_dir), router_url=router, actor_index=0,
@@ -280,7 +278,8 @@ def launch_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run
                        eval_tasks_include=recipe.eval.include,
                        sandbox=recipe.sandbox, nodes=profile.nodes if profile else (), node_images=node_images,
                        registry=profile.registry if profile else RegistrySpec(),
-                       cpu_list=profile.tiers["rollout"].cpu_list if pinned else (), api_key_file=api_key_file,
+                       # A local tier may be pinned to some CPUs: the actors and their sandboxes keep to them.
+                       cpu_list=profile.tiers["rollout"].cpu_list if profile else (), api_key_file=api_key_file,
                        max_generate_connections=-(-in_flight // num_actors))
     # A dead actor (its node lost, its process killed) is started again by Ray on the rollout tier,
     # and the groups it held run again there: what they had generated died with it, none was trained.

@@ -210,7 +210,7 @@ def prepare(ctx: Context, options: PrewarmOptions) -> Prepared:
 
     doc = ctx.state.read()
     slurm_conf = profile.slurm.slurm_conf if profile.slurm else ""
-    runtimes, scans, unreachable = _scan(selected, options.retry, _slurm_jobs(ctx, doc, selected), slurm_conf)
+    runtimes, scans, unreachable = _scan(selected, options.retry, _docker_steps(ctx, doc, selected), slurm_conf)
     selected_names = [n.name for n in selected]
 
     demands = []
@@ -300,18 +300,10 @@ def _resolve(ctx: Context, image_list: ImageList, refs: dict[str, ImageRef],
     return digests, clients
 
 
-def _slurm_jobs(ctx: Context, doc: StateDoc, nodes: list[NodeSpec]) -> dict[str, tuple[str, int | None] | None]:
-    """On a Slurm profile, a node's unix:// socket is on the node: reach it by a step of the job holding it
-    (in a heterogeneous job: the het leader and the tier's het group)."""
-    if ctx.profile.backend != "slurm":
-        return {}
-    jobs: dict[str, tuple[str, int | None] | None] = {}
-    for node in nodes:
-        if node.docker_host.startswith("unix://"):
-            jobs[node.name] = next(((str(t.get("het_leader") or t["job_id"]), t.get("het_group"))
-                                    for t in queries.tiers(doc).values()
-                                    if t.get("job_id") and node.name in t["nodes"]), None)
-    return jobs
+def _docker_steps(ctx: Context, doc: StateDoc, nodes: list[NodeSpec]) -> dict[str, tuple[str, int | None] | None]:
+    """The nodes whose unix:// Docker socket is reached through a job step of the allocation holding them (the
+    backend's say: none locally)."""
+    return ctx.backend.docker_steps(doc, [node.name for node in nodes if node.docker_host.startswith("unix://")])
 
 
 def _scan(nodes: list[NodeSpec], retry: RetryPolicy, slurm_jobs: dict[str, tuple[str, int | None] | None],

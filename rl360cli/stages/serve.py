@@ -62,7 +62,7 @@ def listen_host(ctx: Context) -> str:
     if host not in WILDCARD_HOSTS:
         return host
     # One machine: its address now. A cluster: the node's, once the component starts there.
-    return node_address() if ctx.profile.backend == "local" else NODE_ADDRESS
+    return node_address() if ctx.backend.on_this_machine else NODE_ADDRESS
 
 
 def _node_names(ctx: Context) -> tuple[list[str], str, bool]:
@@ -122,7 +122,7 @@ def component_specs(ctx: Context) -> list[ComponentSpec]:
     if on_nodes:
         # Start each where its URL says: it binds that node's address (keyed_launch fills it in there).
         specs = [dataclasses.replace(s, node=node) for s, node in zip(specs, [*engine_nodes, router_node])]
-    if ctx.profile.backend == "local":
+    if ctx.backend.on_this_machine:  # the engines share the rollout tier's CPUs of this machine
         engine_env = thread_env(ctx, "rollout", sharing=engine.num_engines)
         specs = [dataclasses.replace(s, env={**engine_env, **s.env}) if s.kind.startswith("engine") else s
                  for s in specs]
@@ -162,10 +162,8 @@ def apply(ctx: Context) -> list[dict]:
     from rl360cli.trainer.model import prepare_policy
 
     recipe = ctx.need_recipe()
-    if recipe.engine.kind == "sglang" and ctx.profile.backend == "local":
-        raise Rl360Error("SGLang engines need GPUs, which the local backend does not have",
-                         "set [engine] kind = \"local\" in the recipe, or use a Slurm profile")
-    if ctx.profile.backend == "local":  # the router runs on this machine, under its limits
+    ctx.backend.check_engine(recipe.engine.kind)
+    if ctx.backend.on_this_machine:  # the router runs on this machine, under its limits
         check_router_open_files(recipe.engine, recipe.rollout.max_concurrent_sessions)
     specs = component_specs(ctx)
     for spec in specs:
@@ -216,7 +214,7 @@ def restart(ctx: Context, cid: str) -> dict:
 
 
 def _check_port_free(ctx: Context, spec: ComponentSpec) -> None:
-    if ctx.profile.backend != "local" or component_is_live(ctx, spec.id):
+    if not ctx.backend.on_this_machine or component_is_live(ctx, spec.id):
         return
     for port in spec.ports.values():
         with socket.socket() as s:

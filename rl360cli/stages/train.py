@@ -36,7 +36,7 @@ def trainer_spec(ctx: Context, *, resume: bool = False) -> ComponentSpec:
     # A synchronous loop updates while generation waits: on this machine the update has every core
     # (on 2 cores, 2 threads train local-smoke's batch in 2.2 s instead of 4).
     alone = not ctx.need_recipe().loop.overlap
-    if trainer.kind == "megatron" and ctx.profile.backend == "slurm":
+    if trainer.kind == "megatron" and not ctx.backend.on_this_machine:
         from rl360cli.trainer.megatron_launch import cluster_trainer_argv
 
         # One torchrun per training node (one Slurm task each, on every node of the tier), meeting at
@@ -78,7 +78,7 @@ def plan(ctx: Context) -> list[Action]:
     detail = (f"{recipe.trainer.kind} trainer, {recipe.loop.num_steps} steps of {recipe.loop.num_tasks_per_step} "
               f"tasks x {recipe.loop.num_samples_per_task} samples, overlap {'on' if recipe.loop.overlap else 'off'}, "
               f"{recipe.rollout.num_session_actors} Ray session actors")
-    if recipe.trainer.kind == "megatron" and ctx.profile.backend == "slurm":
+    if recipe.trainer.kind == "megatron" and not ctx.backend.on_this_machine:
         detail += f"; {megatron_layout(ctx).describe()}, one torchrun per training node"
     return [Action(stage=NAME, verb="start", subject=spec.id, detail=detail, command=spec.argv)]
 
@@ -87,20 +87,12 @@ def apply(ctx: Context, *, resume: bool = False) -> ComponentRecord:
     run = queries.run(ctx.state.read(), ctx.run_id)
     resume = resume or bool(run and run["resumed"])
     spec = trainer_spec(ctx, resume=resume)
-    if ctx.profile.backend == "slurm":
-        # The session actors live on the rollout tier: a Ray cluster across the allocations
-        # (head on the service tier), which the trainer joins as the driver.
-        from rl360cli.backends.slurm_ray import ray_address, ray_cluster_specs, ray_env, worker_ports
-
-        doc = ctx.state.read()
-        token = ctx.run_dir / "ray" / "auth_token"
-        port = ray_port(ctx)
-        ray_ports = worker_ports(ctx.profile.base_port, ctx.profile.sync_port)
-        for ray_spec in ray_cluster_specs(doc=doc, run=ctx.run_id, token_path=token, port=port,
-                                          python=ctx.backend.python, worker_port_range=ray_ports):
-            start_component(ctx, ray_spec)
-        spec = dataclasses.replace(spec, argv=(*spec.argv, "--ray-address", ray_address(doc, port=port)),
-                                   env={**spec.env, **ray_env(token)})
+    ray = ctx.backend.ray_cluster(ctx.state.read(), run=ctx.run_id, token_path=ctx.run_dir / "ray" / "auth_token",
+                                  port=ray_port(ctx))
+    for ray_spec in ray.components:
+        start_component(ctx, ray_spec)
+    if ray.address:  # the trainer joins it as the driver; else it starts a private Ray instance
+        spec = dataclasses.replace(spec, argv=(*spec.argv, "--ray-address", ray.address), env={**spec.env, **ray.env})
     return start_component(ctx, spec)
 
 
