@@ -98,7 +98,7 @@ def run_seed(args: argparse.Namespace, seed: int, root: Path) -> dict:
     from rl360cli.outcome import Outcome
     from rl360cli.rl.batch import build_batch
     from rl360cli.rl.trajectory import Trajectory
-    from rl360cli.tasks.arith_rollout import load_tasks, run_tasks
+    from rl360cli.demo.arith_rollout import load_tasks, run_tasks
     from rl360cli.trainer.config import ModelConfig
     from rl360cli.trainer.model import load_policy, prepare_policy
     from rl360cli.trainer.step import train_step

@@ -37,7 +37,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("loop", frozenset({"loop"})),
     ("rollouts and trainers", frozenset({"rollout", "trainer"})),
     ("session, sandboxes, inference, backends", frozenset({"agent", "sandbox", "inference", "backends", "nodes",
-                                                            "images", "tasks"})),
+                                                            "images", "demo"})),
     ("floor", frozenset({"rl", CONFIGS, "state", "events", "errors", "outcome", "ports", "metrics", "progress",
                          "logview", "rl360cli"})),
 )
@@ -285,8 +285,8 @@ def test_rl360cli_obeys_its_layers():
 
 
 def test_the_trainer_package_holds_no_toy_task():
-    """Trainers, the weight sync and model loading only: a task family lives in rl360cli/tasks/."""
-    task_modules = {p.stem for p in (PACKAGE / "tasks").glob("*.py")} - {"__init__"}
+    """Trainers, the weight sync and model loading only: a task family lives in rl360cli/demo/."""
+    task_modules = {p.stem for p in (PACKAGE / "demo").glob("*.py")} - {"__init__"}
     trainer_modules = {p.stem for p in (PACKAGE / "trainer").glob("*.py")}
     assert not task_modules & trainer_modules
     mentions = [p.name for p in (PACKAGE / "trainer").glob("*.py") if "arith" in p.read_text()]

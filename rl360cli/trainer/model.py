@@ -8,7 +8,7 @@ generation config) once; a marker file records what it was made from, so a secon
 same inputs returns at once and a call with different inputs is refused rather than silently
 mixing policies. The folder is built beside `out_dir` and renamed into place, so a crash never
 leaves a half-written policy. By `ModelConfig.kind`:
-- `tiny`: the demo task family's tiny policy (`rl360cli.tasks.tiny_policy`: a byte-level BPE
+- `tiny`: the demo task family's tiny policy (`rl360cli.demo.tiny_policy`: a byte-level BPE
   tokenizer, a small Llama from scratch, a supervised warm-up); deterministic for a seed, so built
   once per machine under `$RL360_CACHE_DIR` (`cache.py`) and linked. `warmup.json` records the warm-up.
 - `gguf-package`: a GGUF file shipped in a pip package, dequantised once into a cache
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rl360cli.errors import Rl360Error
-from rl360cli.tasks import tiny_policy
+from rl360cli.demo import tiny_policy
 from rl360cli.trainer.cache import DONE, built_once, cache_root
 from rl360cli.trainer.config import ModelConfig
 

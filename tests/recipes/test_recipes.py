@@ -133,7 +133,7 @@ def test_local_smoke_loads_the_committed_policy_v0_as_its_build_record_says():
     hard link into it), built from today's task set with the builder's settings."""
     import importlib.util
 
-    from rl360cli.tasks.tiny_policy import tasks_digest
+    from rl360cli.demo.tiny_policy import tasks_digest
 
     recipe = load_recipe(REPO / "recipes" / "local-smoke.toml")
     folder = Path(recipe.model.path)

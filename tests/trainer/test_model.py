@@ -9,21 +9,21 @@ import pytest
 
 from rl360cli.errors import Rl360Error
 from rl360cli.agent.conversation import ConversationTokens, format_observation, observation_ids
-from rl360cli.tasks import arith
+from rl360cli.demo import arith
 from rl360cli.trainer.config import ModelConfig
 from tests.conftest import REPO
 
 import torch
 
 TASKS = REPO / "recipes" / "tasks" / "arith-32"
-# Small enough to build in a second or two; the recipe's own model is tested in tests/tasks/test_warmup.py.
+# Small enough to build in a second or two; the recipe's own model is tested in tests/demo/test_warmup.py.
 SMALL = ModelConfig(kind="tiny", hidden_size=32, num_layers=1, num_heads=2, warmup_steps=3, warmup_batch_size=4)
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from rl360cli.tasks.tokenizer import train_tokenizer
-    from rl360cli.tasks.warmup import synthetic_corpus
+    from rl360cli.demo.tokenizer import train_tokenizer
+    from rl360cli.demo.warmup import synthetic_corpus
 
     return train_tokenizer(synthetic_corpus(0, num_programs=300), vocab_size=400)
 
@@ -75,7 +75,7 @@ def test_an_unknown_role_is_refused(tokenizer):
 
 def test_turn_by_turn_tokens_equal_the_rendered_conversation(tokenizer):
     """Token in, token out: built as the loop builds it, the conversation is the template's own tokens."""
-    from rl360cli.tasks.warmup import conversation
+    from rl360cli.demo.warmup import conversation
 
     instruction = arith.instruction(arith.parse_program("square, sub 2"))
     ids, mask = conversation(tokenizer, instruction, "x**2-2")
@@ -97,7 +97,7 @@ def test_an_unfinished_turn_gets_its_end_of_turn_before_the_observation(tokenize
 
 
 def test_warmup_examples_skip_the_excluded_instructions(tokenizer):
-    from rl360cli.tasks.warmup import examples
+    from rl360cli.demo.warmup import examples
 
     excluded = [arith.instruction(arith.random_program(__import__("random").Random("warmup-3")))]
     stream = examples(tokenizer, 3, exclude=excluded)
@@ -227,7 +227,7 @@ def test_model_config_rejects_bad_values(fields, message):
 def test_sampling_logprobs_match_a_full_forward_pass(prepared):
     """The in-process sampler's KV-cached, left-padded logprobs are the model's own."""
     from rl360cli.trainer.model import load_policy
-    from rl360cli.tasks.sampling import sample
+    from rl360cli.demo.sampling import sample
 
     model, tok = load_policy(prepared)
     prompts = [[3, 40, 41, 42, 4], [3, 50, 4]]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rl360cli.tasks import arith
-from rl360cli.tasks.arith_rollout import emulate_command, load_tasks
+from rl360cli.demo import arith
+from rl360cli.demo.arith_rollout import emulate_command, load_tasks
 from tests.conftest import REPO
 
 TASKS = REPO / "recipes" / "tasks" / "arith-32"
