@@ -400,7 +400,7 @@ def main() -> None:
     import torch
 
     from rl360cli.config import load_recipe
-    from rl360cli.trainer.model import prepare_policy
+    from rl360cli.run.policy import prepare_policy
 
     # The recipe as it is now, for both runs (an edit to it while TRL trains does not reach rl360's run).
     recipe_copy = Path(tempfile.mkdtemp(prefix="rl360-vs-trl-recipe-")) / RECIPE.name

@@ -376,7 +376,7 @@ def loop(plan: Plan, work: Path) -> dict:
     from rl360cli.rl.batch import build_batch
     from rl360cli.demo.arith_rollout import load_tasks
     from rl360cli.trainer.handoff import TensorHandoff
-    from rl360cli.trainer.model import prepare_policy
+    from rl360cli.run.policy import prepare_policy
     from rl360cli.trainer.torch_trainer import TorchTrainer
 
     recipe = load_recipe(REPO / "recipes" / "local-smoke.toml")

@@ -1,7 +1,7 @@
 """The local recipe's tiny policy: a tokenizer trained on the arith task family, a small Llama from
 scratch, and a supervised warm-up, written as a Hugging Face folder.
 
-`rl360cli.trainer.model.prepare_policy` calls `build` for `[model] kind = "tiny"` once per machine
+`rl360cli.run.policy.prepare_policy` calls `build` for `[model] kind = "tiny"` once per machine
 for given settings, seed, task set (`tasks_digest`) and code (`code_digest`), and links the folder
 into each run.
 

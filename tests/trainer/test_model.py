@@ -30,7 +30,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    from rl360cli.trainer.model import prepare_policy
+    from rl360cli.run.policy import prepare_policy
 
     out = tmp_path_factory.mktemp("policies") / "v0"
     return prepare_policy(SMALL, tasks_dir=TASKS, out_dir=out, seed=7)
@@ -109,7 +109,8 @@ def test_warmup_examples_skip_the_excluded_instructions(tokenizer):
 
 
 def test_prepare_policy_writes_a_loadable_folder(prepared):
-    from rl360cli.trainer.model import MARKER, load_policy
+    from rl360cli.run.policy import MARKER
+    from rl360cli.trainer.model import load_policy
 
     names = {p.name for p in prepared.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja", "generation_config.json",
@@ -137,7 +138,7 @@ def test_forward_logprobs_are_finite_and_normalised(prepared):
 
 
 def test_prepare_policy_is_idempotent(prepared):
-    from rl360cli.trainer.model import MARKER, prepare_policy
+    from rl360cli.run.policy import MARKER, prepare_policy
 
     before = {p.name: p.stat().st_mtime_ns for p in prepared.iterdir()}
     started = time.perf_counter()
@@ -149,7 +150,7 @@ def test_prepare_policy_is_idempotent(prepared):
 
 
 def test_prepare_policy_refuses_a_folder_made_from_other_settings(prepared):
-    from rl360cli.trainer.model import prepare_policy
+    from rl360cli.run.policy import prepare_policy
 
     with pytest.raises(Rl360Error, match="other settings"):
         prepare_policy(SMALL, tasks_dir=TASKS, out_dir=prepared, seed=8)
@@ -159,7 +160,7 @@ def test_prepare_policy_refuses_a_folder_made_from_other_settings(prepared):
 
 
 def test_prepare_policy_is_deterministic(prepared, tmp_path, monkeypatch):
-    from rl360cli.trainer.model import prepare_policy
+    from rl360cli.run.policy import prepare_policy
 
     monkeypatch.setenv("RL360_CACHE_DIR", str(tmp_path / "empty-cache"))  # built again, not linked
     same = prepare_policy(SMALL, tasks_dir=TASKS, out_dir=tmp_path / "same", seed=7)
@@ -170,7 +171,7 @@ def test_prepare_policy_is_deterministic(prepared, tmp_path, monkeypatch):
 
 
 def test_a_tiny_policy_is_built_once_per_cache_and_linked(tmp_path, monkeypatch):
-    from rl360cli.trainer.model import prepare_policy
+    from rl360cli.run.policy import prepare_policy
 
     monkeypatch.setenv("RL360_CACHE_DIR", str(tmp_path / "cache"))
     first = prepare_policy(SMALL, tasks_dir=TASKS, out_dir=tmp_path / "run1" / "v0", seed=7)
@@ -184,7 +185,7 @@ def test_a_tiny_policy_is_built_once_per_cache_and_linked(tmp_path, monkeypatch)
 
 
 def test_prepare_policy_refuses_missing_or_foreign_tasks(tmp_path):
-    from rl360cli.trainer.model import prepare_policy
+    from rl360cli.run.policy import prepare_policy
 
     with pytest.raises(Rl360Error, match="does not exist"):
         prepare_policy(SMALL, tasks_dir=tmp_path / "nowhere", out_dir=tmp_path / "a", seed=0)
@@ -199,7 +200,8 @@ def test_prepare_policy_refuses_missing_or_foreign_tasks(tmp_path):
 def test_a_huggingface_folder_is_validated_and_linked(prepared, tmp_path):
     import shutil
 
-    from rl360cli.trainer.model import load_policy, prepare_policy
+    from rl360cli.run.policy import prepare_policy
+    from rl360cli.trainer.model import load_policy
 
     source = tmp_path / "saved"
     shutil.copytree(prepared, source)
