@@ -166,7 +166,7 @@ def run_trl(recipe, *, seed: int, steps: int, policy_dir: Path) -> dict:
     from rl360cli.outcome import Outcome
     from rl360cli.sandbox.attempt import run_attempt
     from rl360cli.sandbox.providers import make_provider
-    from rl360cli.sandbox.task import load_task_set
+    from rl360cli.sandbox.task_loader import load_task_set
 
     tasks = {t.id: t for t in load_task_set(Path(recipe.tasks.path), include=recipe.tasks.include)}
     tokenizer = AutoTokenizer.from_pretrained(policy_dir)

@@ -33,7 +33,7 @@ def check(
     from rl360cli.sandbox.check import check_tasks
     from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig
     from rl360cli.sandbox.providers import make_provider
-    from rl360cli.sandbox.task import load_task_set
+    from rl360cli.sandbox.task_loader import load_task_set
     from rl360cli.sandbox.waves import node_images_from_state
 
     if provider not in ("process", "docker", "daytona"):

@@ -59,7 +59,7 @@ def test_the_task_set_has_distinct_functions_of_one_to_three_steps():
 
 
 def test_the_sandbox_loader_reads_every_task():
-    from rl360cli.sandbox.task import load_task_set
+    from rl360cli.sandbox.task_loader import load_task_set
 
     tasks = load_task_set(TASKS)
     assert [t.id for t in tasks] == [f"arith-{i:02d}" for i in range(32)]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rl360cli.config import Recipe, load_profile, load_recipe
-from rl360cli.sandbox.task import load_task_set
+from rl360cli.sandbox.task_loader import load_task_set
 from tests.conftest import REPO
 
 RECIPES = sorted((REPO / "recipes").glob("*.toml"))

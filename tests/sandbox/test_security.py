@@ -20,7 +20,7 @@ import pytest
 
 from rl360cli.outcome import Outcome
 from rl360cli.sandbox.attempt import run_attempt
-from rl360cli.sandbox.task import load_task
+from rl360cli.sandbox.task_loader import load_task
 from tests.conftest import REPO, need
 from tests.sandbox.conftest import BUSYBOX, PYTHON, run, write_task
 
@@ -463,7 +463,7 @@ def test_it_runs_without_capabilities_or_new_privileges_on_a_read_only_root(prov
 
 def test_docker_roots_are_read_only_for_the_shipped_tasks_and_writable_where_a_task_needs_it(tmp_path):
     from rl360cli.sandbox.docker_provider import read_only_volumes
-    from rl360cli.sandbox.task import load_task_set
+    from rl360cli.sandbox.task_loader import load_task_set
 
     shipped = load_task_set(REPO / "recipes" / "tasks" / "examples") + \
         load_task_set(REPO / "recipes" / "tasks" / "coding-32")

@@ -27,7 +27,7 @@ from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig
 from rl360cli.sandbox.provider import NodeCapacity
 from rl360cli.sandbox.sidecars import MCP_ENV
 from rl360cli.sandbox.steps import placement_problem
-from rl360cli.sandbox.task import TaskError, load_task
+from rl360cli.sandbox.task_loader import TaskError, load_task
 from rl360cli.sandbox.waves import AdmissionController
 from tests.conftest import need
 from tests.sandbox.conftest import EXAMPLES, run, write_task

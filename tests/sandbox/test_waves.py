@@ -17,7 +17,7 @@ from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.process import ProcessProvider
 from rl360cli.sandbox.provider import NodeCapacity, SandboxProvider
-from rl360cli.sandbox.task import load_task
+from rl360cli.sandbox.task_loader import load_task
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 from rl360cli.sandbox.waves import AdmissionController, node_images_from_state
 from rl360cli.state import empty_state
