@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("session, sandboxes, inference, backends", frozenset({"agent", "sandbox", "inference", "backends", "nodes",
                                                             "images"})),
     ("floor", frozenset({"rl", CONFIGS, "state", "events", "errors", "outcome", "ports", "metrics", "progress",
-                         "logview", "rl360cli"})),
+                         "logview", "procinfo", "supervise", "rl360cli"})),
 )
 RL_CORE_MAY_IMPORT = frozenset({"rl", CONFIGS, "outcome", "errors"})
 RL_CORE_FORBIDDEN_LIBRARIES = frozenset({"ray", "aiohttp", "requests", "httpx", "urllib3", "urllib", "http",

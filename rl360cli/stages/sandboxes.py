@@ -131,7 +131,7 @@ async def _launch(ctx: Context, provider, task, spec: FleetSpec, run: str) -> tu
 
 def observe(ctx: Context) -> dict[str, SandboxRecord]:
     """Every recorded sandbox with its status checked now (running, exited, missing, unknown); updates the state."""
-    from rl360cli.backends import procinfo
+    from rl360cli import procinfo
 
     doc = ctx.state.read()
     records = doc["sandboxes"]

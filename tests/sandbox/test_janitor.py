@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from rl360cli.backends import procinfo
+from rl360cli import procinfo
 from rl360cli.sandbox import janitor
 from tests.conftest import REPO
 from tests.sandbox.conftest import containers_of, live_processes_under

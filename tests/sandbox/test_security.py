@@ -60,7 +60,7 @@ def hostile_task(tmp_path, **env):
 
 def sandbox_processes(marker: str) -> list[int]:
     """Host pids (not zombies) whose command line contains `marker` (docker's containers run on this machine)."""
-    from rl360cli.backends import procinfo
+    from rl360cli import procinfo
 
     found = []
     for name in os.listdir("/proc"):
