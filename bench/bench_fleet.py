@@ -25,7 +25,7 @@ TITLE = "Fleets"
 sys.path.insert(0, str(REPO))
 
 from bench.report import write_section  # noqa: E402
-from rl360cli.backends import procinfo  # noqa: E402
+from rl360cli import procinfo  # noqa: E402
 
 
 def rl360(*args: str, state: Path) -> tuple[float, dict]:

@@ -31,7 +31,7 @@ TITLE = "Inference engine"
 sys.path.insert(0, str(REPO))
 
 from bench.report import write_section  # noqa: E402
-from rl360cli.backends import procinfo  # noqa: E402
+from rl360cli import procinfo  # noqa: E402
 from rl360cli.inference.client import EngineClient  # noqa: E402
 from rl360cli.inference.testing import build_tiny_test_model, smollm2_test_model  # noqa: E402
 from rl360cli.ports import free_port  # noqa: E402

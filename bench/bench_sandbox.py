@@ -43,7 +43,7 @@ from rl360cli.nodes.config import NodeSpec  # noqa: E402
 from rl360cli.sandbox.attempt import run_attempt  # noqa: E402
 from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig  # noqa: E402
 from rl360cli.sandbox.providers import make_provider  # noqa: E402
-from rl360cli.sandbox.task import load_task  # noqa: E402
+from rl360cli.sandbox.task_loader import load_task  # noqa: E402
 
 DEV_ROOT = Path(os.environ.get("RL360_DEV_ROOT", "/tmp/rl360-dev"))
 PYTHON = "127.0.0.1:5000/rl360/python:3.11"

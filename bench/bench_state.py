@@ -49,7 +49,7 @@ def reference_state(state: StateFile) -> None:
 
 
 def _component(kind: str, name: str, tier: str, pid: int, port: int | None) -> dict:
-    from rl360cli.backends import procinfo
+    from rl360cli import procinfo
 
     return {"backend": "local", "node": "local", "pid": pid, "start_time": procinfo.start_time(pid),
             "supervisor_pid": pid, "supervisor_start_time": procinfo.start_time(pid), "pgid": os.getpgid(pid),

@@ -166,7 +166,7 @@ def run_trl(recipe, *, seed: int, steps: int, policy_dir: Path) -> dict:
     from rl360cli.outcome import Outcome
     from rl360cli.sandbox.attempt import run_attempt
     from rl360cli.sandbox.providers import make_provider
-    from rl360cli.sandbox.task import load_task_set
+    from rl360cli.sandbox.task_loader import load_task_set
 
     tasks = {t.id: t for t in load_task_set(Path(recipe.tasks.path), include=recipe.tasks.include)}
     tokenizer = AutoTokenizer.from_pretrained(policy_dir)
@@ -400,7 +400,7 @@ def main() -> None:
     import torch
 
     from rl360cli.config import load_recipe
-    from rl360cli.trainer.model import prepare_policy
+    from rl360cli.run.policy import prepare_policy
 
     # The recipe as it is now, for both runs (an edit to it while TRL trains does not reach rl360's run).
     recipe_copy = Path(tempfile.mkdtemp(prefix="rl360-vs-trl-recipe-")) / RECIPE.name

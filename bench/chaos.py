@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.chaos_faults import RECOVERY_TIMEOUT_S, SCHEDULE, Fault  # noqa: E402
 from bench.report import write_section  # noqa: E402
-from rl360cli.backends import procinfo  # noqa: E402
+from rl360cli import procinfo  # noqa: E402
 from rl360cli.loop.ledger import trained_rewards  # noqa: E402
 from rl360cli.ports import free_port_block  # noqa: E402
 

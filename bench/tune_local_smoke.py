@@ -98,9 +98,10 @@ def run_seed(args: argparse.Namespace, seed: int, root: Path) -> dict:
     from rl360cli.outcome import Outcome
     from rl360cli.rl.batch import build_batch
     from rl360cli.rl.trajectory import Trajectory
-    from rl360cli.tasks.arith_rollout import load_tasks, run_tasks
+    from rl360cli.demo.arith_rollout import load_tasks, run_tasks
     from rl360cli.trainer.config import ModelConfig
-    from rl360cli.trainer.model import load_policy, prepare_policy
+    from rl360cli.run.policy import prepare_policy
+    from rl360cli.trainer.model import load_policy
     from rl360cli.trainer.step import train_step
 
     config = ModelConfig(kind="tiny", hidden_size=args.hidden, num_layers=args.layers, num_heads=args.heads,

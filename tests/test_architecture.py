@@ -5,7 +5,7 @@ out (they never run), gives the import graph; the tests below fail on:
 - a circle between parts (a part is a whole folder of rl360cli/, its `config.py` included), or
   between modules;
 - an import of a layer above (the CLI, then the stages, a run's own processes, the recipe, the loop,
-  rollouts and trainers, the session / sandboxes / inference / backends, the floor at the bottom);
+  rollouts, trainers and the demo, the session / sandboxes / inference / backends, the floor at the bottom);
 - a config module (`configload.py`, the recipe's `config.py`, any part's `config.py`) importing more
   than other config modules and the errors, so any layer may read a part's configuration without
   loading the part;
@@ -42,11 +42,12 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     # The recipe and the cluster profile: every part's config, composed (rl360cli/config.py).
     ("recipe", frozenset({"config"})),
     ("loop", frozenset({"loop"})),
-    ("rollouts and trainers", frozenset({"rollout", "trainer"})),
+    # The demo's tiny policy is sized by the trainer's `ModelConfig`; the trainer never imports the demo.
+    ("rollouts, trainers, the demo", frozenset({"rollout", "trainer", "demo"})),
     ("session, sandboxes, inference, backends", frozenset({"agent", "sandbox", "inference", "backends", "nodes",
-                                                            "images", "tasks"})),
+                                                            "images"})),
     ("floor", frozenset({"rl", "configload", "state", "events", "errors", "outcome", "ports", "metrics", "progress",
-                         "logview", "rl360cli"})),
+                         "logview", "procinfo", "supervise", "rl360cli"})),
 )
 RL_CORE_MAY_IMPORT = frozenset({"rl", "configload", "outcome", "errors"})
 RL_CORE_FORBIDDEN_LIBRARIES = frozenset({"ray", "aiohttp", "requests", "httpx", "urllib3", "urllib", "http",
@@ -396,12 +397,17 @@ def test_rl360cli_obeys_its_layers():
 
 
 def test_the_trainer_package_holds_no_toy_task():
-    """Trainers, the weight sync and model loading only: a task family lives in rl360cli/tasks/."""
-    task_modules = {p.stem for p in (PACKAGE / "tasks").glob("*.py")} - {"__init__"}
+    """Trainers, the weight sync and model loading only: a task family lives in rl360cli/demo/, and the
+    trainer never imports it (policy v0 is built where the two meet, rl360cli/run/policy.py)."""
+    demo_modules = {p.stem for p in (PACKAGE / "demo").glob("*.py")} - {"__init__"}
     trainer_modules = {p.stem for p in (PACKAGE / "trainer").glob("*.py")}
-    assert not task_modules & trainer_modules
+    assert demo_modules and not demo_modules & trainer_modules
     mentions = [p.name for p in (PACKAGE / "trainer").glob("*.py") if "arith" in p.read_text()]
     assert not mentions, f"trainer modules that know the arith task: {mentions}"
+    graph = build_graph(PACKAGE)
+    into_demo = sorted(f"{m} imports {t}" for m, ts in graph.edges.items() for t in ts
+                       if part_of(m) == "trainer" and part_of(t) == "demo")
+    assert not into_demo, f"the trainer imports the demo: {into_demo}"
 
 
 def test_the_docs_name_every_part():

@@ -20,7 +20,7 @@ bench/gpu/gpu-check.json):
 5. trainer_profile: where the torch trainer's step goes (the profiler's top operators by device and
    host time, printed; the step's device and host totals).
 6. loop: 5 GRPO steps on local-smoke's 32 tasks and its policy: rollouts through the engine on the
-   GPU (the arith conversation of `rl360cli.tasks.arith_rollout`, its emulated shell standing in for
+   GPU (the arith conversation of `rl360cli.demo.arith_rollout`, its emulated shell standing in for
    sandboxes: the GPU machine has no bubblewrap, Ray or router), `build_batch`, the torch trainer on
    the GPU, the hand-over; reward and seconds per step.
 7. env: the machine, torch, CUDA and transformers versions.
@@ -374,9 +374,9 @@ def loop(plan: Plan, work: Path) -> dict:
 
     from rl360cli.config import load_recipe
     from rl360cli.rl.batch import build_batch
-    from rl360cli.tasks.arith_rollout import load_tasks
+    from rl360cli.demo.arith_rollout import load_tasks
     from rl360cli.trainer.handoff import TensorHandoff
-    from rl360cli.trainer.model import prepare_policy
+    from rl360cli.run.policy import prepare_policy
     from rl360cli.trainer.torch_trainer import TorchTrainer
 
     recipe = load_recipe(REPO / "recipes" / "local-smoke.toml")
@@ -426,8 +426,8 @@ async def _session(client, tokenizer, task, rollout, group_id: str, sample_index
     from rl360cli.agent.conversation import ConversationTokens, format_observation, parse_action
     from rl360cli.outcome import Outcome
     from rl360cli.rl.trajectory import Trajectory
-    from rl360cli.tasks import arith
-    from rl360cli.tasks.arith_rollout import emulate_command
+    from rl360cli.demo import arith
+    from rl360cli.demo.arith_rollout import emulate_command
 
     conversation = ConversationTokens(tokenizer, [{"role": "user", "content": task.instruction}])
     answer = None

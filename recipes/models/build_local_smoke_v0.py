@@ -31,7 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from rl360cli.tasks import tiny_policy  # noqa: E402
+from rl360cli.demo import tiny_policy  # noqa: E402
 from rl360cli.trainer.config import ModelConfig  # noqa: E402
 
 OUT = HERE / "local-smoke-v0"

@@ -7,10 +7,10 @@ arith-heldout, 16 more of the same family that are none of the 32 (local-smoke's
 
 Deterministic: the programs come from a fixed seed (the held-out ones are the draws after the 32,
 kept only when they differ as functions from all 32), so the committed folders are exactly what
-this script writes (tests/tasks/test_arith.py checks it). Each task folder holds
+this script writes (tests/demo/test_arith.py checks it). Each task folder holds
 task.toml, instruction.md, tests/test.sh (the verifier: evaluates /app/answer.py as one Python
 expression on ten inputs and writes /logs/verifier/reward.txt) and solution/solve.sh (the oracle).
-The verifier's logic is `rl360cli.tasks.arith.check_answer`, copied in as source.
+The verifier's logic is `rl360cli.demo.arith.check_answer`, copied in as source.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import random
 import sys
 from pathlib import Path
 
-from rl360cli.tasks import arith
+from rl360cli.demo import arith
 
 SEED = 360
 # Tasks of one, two and three steps.

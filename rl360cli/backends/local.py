@@ -1,7 +1,7 @@
 """The local backend: every tier on this machine, every component a supervised subprocess.
 
 Tiers are shares of this machine's CPUs and memory. Each component runs under
-`rl360cli.backends.supervise` in its own process group, with its output in a
+`rl360cli.supervise` in its own process group, with its output in a
 log file of the run folder; the state records the component's pid and start
 time (so a reused pid is never mistaken for ours) and the supervisor's status
 file, which holds the exit code once the component ends.
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from collections.abc import Mapping
 
-from rl360cli.backends import procinfo
+from rl360cli import procinfo
 from rl360cli.backends.base import ComponentSpec, Observation, RayCluster
 from rl360cli.errors import Rl360Error
 from rl360cli.state.schema import ComponentRecord, ComponentStatus, NodeRecord, StateDoc, TierRecord, TierStatus
@@ -113,7 +113,7 @@ class LocalBackend:
 
     def command_line(self, spec: ComponentSpec, log_path: str) -> list[str]:
         status_path = str(Path(log_path).with_suffix(".status.json"))
-        return [sys.executable, "-m", "rl360cli.backends.supervise", status_path, log_path, "--", *spec.argv]
+        return [sys.executable, "-m", "rl360cli.supervise", status_path, log_path, "--", *spec.argv]
 
     def launch(self, spec: ComponentSpec, log_path: str) -> dict:
         log = Path(log_path)

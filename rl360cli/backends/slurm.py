@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rl360cli.backends import procinfo, slurm_cmd, slurm_script
-from rl360cli.backends import slurm_ray
+from rl360cli import procinfo
+from rl360cli.backends import slurm_cmd, slurm_ray, slurm_script
 from rl360cli.backends.base import ComponentSpec, Observation, RayCluster
 from rl360cli.backends.slurm_cmd import ACTIVE, ENDED
 from rl360cli.backends.slurm_launch import StepFiles, srun_argv

@@ -4,7 +4,7 @@
 
 It writes STEP_JSON (job id, step id, node, rank: what `scancel` and `sacct`
 need, which `srun` itself never prints) and then execs
-`python -m rl360cli.backends.supervise STATUS_JSON LOG -- COMMAND`, so the
+`python -m rl360cli.supervise STATUS_JSON LOG -- COMMAND`, so the
 component's log lines get timestamps and its exit code lands in the shared run
 folder. In a step of several tasks (one per node), rank 0 keeps the given
 paths and rank r writes `NAME.r.log`, `NAME.r.status.json`, `NAME.r.step.json`.
@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     tmp = step_file.with_name(f".{step_file.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(report))
     os.replace(tmp, step_file)
-    os.execv(sys.executable, [sys.executable, "-m", "rl360cli.backends.supervise",
+    os.execv(sys.executable, [sys.executable, "-m", "rl360cli.supervise",
                               rank_path(status_path, rank), rank_path(log_path, rank), "--", *command])
     return 127  # not reached
 

@@ -34,7 +34,7 @@ def check(
     from rl360cli.sandbox.check import check_tasks
     from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig
     from rl360cli.sandbox.providers import make_provider
-    from rl360cli.sandbox.task import load_task_set
+    from rl360cli.sandbox.task_loader import load_task_set
 
     if provider not in ("process", "docker", "daytona"):
         raise Rl360Error(f"--provider {provider!r} is not known", "use process, docker or daytona")

@@ -30,7 +30,7 @@ import resource
 import socket
 import sys
 
-from rl360cli.backends.supervise import open_files_up_to_hard_limit
+from rl360cli.supervise import open_files_up_to_hard_limit
 from rl360cli.errors import Rl360Error
 from rl360cli.inference.apikey import KEY_PLACEHOLDER, read_api_key
 from rl360cli.inference.templates import LaunchCommand

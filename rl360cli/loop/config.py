@@ -122,7 +122,7 @@ def check_held_out(evaluation: EvalConfig, *, tasks_path: str, tasks_include: tu
 
 
 def _task_folders(path: Path, include: tuple[str, ...]) -> list[Path]:
-    """The task folders of a Harbor dataset (or the one task `path` is), as rl360cli.sandbox.task reads them."""
+    """The task folders of a Harbor dataset (or the one task `path` is), as rl360cli.sandbox.task_loader reads them."""
     if (path / "task.toml").is_file():
         folders = [path]
     elif path.is_dir():

@@ -23,7 +23,7 @@ from pathlib import Path
 from rl360cli.loop.config import EvalConfig
 from rl360cli.rl.passk import mean_pass_at_k
 from rl360cli.rl.trajectory import Trajectory
-from rl360cli.sandbox.task import load_task_set
+from rl360cli.sandbox.task_loader import load_task_set
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ class SessionActor:
         from rl360cli.inference.apikey import read_api_key
         from rl360cli.inference.client import EngineClient
         from rl360cli.sandbox.providers import make_provider
-        from rl360cli.sandbox.task import load_task_set
+        from rl360cli.sandbox.task_loader import load_task_set
 
         import ray
 

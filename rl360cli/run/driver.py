@@ -73,7 +73,7 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     from rl360cli.loop.train_loop import LoopParts, train_loop
     from rl360cli.metrics import MetricsLogger
     from rl360cli.rollout.rollouts import Rollouts
-    from rl360cli.sandbox.task import load_task_set
+    from rl360cli.sandbox.task_loader import load_task_set
 
     doc = state.read()
     record = queries.run(doc, run_id)

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rl360cli.backends import procinfo
+from rl360cli import procinfo
 from rl360cli.nodes.docker_runtime import docker_api
 from rl360cli.sandbox.provider import MANAGED_LABEL
 

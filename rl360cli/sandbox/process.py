@@ -53,7 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from rl360cli.backends import procinfo
+from rl360cli import procinfo
 from rl360cli.errors import Rl360Error
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.isolation import DEFAULT_PATH, RESERVED, Isolation, chown_tree, filled_pipe, rlimit_args

@@ -70,7 +70,7 @@ def apply(ctx: Context) -> dict[str, str]:
 
 
 def _tasks(ctx: Context) -> list:
-    from rl360cli.sandbox.task import load_task_set
+    from rl360cli.sandbox.task_loader import load_task_set
 
     recipe = ctx.need_recipe()
     return load_task_set(Path(recipe.tasks.path), include=recipe.tasks.include)

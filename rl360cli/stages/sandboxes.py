@@ -130,7 +130,7 @@ async def _launch(ctx: Context, provider, task, spec: FleetSpec, run: str) -> tu
 
 def observe(ctx: Context) -> dict[str, SandboxRecord]:
     """Every recorded sandbox with its status checked now (running, exited, missing, unknown); updates the state."""
-    from rl360cli.backends import procinfo
+    from rl360cli import procinfo
 
     records = queries.sandboxes(ctx.state.read())
     seen: dict[str, SandboxStatus] = {}

@@ -159,7 +159,7 @@ def plan(ctx: Context) -> list[Action]:
 def apply(ctx: Context) -> list[dict]:
     from rl360cli.inference.apikey import create_api_key, read_api_key
     from rl360cli.inference.router import check_router_open_files, wait_router_workers
-    from rl360cli.trainer.model import prepare_policy
+    from rl360cli.run.policy import prepare_policy
 
     recipe = ctx.need_recipe()
     ctx.backend.check_engine(recipe.engine.kind)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rl360cli.backends import procinfo
+from rl360cli import procinfo
 from rl360cli.backends.base import ComponentSpec
 from rl360cli.config import load_profile
 from rl360cli.stages.base import Context, start_component

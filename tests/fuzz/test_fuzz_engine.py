@@ -27,7 +27,7 @@ from rl360cli.agent.config import RolloutConfig
 from rl360cli.agent.session import SessionSpec, run_session
 from rl360cli.inference.client import Cause, EngineClient, EngineError, GenerateResult
 from rl360cli.outcome import InfraCause, Outcome
-from rl360cli.sandbox.task import load_task
+from rl360cli.sandbox.task_loader import load_task
 from tests.agent.test_conversation import CHATML, byte_tokenizer
 from tests.fuzz.test_fuzz_tasks import fuzz
 from tests.sandbox.conftest import bwrap, process_config, process_provider, sandbox_root  # noqa: F401 (fixtures)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.sandbox.attempt import REWARD_JSON, REWARD_TXT, read_reward
-from rl360cli.sandbox.task import MAX_INSTRUCTION_BYTES, TaskError, load_task, load_task_set
+from rl360cli.sandbox.task_loader import MAX_INSTRUCTION_BYTES, TaskError, load_task, load_task_set
 from rl360cli.sandbox.taxonomy import Event, classify
 from tests.sandbox.conftest import write_task
 

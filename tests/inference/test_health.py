@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from rl360cli.backends import procinfo
+from rl360cli import procinfo
 from rl360cli.backends.base import ComponentSpec
 from rl360cli.backends.local import LocalBackend
 from rl360cli.inference.client import EngineClient, EngineError

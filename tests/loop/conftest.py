@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rl360cli.backends import procinfo
+from rl360cli import procinfo
 from rl360cli.ports import free_port_block
 from tests.conftest import REPO
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from rl360cli.backends import procinfo
+from rl360cli import procinfo
 from rl360cli.inference.apikey import optional_api_key
 from tests.conftest import run_cli
 from tests.loop.conftest import LOCAL_SMOKE_V0, metrics_of, write_run_files

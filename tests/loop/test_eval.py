@@ -26,7 +26,7 @@ from rl360cli.loop.ledger import read_ledger
 from rl360cli.loop.train_loop import train_loop
 from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.rl.trajectory import Trajectory
-from rl360cli.tasks import arith
+from rl360cli.demo import arith
 from tests.conftest import REPO
 from tests.loop.conftest import TASKS
 from tests.loop.loop_standins import (

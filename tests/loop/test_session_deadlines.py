@@ -19,7 +19,7 @@ from rl360cli.agent.config import RolloutConfig
 from rl360cli.agent.session import SessionSpec, drain_cut_sessions, run_session
 from rl360cli.inference.client import EngineClient, GenerateResult
 from rl360cli.outcome import InfraCause, Outcome
-from rl360cli.sandbox.task import load_task
+from rl360cli.sandbox.task_loader import load_task
 from tests.agent.test_conversation import CHATML, byte_tokenizer
 from tests.sandbox.conftest import bwrap, process_config, process_provider, sandbox_root  # noqa: F401 (fixtures)
 from tests.sandbox.conftest import run, write_task

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from rl360cli.sandbox.task import load_task_set
+from rl360cli.sandbox.task_loader import load_task_set
 from tests.conftest import REPO, need
 
 TASKS = REPO / "recipes" / "tasks" / "coding-32"

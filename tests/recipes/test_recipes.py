@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rl360cli.config import Recipe, load_profile, load_recipe
-from rl360cli.sandbox.task import load_task_set
+from rl360cli.sandbox.task_loader import load_task_set
 from tests.conftest import REPO
 
 RECIPES = sorted((REPO / "recipes").glob("*.toml"))
@@ -133,7 +133,7 @@ def test_local_smoke_loads_the_committed_policy_v0_as_its_build_record_says():
     hard link into it), built from today's task set with the builder's settings."""
     import importlib.util
 
-    from rl360cli.tasks.tiny_policy import tasks_digest
+    from rl360cli.demo.tiny_policy import tasks_digest
 
     recipe = load_recipe(REPO / "recipes" / "local-smoke.toml")
     folder = Path(recipe.model.path)

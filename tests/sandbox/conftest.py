@@ -82,7 +82,7 @@ def process_provider(bwrap, sandbox_root, process_config):
 
 def live_processes_under(root: Path) -> list[int]:
     """Pids (not zombies) whose command line mentions `root`: bwrap commands of its sandboxes."""
-    from rl360cli.backends import procinfo
+    from rl360cli import procinfo
 
     found = []
     for name in os.listdir("/proc"):

@@ -10,7 +10,7 @@ import pytest
 from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.sandbox.attempt import noop_agent, oracle_agent, run_attempt
 from rl360cli.sandbox.faults import FaultInjector, injection_fires
-from rl360cli.sandbox.task import load_task
+from rl360cli.sandbox.task_loader import load_task
 from tests.sandbox.conftest import EXAMPLES, PYTHON, run, write_task
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rl360cli.backends import procinfo
+from rl360cli import procinfo
 from tests.sandbox.conftest import EXAMPLE_IDS, EXAMPLES, containers_of, write_task
 
 

@@ -28,7 +28,7 @@ import pytest
 from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.sandbox.attempt import run_attempt
 from rl360cli.sandbox.config import DaytonaSandboxConfig, SandboxConfig, WarmPoolConfig
-from rl360cli.sandbox.task import load_task
+from rl360cli.sandbox.task_loader import load_task
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 from tests.conftest import REPO, need
 from tests.sandbox.conftest import EXAMPLES, run, write_task

@@ -11,7 +11,7 @@ import docker
 import pytest
 
 from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig
-from rl360cli.sandbox.task import load_task
+from rl360cli.sandbox.task_loader import load_task
 from rl360cli.sandbox.waves import AdmissionController
 from tests.sandbox.conftest import BUSYBOX, EXAMPLES, run, write_task
 

@@ -16,7 +16,7 @@ from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.sandbox import janitor
 from rl360cli.sandbox.attempt import run_attempt
 from rl360cli.sandbox.config import SandboxConfig
-from rl360cli.sandbox.task import load_task
+from rl360cli.sandbox.task_loader import load_task
 from rl360cli.sandbox.waves import AdmissionController
 from tests.sandbox.conftest import BUSYBOX, PYTHON, SPARE, containers_of, dev_script, run, write_task
 

@@ -25,7 +25,7 @@ from rl360cli.sandbox.attempt import noop_agent, oracle_agent, run_attempt
 from rl360cli.sandbox.check import check_tasks
 from rl360cli.sandbox.provider import NodeCapacity
 from rl360cli.sandbox.steps import below_min_reward, placement_problem, task_rewards
-from rl360cli.sandbox.task import TaskError, load_task
+from rl360cli.sandbox.task_loader import TaskError, load_task
 from rl360cli.sandbox.waves import AdmissionController
 from tests.conftest import need
 from tests.agent.test_conversation import CHATML, byte_tokenizer

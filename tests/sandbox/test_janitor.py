@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from rl360cli.backends import procinfo
+from rl360cli import procinfo
 from rl360cli.sandbox import janitor
 from tests.conftest import REPO
 from tests.sandbox.conftest import containers_of, live_processes_under
@@ -94,7 +94,7 @@ def test_without_a_root_given_every_default_root_is_swept(tmp_path, monkeypatch)
 def test_a_live_orchestrators_sandboxes_are_left_alone(bwrap, sandbox_root):
     from rl360cli.sandbox.config import SandboxConfig
     from rl360cli.sandbox.process import ProcessProvider
-    from rl360cli.sandbox.task import load_task
+    from rl360cli.sandbox.task_loader import load_task
     from tests.sandbox.conftest import EXAMPLES, run
 
     provider = ProcessProvider(SandboxConfig(), run_id="live", root=sandbox_root)

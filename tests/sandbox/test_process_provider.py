@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rl360cli.sandbox.config import SandboxConfig
-from rl360cli.sandbox.task import load_task
+from rl360cli.sandbox.task_loader import load_task
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 from tests.sandbox.conftest import EXAMPLES, run, write_task
 

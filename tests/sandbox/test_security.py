@@ -20,7 +20,7 @@ import pytest
 
 from rl360cli.outcome import Outcome
 from rl360cli.sandbox.attempt import run_attempt
-from rl360cli.sandbox.task import load_task
+from rl360cli.sandbox.task_loader import load_task
 from tests.conftest import REPO, need
 from tests.sandbox.conftest import BUSYBOX, PYTHON, run, write_task
 
@@ -60,7 +60,7 @@ def hostile_task(tmp_path, **env):
 
 def sandbox_processes(marker: str) -> list[int]:
     """Host pids (not zombies) whose command line contains `marker` (docker's containers run on this machine)."""
-    from rl360cli.backends import procinfo
+    from rl360cli import procinfo
 
     found = []
     for name in os.listdir("/proc"):
@@ -444,7 +444,7 @@ CAPABILITY_BITS = {"DAC_OVERRIDE": 1, "KILL": 5}  # of a read-only root's contai
 
 
 def test_it_runs_without_capabilities_or_new_privileges_on_a_read_only_root(provider_of, kind, tmp_path):
-    from rl360cli.sandbox.docker_provider import CAP_ADD
+    from rl360cli.sandbox.docker_container import CAP_ADD
 
     result, (status, writes) = attempt(
         provider_of(), hostile_task(tmp_path), "grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status",
@@ -462,8 +462,8 @@ def test_it_runs_without_capabilities_or_new_privileges_on_a_read_only_root(prov
 
 
 def test_docker_roots_are_read_only_for_the_shipped_tasks_and_writable_where_a_task_needs_it(tmp_path):
-    from rl360cli.sandbox.docker_provider import read_only_volumes
-    from rl360cli.sandbox.task import load_task_set
+    from rl360cli.sandbox.docker_container import read_only_volumes
+    from rl360cli.sandbox.task_loader import load_task_set
 
     shipped = load_task_set(REPO / "recipes" / "tasks" / "examples") + \
         load_task_set(REPO / "recipes" / "tasks" / "coding-32")

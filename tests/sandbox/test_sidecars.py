@@ -27,7 +27,7 @@ from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig
 from rl360cli.sandbox.provider import NodeCapacity
 from rl360cli.sandbox.sidecars import MCP_ENV
 from rl360cli.sandbox.steps import placement_problem
-from rl360cli.sandbox.task import TaskError, load_task
+from rl360cli.sandbox.task_loader import TaskError, load_task
 from rl360cli.sandbox.waves import AdmissionController
 from tests.conftest import need
 from tests.sandbox.conftest import EXAMPLES, run, write_task
@@ -328,7 +328,8 @@ def test_docker_asks_for_the_nodes_free_gpus_as_a_device_request(docker_node_spe
     """No GPU here: the boundary is what the daemon is asked for (`docker run --gpus '"device=1"'`)."""
     import docker
 
-    from rl360cli.sandbox.docker_provider import ContainerSpec, DockerProvider, create_kwargs
+    from rl360cli.sandbox.docker_container import ContainerSpec, create_kwargs
+    from rl360cli.sandbox.docker_provider import DockerProvider
 
     gpu_node = dataclasses.replace(docker_node_specs[0], gpus=2, gpu_type="h100")
     provider = DockerProvider([gpu_node], config=SandboxConfig(provider="docker"), run_id="gpu")

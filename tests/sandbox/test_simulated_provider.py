@@ -19,7 +19,7 @@ from rl360cli.sandbox.attempt import noop_agent, run_attempt
 from rl360cli.sandbox.config import SandboxConfig, SimulatedSandboxConfig
 from rl360cli.sandbox.providers import make_provider
 from rl360cli.sandbox.simulated import SimulatedProvider
-from rl360cli.sandbox.task import load_task
+from rl360cli.sandbox.task_loader import load_task
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 from rl360cli.sandbox.waves import AdmissionController
 from tests.conftest import REPO

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from rl360cli.errors import Rl360Error
-from rl360cli.sandbox.task import TaskError, load_task, load_task_set, resolve_env
+from rl360cli.sandbox.task import resolve_env
+from rl360cli.sandbox.task_loader import TaskError, load_task, load_task_set
 from tests.conftest import need
 from tests.sandbox.conftest import EXAMPLE_IDS, EXAMPLES, write_task
 

@@ -16,7 +16,7 @@ from rl360cli.nodes.config import NodeSpec
 from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.sandbox.attempt import ModelFailure, oracle_agent, run_attempt
 from rl360cli.sandbox.faults import FaultInjector
-from rl360cli.sandbox.task import load_task
+from rl360cli.sandbox.task_loader import load_task
 from rl360cli.sandbox.taxonomy import RULES, TABLE, Event, InfraError, Observed, classify
 from tests.conftest import REPO
 from tests.sandbox.conftest import BUSYBOX, EXAMPLES, PYTHON, run, write_task

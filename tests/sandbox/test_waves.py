@@ -17,7 +17,7 @@ from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.process import ProcessProvider
 from rl360cli.sandbox.provider import NodeCapacity, SandboxProvider
-from rl360cli.sandbox.task import load_task
+from rl360cli.sandbox.task_loader import load_task
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 from rl360cli.sandbox.waves import AdmissionController
 from rl360cli.state.queries import image_digests
@@ -240,7 +240,7 @@ def agent_breaking_once():
     return agent
 
 
-def test_node_images_from_state_reads_the_digest_of_each_image_record():
+def test_image_digests_reads_the_digest_of_each_image_record():
     # The one shape (rl360cli/state.py NodeImage); a version-1 bare digest is migrated on load (tests/cli/test_state.py).
     doc = {"nodes": {"n1": {"images": {"a:1": {"digest": "sha256:1", "size": 3, "pulled_at": None, "seconds": 0.5},
                                        "b:2": {"digest": "sha256:2"}}},

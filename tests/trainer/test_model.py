@@ -9,28 +9,28 @@ import pytest
 
 from rl360cli.errors import Rl360Error
 from rl360cli.agent.conversation import ConversationTokens, format_observation, observation_ids
-from rl360cli.tasks import arith
+from rl360cli.demo import arith
 from rl360cli.trainer.config import ModelConfig
 from tests.conftest import REPO
 
 import torch
 
 TASKS = REPO / "recipes" / "tasks" / "arith-32"
-# Small enough to build in a second or two; the recipe's own model is tested in tests/tasks/test_warmup.py.
+# Small enough to build in a second or two; the recipe's own model is tested in tests/demo/test_warmup.py.
 SMALL = ModelConfig(kind="tiny", hidden_size=32, num_layers=1, num_heads=2, warmup_steps=3, warmup_batch_size=4)
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from rl360cli.tasks.tokenizer import train_tokenizer
-    from rl360cli.tasks.warmup import synthetic_corpus
+    from rl360cli.demo.tokenizer import train_tokenizer
+    from rl360cli.demo.warmup import synthetic_corpus
 
     return train_tokenizer(synthetic_corpus(0, num_programs=300), vocab_size=400)
 
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    from rl360cli.trainer.model import prepare_policy
+    from rl360cli.run.policy import prepare_policy
 
     out = tmp_path_factory.mktemp("policies") / "v0"
     return prepare_policy(SMALL, tasks_dir=TASKS, out_dir=out, seed=7)
@@ -75,7 +75,7 @@ def test_an_unknown_role_is_refused(tokenizer):
 
 def test_turn_by_turn_tokens_equal_the_rendered_conversation(tokenizer):
     """Token in, token out: built as the loop builds it, the conversation is the template's own tokens."""
-    from rl360cli.tasks.warmup import conversation
+    from rl360cli.demo.warmup import conversation
 
     instruction = arith.instruction(arith.parse_program("square, sub 2"))
     ids, mask = conversation(tokenizer, instruction, "x**2-2")
@@ -97,7 +97,7 @@ def test_an_unfinished_turn_gets_its_end_of_turn_before_the_observation(tokenize
 
 
 def test_warmup_examples_skip_the_excluded_instructions(tokenizer):
-    from rl360cli.tasks.warmup import examples
+    from rl360cli.demo.warmup import examples
 
     excluded = [arith.instruction(arith.random_program(__import__("random").Random("warmup-3")))]
     stream = examples(tokenizer, 3, exclude=excluded)
@@ -109,7 +109,8 @@ def test_warmup_examples_skip_the_excluded_instructions(tokenizer):
 
 
 def test_prepare_policy_writes_a_loadable_folder(prepared):
-    from rl360cli.trainer.model import MARKER, load_policy
+    from rl360cli.run.policy import MARKER
+    from rl360cli.trainer.model import load_policy
 
     names = {p.name for p in prepared.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja", "generation_config.json",
@@ -137,7 +138,7 @@ def test_forward_logprobs_are_finite_and_normalised(prepared):
 
 
 def test_prepare_policy_is_idempotent(prepared):
-    from rl360cli.trainer.model import MARKER, prepare_policy
+    from rl360cli.run.policy import MARKER, prepare_policy
 
     before = {p.name: p.stat().st_mtime_ns for p in prepared.iterdir()}
     started = time.perf_counter()
@@ -149,7 +150,7 @@ def test_prepare_policy_is_idempotent(prepared):
 
 
 def test_prepare_policy_refuses_a_folder_made_from_other_settings(prepared):
-    from rl360cli.trainer.model import prepare_policy
+    from rl360cli.run.policy import prepare_policy
 
     with pytest.raises(Rl360Error, match="other settings"):
         prepare_policy(SMALL, tasks_dir=TASKS, out_dir=prepared, seed=8)
@@ -159,7 +160,7 @@ def test_prepare_policy_refuses_a_folder_made_from_other_settings(prepared):
 
 
 def test_prepare_policy_is_deterministic(prepared, tmp_path, monkeypatch):
-    from rl360cli.trainer.model import prepare_policy
+    from rl360cli.run.policy import prepare_policy
 
     monkeypatch.setenv("RL360_CACHE_DIR", str(tmp_path / "empty-cache"))  # built again, not linked
     same = prepare_policy(SMALL, tasks_dir=TASKS, out_dir=tmp_path / "same", seed=7)
@@ -170,7 +171,7 @@ def test_prepare_policy_is_deterministic(prepared, tmp_path, monkeypatch):
 
 
 def test_a_tiny_policy_is_built_once_per_cache_and_linked(tmp_path, monkeypatch):
-    from rl360cli.trainer.model import prepare_policy
+    from rl360cli.run.policy import prepare_policy
 
     monkeypatch.setenv("RL360_CACHE_DIR", str(tmp_path / "cache"))
     first = prepare_policy(SMALL, tasks_dir=TASKS, out_dir=tmp_path / "run1" / "v0", seed=7)
@@ -184,7 +185,7 @@ def test_a_tiny_policy_is_built_once_per_cache_and_linked(tmp_path, monkeypatch)
 
 
 def test_prepare_policy_refuses_missing_or_foreign_tasks(tmp_path):
-    from rl360cli.trainer.model import prepare_policy
+    from rl360cli.run.policy import prepare_policy
 
     with pytest.raises(Rl360Error, match="does not exist"):
         prepare_policy(SMALL, tasks_dir=tmp_path / "nowhere", out_dir=tmp_path / "a", seed=0)
@@ -199,7 +200,8 @@ def test_prepare_policy_refuses_missing_or_foreign_tasks(tmp_path):
 def test_a_huggingface_folder_is_validated_and_linked(prepared, tmp_path):
     import shutil
 
-    from rl360cli.trainer.model import load_policy, prepare_policy
+    from rl360cli.run.policy import prepare_policy
+    from rl360cli.trainer.model import load_policy
 
     source = tmp_path / "saved"
     shutil.copytree(prepared, source)
@@ -227,7 +229,7 @@ def test_model_config_rejects_bad_values(fields, message):
 def test_sampling_logprobs_match_a_full_forward_pass(prepared):
     """The in-process sampler's KV-cached, left-padded logprobs are the model's own."""
     from rl360cli.trainer.model import load_policy
-    from rl360cli.tasks.sampling import sample
+    from rl360cli.demo.sampling import sample
 
     model, tok = load_policy(prepared)
     prompts = [[3, 40, 41, 42, 4], [3, 50, 4]]

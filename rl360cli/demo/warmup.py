@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rl360cli.agent.conversation import ConversationTokens, format_observation
-from rl360cli.tasks import arith
+from rl360cli.demo import arith
 
 RAMP_STEPS = 20
 

@@ -25,7 +25,7 @@ RECIPE = REPO / "recipes" / "local-smoke.toml"
 def attempts():
     import torch
 
-    from rl360cli.tasks.arith_rollout import load_tasks, run_tasks
+    from rl360cli.demo.arith_rollout import load_tasks, run_tasks
     from rl360cli.trainer.model import load_policy
 
     recipe = load_recipe(RECIPE)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rl360cli.tasks import arith
-from rl360cli.tasks.arith_rollout import emulate_command, load_tasks
+from rl360cli.demo import arith
+from rl360cli.demo.arith_rollout import emulate_command, load_tasks
 from tests.conftest import REPO
 
 TASKS = REPO / "recipes" / "tasks" / "arith-32"
@@ -59,7 +59,7 @@ def test_the_task_set_has_distinct_functions_of_one_to_three_steps():
 
 
 def test_the_sandbox_loader_reads_every_task():
-    from rl360cli.sandbox.task import load_task_set
+    from rl360cli.sandbox.task_loader import load_task_set
 
     tasks = load_task_set(TASKS)
     assert [t.id for t in tasks] == [f"arith-{i:02d}" for i in range(32)]

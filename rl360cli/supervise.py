@@ -1,6 +1,6 @@
 """Run one component under a small supervisor that records how it ended.
 
-    python -m rl360cli.backends.supervise STATUS_JSON LOG -- COMMAND [ARGS...]
+    python -m rl360cli.supervise STATUS_JSON LOG -- COMMAND [ARGS...]
 
 The CLI that starts a component exits long before the component does, so no
 one would be left to collect its exit code. The supervisor waits for it and
@@ -10,6 +10,9 @@ that `rl360 logs` can merge many components in time order. It is a child
 subreaper: processes the component leaves behind (a daemonised Ray worker,
 say) are re-parented to it and ended with it, so nothing outlives the
 component unseen.
+
+A floor module, beside procinfo.py: the local backend and Slurm's job steps launch it, and inference
+raises its open-files limit the same way (`open_files_up_to_hard_limit`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
-from rl360cli.backends import procinfo
+from rl360cli import procinfo
 
 PR_SET_CHILD_SUBREAPER = 36
 ORPHAN_GRACE_S = 3.0
@@ -52,7 +55,7 @@ def copy_lines(source: IO[bytes], log: IO[bytes]) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 4 or argv[2] != "--":
-        print("usage: python -m rl360cli.backends.supervise STATUS_JSON LOG -- COMMAND [ARGS...]", file=sys.stderr)
+        print("usage: python -m rl360cli.supervise STATUS_JSON LOG -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     status_path, log_path, command = Path(argv[0]), Path(argv[1]), argv[3:]
     libc = ctypes.CDLL(None, use_errno=True)
@@ -151,7 +154,7 @@ def _end_orphans() -> None:
 def _is_supervisor(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"rl360cli.backends.supervise" in f.read()
+            return b"rl360cli.supervise" in f.read()
     except OSError:
         return False
 

@@ -1,6 +1,6 @@
 """Batched ancestral sampling from a Hugging Face causal LM, with each sampled token's logprob.
 
-For tuning and tests (`rl360cli.tasks.arith_rollout`, `bench/tune_local_smoke.py`), where
+For tuning and tests (`rl360cli.demo.arith_rollout`, `bench/tune_local_smoke.py`), where
 an engine would be overkill; the real loop samples through the inference engine. Prompts of
 different lengths are left-padded and decoded together with a KV cache; a row stops at EOS
 (which is kept, as an engine returns it) or after `max_new_tokens`.

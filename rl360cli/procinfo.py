@@ -3,6 +3,9 @@
 `kill -0` is not enough: a process that ended can stay a zombie for seconds,
 and a pid can be reused. A process is ours only while /proc/PID/stat shows it
 not dead and with the start time we recorded.
+
+A floor module: the backends, the process sandboxes, the janitor and the supervisor (supervise.py)
+all read /proc through it.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ makes everything both sides of the local recipe need, so they cannot drift apart
 
 Standard library only: test.sh runs it under `python3 -I -S`.
 
-    python -c "from rl360cli.tasks.arith import *; import random; p = random_program(random.Random(0)); print(instruction(p), expression(p))"
+    python -c "from rl360cli.demo.arith import *; import random; p = random_program(random.Random(0)); print(instruction(p), expression(p))"
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Demo task families: a task is data plus a reward (as nanochat keeps `tasks/`).
+"""The demo task families: a task is data plus a reward (as nanochat keeps its `tasks/`); named `demo`
+so as not to be taken for Harbor tasks (`sandbox/task.py`).
 
 - `arith`: small functions of x described in words; the generator, the canonical answer and the
   verifier that `recipes/tasks/generate_arith.py` writes into each Harbor task's tests.

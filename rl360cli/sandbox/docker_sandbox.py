@@ -1,0 +1,378 @@
+"""A docker sandbox: one container of a docker provider's, and the commands and files of its attempt.
+
+Commands run with `docker exec` (bash when the image has it, else sh), as the image's USER unless
+told otherwise, each first waiting for the container's init to have made its folders. At a
+command's timeout every process in the container but its init is killed. An OOM kill of a command
+is read from the daemon's `oom` events; a container that dies, or a daemon that stops answering,
+mid-attempt is a `SandboxError` (`sandbox_killed` / `node_unreachable`); a container paused from
+outside is waited for (`PAUSE_WAIT_S`). Files go in and out as tar archives (`put_archive`,
+`get_archive`), owned by root. `stop` hands the container back to its provider, which removes it.
+
+Made by `DockerProvider.start` (docker_provider.py). Test: tests/sandbox/test_docker_provider.py,
+tests/sandbox/test_security.py, tests/sandbox/test_faults.py (the dev Docker nodes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import posixpath
+import shlex
+import shutil
+import tarfile
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+import docker.errors
+
+from rl360cli.sandbox.docker_container import ContainerSpec, within
+from rl360cli.sandbox.docker_errors import as_sandbox_error, node_lost
+from rl360cli.sandbox.docker_sidecars import DockerSidecars
+from rl360cli.sandbox.provider import ExecResult, OutputBuffer, Sandbox, own_command_failed
+from rl360cli.sandbox.taxonomy import Event, SandboxError
+
+if TYPE_CHECKING:
+    from rl360cli.sandbox.docker_provider import DockerProvider
+
+# Every command first waits for the init to have made them (two `test`s once it has).
+AWAIT_INIT = "while [ ! -e /run/rl360-ready ] && [ ! -e /tmp/rl360-ready ]; do sleep 0.01; done; "
+SHELL = ["/bin/sh", "-c", 'if [ -x /bin/bash ]; then exec /bin/bash -c "$1"; else exec /bin/sh -c "$1"; fi', "sh"]
+KILL_ALL = "kill -9 -1 2>/dev/null; true"
+# How long a command waits for a container paused from outside to go on, before it is a provider error.
+PAUSE_WAIT_S = 30.0
+# A command SIGKILLed by no OOM: how long its container gets to show it was killed from outside.
+KILL_SETTLE_S = 0.5
+
+
+def reset_command(path: str) -> str:
+    """Shell that leaves `path` an empty folder: removed and made again, or (a mount point of a read-only
+    root, which cannot be removed) emptied; fails, saying why, when something is left in it. A folder
+    under /logs is made writable by all again, as the init made it: the verifier may be another user."""
+    q = shlex.quote(path)
+    mode = f" && chmod 777 {q}" if within(posixpath.normpath(path), "/logs") else ""
+    return (f"rm -rf {q} 2>/dev/null; mkdir -p {q} && rm -rf {q}/* {q}/.[!.]* {q}/..?* && [ ! -L {q} ] && "
+            f'[ -z "$(ls -A {q})" ]{mode}')
+
+
+PREPARE_VERIFIER = f"kill -9 -1 2>/dev/null; {reset_command('/tests')} && {reset_command('/logs/verifier')}"
+
+
+class DockerSandbox(Sandbox):
+    provider = "docker"
+
+    def __init__(self, owner: DockerProvider, task, spec: ContainerSpec, *, node: str, container_id: str, name: str, image: str,
+                 warm: bool, attempt_id: str, created: float, network: str, network_denied: bool,
+                 pool_hit: bool, start_s: float, sidecars: DockerSidecars | None = None):
+        self.owner = owner
+        self.sidecars = sidecars
+        self.config = owner.config
+        self.task = task
+        self.spec = spec
+        self.node = node
+        self.id = container_id[:12]
+        self.container_id = container_id
+        self.name = name
+        self.image = image
+        self.warm = warm
+        self.attempt_id = attempt_id
+        self.created = created
+        self.network = network
+        self.network_denied = network_denied
+        self.pool_hit = pool_hit
+        self.start_s = start_s
+        self._ooms_seen = 0
+        self._stopped = False
+
+    def info(self) -> dict[str, Any]:
+        return {"node": self.node, "provider": "docker", "task": self.task.id, "attempt": self.attempt_id,
+                "container_id": self.container_id, "name": self.name, "image": self.image,
+                "image_id": self.owner.images.get((self.node, self.image)), "warm": self.warm,
+                "pool_hit": self.pool_hit,
+                "docker_host": self.owner.specs[self.node].docker_host, "network": self.network,
+                "network_denied": self.network_denied, "pid": None,
+                **({"gpus": list(self.spec.gpus)} if self.spec.gpus else {}),
+                **(self.sidecars.info() if self.sidecars else {})}
+
+    # ------------------------------------------------------------------ exec
+
+    async def exec(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None,
+                   user: str | None = None) -> ExecResult:
+        if self._stopped:
+            raise SandboxError(Event.SANDBOX_KILLED, f"sandbox {self.id} was stopped", node=self.node)
+        owner, node = self.owner, self.node
+        paused_until = time.monotonic() + PAUSE_WAIT_S
+        while True:
+            try:
+                exec_id = (await owner.call(lambda: owner.api(node).exec_create(
+                    self.container_id, [*SHELL, AWAIT_INIT + command], environment=dict(env or {}),
+                    user=user or owner.node_images.users.get((node, self.image), ""),
+                    workdir=self.task.workdir)))["Id"]
+                break
+            except Exception as e:  # noqa: BLE001
+                # Paused from outside (`docker pause`, a look at its files): a pause is no failure, wait it out.
+                if "is paused" not in str(e) or time.monotonic() > paused_until:
+                    raise await self._lost(e) from None
+                await asyncio.sleep(0.2)
+        buffer = OutputBuffer(self.config.max_output_chars)
+        started = time.monotonic()
+
+        def drain() -> None:
+            for chunk in owner.api(node, stream=True).exec_start(exec_id, stream=True):
+                buffer.feed(chunk)
+
+        future = asyncio.ensure_future(owner.call(drain))
+        timed_out = False
+        try:
+            await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            timed_out = True
+            await self._kill_all()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(future), 10)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._kill_all())
+            raise
+        except Exception as e:  # noqa: BLE001 — the stream broke: the container or its node went away
+            raise await self._lost(e) from None
+        duration = time.monotonic() - started
+        try:
+            state = await owner.call(lambda: owner.api(node).exec_inspect(exec_id))
+        except Exception as e:  # noqa: BLE001
+            raise await self._lost(e) from None
+        code = state.get("ExitCode")
+        output, cut = buffer.text()
+        oom = False
+        if not timed_out and (code is None or code == 137 or code < 0):
+            # Killed: by the OOM killer (the command hit the reservation), or the container is gone.
+            await self._check_alive()
+            oom = await self._new_oom()
+            if not oom:  # a SIGKILL from outside: the container goes down a moment after its command
+                await asyncio.sleep(KILL_SETTLE_S)
+                await self._check_alive()
+        limit = "memory" if oom else buffer.first_limit()
+        if code == 153 and limit is None:
+            limit = "file_size"
+        if code == 126 and "OCI runtime exec failed" in output:
+            # The command could not even start: the container is gone, or the agent's processes fill its
+            # pids limit (a fork bomb's children live on between commands in a container).
+            await self._check_alive()
+            if await self._pids_full():
+                limit = "processes"
+            elif await self._new_oom():  # its memory is full: runc's setns process found none either
+                limit = "memory"
+        return ExecResult(exit_code=None if timed_out else code, output=output, timed_out=timed_out,
+                          oom_killed=oom or limit == "memory", duration_s=duration,
+                          limit=None if timed_out else limit, truncated_chars=cut)
+
+    async def _kill_all(self) -> None:
+        """Kill every process of the container but its init (a command past its timeout, and its children):
+        the init's SIGUSR1 does it, then `kill -9 -1` in an exec, which returns only once it has run."""
+        owner, node = self.owner, self.node
+
+        def kill() -> None:
+            api = owner.api(node)
+            api.kill(self.container_id, signal="USR1")
+            exec_id = api.exec_create(self.container_id, ["/bin/sh", "-c", KILL_ALL], user="root")["Id"]
+            api.exec_start(exec_id)
+
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(owner.call(kill), 15)
+
+    async def end_agent_processes(self) -> None:
+        await self._kill_all()
+
+    async def reset_dir(self, remote_path: str) -> None:
+        # A read-only root's /tests is a mount point: emptied, since it cannot be removed.
+        result = await self.exec(reset_command(remote_path), timeout_s=60, user="root")
+        if result.exit_code != 0:
+            raise own_command_failed(result, f"cannot reset {remote_path}", node=self.node)
+
+    async def prepare_verifier(self) -> None:
+        """One exec: kill what the agent left running, then empty /tests and /logs/verifier."""
+        result = await self.exec(PREPARE_VERIFIER, timeout_s=60, user="root")
+        if result.limit == "processes":
+            # It could not start: what the agent left holds every pid. The init kills it, then once more.
+            await self._kill_all()
+            result = await self.exec(PREPARE_VERIFIER, timeout_s=60, user="root")
+        if result.exit_code != 0:
+            raise own_command_failed(result, f"cannot prepare the verifier in {self.id}", node=self.node)
+
+    async def _new_oom(self) -> bool:
+        """True when the daemon reported an OOM kill in this container since the last look."""
+        owner, node = self.owner, self.node
+        until = time.time() + owner.clock_offset(node) + 0.5
+        try:
+            events = await owner.call(lambda: list(owner.api(node).events(
+                since=int(self.created), until=until, filters={"container": self.container_id, "event": "oom"},
+                decode=True)))
+        except Exception:  # noqa: BLE001
+            return False
+        count = len(events)
+        new = count > self._ooms_seen
+        self._ooms_seen = count
+        return new
+
+    async def _pids_full(self) -> bool:
+        owner, node = self.owner, self.node
+        try:
+            stats = await owner.call(
+                lambda: owner.api(node).stats(self.container_id, stream=False, one_shot=True))
+        except Exception:  # noqa: BLE001
+            return False
+        pids = stats.get("pids_stats") or {}
+        return bool(pids.get("limit")) and pids.get("current", 0) >= pids["limit"] - 2
+
+    async def _check_alive(self) -> None:
+        """`SandboxError` when the container is no longer running (or its node no longer answers)."""
+        owner, node = self.owner, self.node
+        try:
+            state = (await owner.call(lambda: owner.api(node).inspect_container(self.container_id)))["State"]
+        except Exception as e:  # noqa: BLE001
+            raise await self._lost(e) from None
+        if state.get("Running"):
+            return
+        raise await self._dead(state)
+
+    async def _dead(self, state: dict) -> SandboxError:
+        # A daemon that is shutting down kills its containers first: give it a moment to go.
+        if await self._node_gone(grace_s=2.0):
+            return SandboxError(Event.NODE_UNREACHABLE, f"node {self.node}: its Docker daemon went away",
+                                node=self.node)
+        how = f"exit {state.get('ExitCode')}, status {state.get('Status')}"
+        if state.get("OOMKilled"):
+            # Its init is the smallest process in it: killed for memory only when nothing else frees any.
+            return SandboxError(Event.SANDBOX_OOM, f"container {self.id} on {self.node} was OOM-killed "
+                                f"({how}): its memory is full", node=self.node)
+        return SandboxError(Event.SANDBOX_KILLED, f"container {self.id} on {self.node} was killed from outside "
+                            f"({how})", node=self.node)
+
+    async def _node_gone(self, *, grace_s: float) -> bool:
+        deadline = time.monotonic() + grace_s
+        while True:
+            if not await self.owner.ping(self.node):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.25)
+
+    async def _lost(self, error: BaseException) -> SandboxError:
+        """Classify a failed call: the node is gone, the container is gone, or the daemon said no."""
+        if isinstance(error, SandboxError):
+            return error
+        node = self.node
+        if not await self.owner.ping(node):
+            return node_lost(node, error)
+        try:
+            state = (await self.owner.call(
+                lambda: self.owner.api(node).inspect_container(self.container_id)))["State"]
+        except docker.errors.NotFound:
+            return SandboxError(Event.SANDBOX_KILLED, f"container {self.id} on {node} was removed from outside",
+                                node=node)
+        except Exception as e:  # noqa: BLE001
+            return as_sandbox_error(node, e, Event.PROVIDER_FAILED, "inspect container")
+        if not state.get("Running"):
+            return await self._dead(state)
+        return as_sandbox_error(node, error, Event.PROVIDER_FAILED, "exec")
+
+    # ------------------------------------------------------------------ files
+
+    async def upload(self, local_path: Path | str, remote_path: str) -> None:
+        local = Path(local_path)
+        remote = PurePosixPath(remote_path)
+        if not remote.is_absolute() or str(remote) == "/":
+            raise SandboxError(Event.PROVIDER_FAILED, f"{remote_path!r} is not an absolute path below /",
+                               node=self.node)
+        if not local.exists():
+            raise SandboxError(Event.PROVIDER_FAILED, f"upload of {local} failed: no such file", node=self.node)
+        # A folder's contents go into the folder itself (made first if missing), a file into its parent:
+        # the daemon refuses an archive for the read-only root, and /tests, /solution are mount points in it.
+        folder = local.is_dir()
+        data = await asyncio.to_thread(_tar_of, local, "." if folder else remote.name)
+        owner, node = self.owner, self.node
+        parent = str(remote if folder else remote.parent)
+
+        def put() -> None:
+            api = owner.api(node)
+            try:
+                api.put_archive(self.container_id, parent, data)
+            except docker.errors.NotFound:
+                # The parent folder is missing: make it, then try once more.
+                exec_id = api.exec_create(self.container_id, ["mkdir", "-p", parent], user="root")["Id"]
+                api.exec_start(exec_id)
+                api.put_archive(self.container_id, parent, data)
+
+        try:
+            await owner.call(put)
+        except Exception as e:  # noqa: BLE001
+            raise await self._lost(e) from None
+
+    async def download(self, remote_path: str, local_path: Path | str) -> None:
+        owner, node = self.owner, self.node
+        try:
+            stream, stat = await owner.call(lambda: owner.api(node).get_archive(self.container_id, remote_path))
+            data = await owner.call(lambda: b"".join(stream))
+        except docker.errors.NotFound:
+            raise SandboxError(Event.PROVIDER_FAILED, f"no such file {remote_path} in the sandbox",
+                               node=node) from None
+        except Exception as e:  # noqa: BLE001
+            raise await self._lost(e) from None
+        await asyncio.to_thread(_untar_to, data, Path(local_path))
+
+    async def read_file(self, remote_path: str, *, max_bytes: int = 1 << 20) -> bytes | None:
+        owner, node = self.owner, self.node
+        try:
+            stream, stat = await owner.call(lambda: owner.api(node).get_archive(self.container_id, remote_path))
+            data = await owner.call(lambda: b"".join(stream))
+        except docker.errors.NotFound:
+            await self._check_alive()  # no file in a container that is gone is a lost sandbox, not a missing file
+            return None
+        except Exception as e:  # noqa: BLE001
+            raise await self._lost(e) from None
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            member = tar.next()
+            if member is None or not member.isfile():
+                return None
+            f = tar.extractfile(member)
+            return f.read(max_bytes) if f else None
+
+    # ------------------------------------------------------------------ life
+
+    async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        # Nothing waits on the removal (the reservation is free once the attempt ends): the provider
+        # finishes it in the background, and its close waits for it.
+        self.owner.release(self.node, self.spec, self.container_id, self.sidecars)
+
+
+def _tar_of(local: Path, arcname: str) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(local, arcname=arcname, filter=_root_owned)
+    return buffer.getvalue()
+
+
+def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def _untar_to(data: bytes, local: Path) -> None:
+    """Extract the archive docker returns for a path: its top member becomes `local`."""
+    with tempfile.TemporaryDirectory(prefix="rl360-dl-") as tmp, tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(tmp, filter="data")
+        entries = list(Path(tmp).iterdir())
+        if len(entries) != 1:
+            raise SandboxError(Event.PROVIDER_FAILED, f"unexpected archive from the daemon ({len(entries)} entries)")
+        top = entries[0]
+        local.parent.mkdir(parents=True, exist_ok=True)
+        if top.is_dir():
+            shutil.copytree(top, local, symlinks=True, dirs_exist_ok=True)
+        else:
+            shutil.copy2(top, local)
