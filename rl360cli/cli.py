@@ -19,7 +19,8 @@ from typing import Annotated
 
 import typer
 
-from rl360cli.commands import common
+from rl360cli.commands import (common, down, logs, prewarm_images, provision, report, sandboxes, serve, status, tasks,
+                               train, up)
 from rl360cli.errors import Rl360Error
 from rl360cli.state.store import DEFAULT_PATH
 
@@ -43,9 +44,6 @@ def _global_options(
 
 
 def _register() -> None:
-    from rl360cli.commands import (down, logs, prewarm_images, provision, report, sandboxes, serve, status, tasks, train,
-                                   up)
-
     app.command("up")(up.up)
     app.command("plan")(up.plan)
     app.command("down")(down.down)

@@ -31,17 +31,19 @@ from typing import TYPE_CHECKING
 from rl360cli import procinfo
 from rl360cli.backends import slurm_cmd, slurm_ray, slurm_script
 from rl360cli.backends.base import ComponentSpec, Observation, RayCluster
+from rl360cli.backends.config import SlurmOptions
 from rl360cli.backends.slurm_cmd import ACTIVE, ENDED
 from rl360cli.backends.slurm_launch import StepFiles, srun_argv
 from rl360cli.backends.slurm_observe import observe_component, read_json
-from rl360cli.backends.config import SlurmOptions
+from rl360cli.backends.slurm_placement import placement
 from rl360cli.backends.slurm_poll import Poller, Snapshot
+from rl360cli.backends.slurm_preflight import check_profile, cluster_info
 from rl360cli.backends.slurm_requeue import TierRecovery
 from rl360cli.backends.slurm_step import rank_path
 from rl360cli.errors import Rl360Error
 from rl360cli.state import queries
-from rl360cli.state.schema import (COMPONENT_FINAL, TIER_FINAL, ComponentRecord, ComponentStatus, NodeRecord,
-                                   StateDoc, TierRecord, TierStatus, now_iso)
+from rl360cli.state.schema import (COMPONENT_FINAL, TIER_FINAL, ComponentRecord, ComponentStatus, NodeRecord, StateDoc,
+                                   TierRecord, TierStatus, now_iso)
 
 if TYPE_CHECKING:
     from rl360cli.config import ClusterProfile, Recipe
@@ -148,8 +150,6 @@ class SlurmBackend:
         return f"{tier}: " + ", ".join(parts) if self.options.mode == "hetjob" else ", ".join(parts)
 
     def placement_plan(self, recipe: Recipe) -> list[tuple[str, str]]:
-        from rl360cli.backends.slurm_placement import placement
-
         return placement(self.profile, recipe).rows()
 
     # ------------------------------------------------------------------ tiers
@@ -160,8 +160,6 @@ class SlurmBackend:
         On any failure (a refusal, a timeout, Ctrl-C) what was submitted is cancelled before the error
         goes up, so the state file and the cluster stay as they were.
         """
-        from rl360cli.backends.slurm_preflight import check_profile, cluster_info
-
         slurm_cmd.need_tool("sbatch")
         info = cluster_info(timeout_s=self.options.command_timeout_s, slurm_conf=self.options.slurm_conf)
         partitions = check_profile(self.profile, info)

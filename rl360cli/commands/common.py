@@ -16,6 +16,9 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from rl360cli.config import inject_failures_override, load_recipe
+from rl360cli.configload import parse_override
+from rl360cli.stages.base import Context, resolve_profile
 from rl360cli.state import queries
 from rl360cli.state.store import DEFAULT_PATH, StateFile
 
@@ -57,9 +60,6 @@ def state_file() -> StateFile:
 def overrides_of(texts: list[str] | None, *, inject_failures: float | None = None) -> list:
     """The `Override`s of `--set` options (and `--inject-failures`, which is one more); bad syntax is a
     one-line `ConfigError`."""
-    from rl360cli.config import inject_failures_override
-    from rl360cli.configload import parse_override
-
     overrides = [inject_failures_override(inject_failures)] if inject_failures is not None else []
     return overrides + [parse_override(text) for text in texts or ()]
 
@@ -67,9 +67,6 @@ def overrides_of(texts: list[str] | None, *, inject_failures: float | None = Non
 def context(*, recipe: Path | None = None, profile: Path | None = None, run: str | None = None,
             overrides: list | None = None, quiet: bool = False):
     """The stage context for this command: state, profile, recipe (with `overrides` applied) and run."""
-    from rl360cli.config import load_recipe
-    from rl360cli.stages.base import Context, resolve_profile
-
     state = state_file()
     doc = state.snapshot()
     loaded_recipe = load_recipe(recipe, overrides=overrides or ()) if recipe else None

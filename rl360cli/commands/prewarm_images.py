@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from rl360cli.commands.common import DryRunOpt, JsonFlag, ProfileOpt, context, err, out, print_json
 from rl360cli.errors import Rl360Error
+from rl360cli.stages import prewarm_images as stage
 
 STYLE = {"warm": "green", "pulled": "cyan", "failed": "bold red", "to pull": "yellow"}
 
@@ -41,8 +43,6 @@ def prewarm_images(
 
     Example: rl360 prewarm-images --profile cluster/dev-docker.toml --wave-size 2
     """
-    from rl360cli.stages import prewarm_images as stage
-
     ctx = context(profile=profile, quiet=json_out)
     options = stage.PrewarmOptions(images_path=images, selector=nodes, wave_size=wave_size, prune=prune)
     if dry_run:
@@ -75,8 +75,6 @@ class RichWaves:
         self.lock = threading.Lock()
 
     def wave_started(self, index: int, total: int, tasks) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
         self.label = f"wave {index}/{total}"
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=err, transient=False)

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from rl360cli.commands.common import JsonFlag, context, out, print_json
+from rl360cli.stages.report.build import write_report
 
 
 def report(
@@ -20,8 +21,6 @@ def report(
 
     Example: rl360 report --open
     """
-    from rl360cli.stages.report.build import write_report
-
     result = write_report(context(quiet=True), run)
     if json_out:
         print_json(result.to_dict())

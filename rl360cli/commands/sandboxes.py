@@ -9,6 +9,7 @@ from rich.table import Table
 
 from rl360cli.commands.common import DryRunOpt, JsonFlag, ProfileOpt, context, out, print_action, print_json
 from rl360cli.errors import Rl360Error
+from rl360cli.stages import sandboxes as stage
 
 app = typer.Typer(help="Launch, list and stop a fleet of sandboxes (load tests, warm pools).",
                   no_args_is_help=True)
@@ -39,8 +40,6 @@ def launch(
 
     Example: rl360 sandboxes launch --count 24 --wave-size 4 --interval 0.5 --provider docker
     """
-    from rl360cli.stages import sandboxes as stage
-
     if provider not in ("process", "docker"):
         raise Rl360Error(f"--provider {provider!r} is not known", "use process or docker")
     try:
@@ -78,8 +77,6 @@ def list_(profile: ProfileOpt = None, json_out: JsonFlag = False) -> None:
 
     Example: rl360 sandboxes list --json
     """
-    from rl360cli.stages import sandboxes as stage
-
     ctx = context(profile=profile, quiet=True)
     records = stage.observe(ctx)
     if json_out:
@@ -116,8 +113,6 @@ def stop(
 
     Example: rl360 sandboxes stop --run fleet-20261129-101500
     """
-    from rl360cli.stages import sandboxes as stage
-
     ctx = context(profile=profile, quiet=json_out)
     gone = stage.stop(ctx, ids=tuple(ids or ()), run=run)
     if json_out:

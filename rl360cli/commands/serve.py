@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rl360cli.commands.common import (DryRunOpt, JsonFlag, ProfileOpt, RecipeOpt, SetOpt, context, overrides_of,
                                       print_action, print_json)
+from rl360cli.commands.up import DEFAULT_RECIPE
 from rl360cli.stages import serve as serve_stage
 from rl360cli.stages.lifecycle import add_run_overrides, start_run
 from rl360cli.state import queries
@@ -16,8 +17,6 @@ def serve(recipe: RecipeOpt = None, profile: ProfileOpt = None, set_values: SetO
 
     Example: rl360 serve --recipe recipes/local-smoke.toml --set engine.num_engines=2 && rl360 train
     """
-    from rl360cli.commands.up import DEFAULT_RECIPE
-
     overrides = overrides_of(set_values)
     ctx = context(recipe=recipe or DEFAULT_RECIPE, profile=profile, overrides=overrides, quiet=json_out)
     if dry_run:

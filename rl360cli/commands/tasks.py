@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Annotated
@@ -11,6 +12,10 @@ from rich.table import Table
 
 from rl360cli.commands.common import JsonFlag, ProfileOpt, context, out, print_json
 from rl360cli.errors import Rl360Error
+from rl360cli.sandbox.check import check_tasks
+from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig
+from rl360cli.sandbox.providers import make_provider
+from rl360cli.sandbox.task_loader import load_task_set
 from rl360cli.state import queries
 
 app = typer.Typer(help="Validate Harbor-format tasks before training on them.", no_args_is_help=True)
@@ -31,11 +36,6 @@ def check(
 
     Example: rl360 tasks check recipes/tasks/examples --provider docker --profile cluster/dev-docker.toml
     """
-    from rl360cli.sandbox.check import check_tasks
-    from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig
-    from rl360cli.sandbox.providers import make_provider
-    from rl360cli.sandbox.task_loader import load_task_set
-
     if provider not in ("process", "docker", "daytona"):
         raise Rl360Error(f"--provider {provider!r} is not known", "use process, docker or daytona")
     if concurrency < 1:
@@ -65,7 +65,6 @@ def check(
         finally:
             await sandboxes.close()
 
-    import asyncio
 
     rows = asyncio.run(run())
     failed = [r for r in rows if not r.passed]

@@ -13,9 +13,8 @@ from rl360cli.commands.common import (DryRunOpt, JsonFlag, ProfileOpt, RecipeOpt
                                       print_action, print_json)
 from rl360cli.commands.watch import watch_run
 from rl360cli.logview import FINAL_RUN
-from rl360cli.stages import up_stages
 from rl360cli.stages.base import Action, Context
-from rl360cli.stages.lifecycle import bring_up, start_run, was_stopped
+from rl360cli.stages.lifecycle import UP_STAGES, bring_up, start_run, was_stopped
 from rl360cli.state import queries
 from rl360cli.state.schema import RunStatus
 
@@ -75,7 +74,7 @@ def plan(recipe: RecipeOpt = None, profile: ProfileOpt = None, set_values: SetOp
 
 def collect_plan(ctx: Context) -> list[Action]:
     actions: list[Action] = []
-    for stage in up_stages():
+    for stage in UP_STAGES:
         if stage.applies(ctx):
             actions += stage.plan(ctx)
     return actions

@@ -23,6 +23,7 @@ Tested by tests/inference/test_process_group.py.
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -98,8 +99,6 @@ class StatelessGroup:
     def close(self) -> None:
         """Drop the group and its store. Peers blocked on it see an error at once: destroying a gloo group
         closes its connections (its `abort()` would not), and an NCCL group is aborted."""
-        import gc
-
         pg, self.pg = self.pg, None
         if pg is not None and self.backend == "nccl":
             try:

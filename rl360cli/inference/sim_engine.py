@@ -45,8 +45,9 @@ from aiohttp import web
 
 from rl360cli.backends.base import ComponentSpec
 from rl360cli.inference import protocol
-from rl360cli.inference.config import EngineConfig
+from rl360cli.inference.apikey import read_api_key
 from rl360cli.inference.collector import collect_for_many_requests
+from rl360cli.inference.config import EngineConfig
 from rl360cli.inference.http import api_key_middleware, json_body, protocol_errors
 from rl360cli.inference.protocol import ProtocolError
 
@@ -372,7 +373,6 @@ async def serve(args: argparse.Namespace) -> None:
     action, submit = Reply.of(ACTION_TEXT, tokenizer), Reply.of(SUBMIT_TEXT, tokenizer)
     api_key = None
     if args.api_key_file:
-        from rl360cli.inference.apikey import read_api_key
 
         api_key = read_api_key(args.api_key_file)
     runners = []

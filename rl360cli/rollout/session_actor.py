@@ -31,10 +31,14 @@ from pathlib import Path
 from rl360cli.agent.config import RolloutConfig
 from rl360cli.agent.session import SessionSpec, run_session
 from rl360cli.images.config import RegistrySpec
+from rl360cli.inference.apikey import read_api_key
+from rl360cli.inference.client import EngineClient
 from rl360cli.inference.collector import collect_for_many_requests
 from rl360cli.metrics import Level
 from rl360cli.nodes.config import NodeSpec
 from rl360cli.sandbox.config import SandboxConfig
+from rl360cli.sandbox.providers import make_provider
+from rl360cli.sandbox.task_loader import load_task_set
 from rl360cli.sandbox.waves import AdmissionController
 
 # How often an actor looks at its provider's pulls in flight (they change inside a start, where no
@@ -79,10 +83,6 @@ class SessionActor:
     def __init__(self, setup: ActorSetup):
         from transformers import AutoTokenizer
 
-        from rl360cli.inference.apikey import read_api_key
-        from rl360cli.inference.client import EngineClient
-        from rl360cli.sandbox.providers import make_provider
-        from rl360cli.sandbox.task_loader import load_task_set
 
         import ray
 

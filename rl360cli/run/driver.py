@@ -18,6 +18,7 @@ changing.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import os
 import socket
@@ -29,12 +30,21 @@ from pathlib import Path
 
 from rl360cli.config import RUN_RECIPE, ClusterProfile, Recipe, load_profile, load_run_recipe, run_policy_dir
 from rl360cli.errors import RunFailed
+from rl360cli.images.config import RegistrySpec
+from rl360cli.inference.apikey import api_key_path, optional_api_key
+from rl360cli.inference.client import EngineClient, EngineError
+from rl360cli.inference.router import generations_in_flight
+from rl360cli.loop.samples import SampleKeeper
+from rl360cli.metrics import MetricsLogger, drop_steps_from
 from rl360cli.ports import free_port
 from rl360cli.progress import GenerationProgress
 from rl360cli.run.rejoin import EngineRejoins
+from rl360cli.sandbox.task_loader import load_task_set
 from rl360cli.state import queries, transitions
 from rl360cli.state.schema import RunStatus, StateDoc, StateError
 from rl360cli.state.store import StateFile
+from rl360cli.trainer.broadcast import WeightBroadcaster
+from rl360cli.trainer.builder import build_trainer
 
 # How long the run's end waits for a state file a stuck command holds locked (one lock timeout each try).
 FINAL_RECORD_PATIENCE_S = 600.0
@@ -67,13 +77,9 @@ def main(argv: list[str] | None = None) -> int:
 def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None) -> dict:
     import ray
 
-    from rl360cli.inference.apikey import api_key_path, optional_api_key
     from rl360cli.loop.eval import Evaluation
-    from rl360cli.loop.samples import SampleKeeper
     from rl360cli.loop.train_loop import LoopParts, train_loop
-    from rl360cli.metrics import MetricsLogger
     from rl360cli.rollout.rollouts import Rollouts
-    from rl360cli.sandbox.task_loader import load_task_set
 
     doc = state.read()
     record = queries.run(doc, run_id)
@@ -155,9 +161,6 @@ def _set_up_trainer(state: StateFile, run_id: str, run_dir: Path, recipe: Recipe
     restarted engines back (`EngineRejoins`); (trainer, weight sync, rejoins or None, the lock they take turns
     with, first step)."""
     from rl360cli.loop.train_loop import latest_checkpoint
-    from rl360cli.metrics import drop_steps_from
-    from rl360cli.trainer.broadcast import WeightBroadcaster
-    from rl360cli.trainer.builder import build_trainer
 
     trainer = build_trainer(policy_dir, recipe.trainer, recipe.grpo, seed=recipe.run.seed)
     start_step = 0
@@ -263,8 +266,6 @@ def launch_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run
     """The run's Ray session actors, launched, each given its configuration as plain data."""
     import ray
 
-    from rl360cli.images.config import RegistrySpec
-    from rl360cli.inference.router import generations_in_flight
     from rl360cli.rollout.session_actor import ActorSetup, SessionActor
 
     remote_actor = ray.remote(SessionActor)
@@ -343,9 +344,7 @@ def run_engine_urls(doc: StateDoc, run_id: str) -> list[str]:
 
 def engine_versions(urls: list[str], *, api_key: str | None = None) -> dict[str, int | None]:
     """The policy version each engine serves now (None for one that does not answer)."""
-    import asyncio
 
-    from rl360cli.inference.client import EngineClient, EngineError
 
     async def ask(url: str) -> int | None:
         async with EngineClient(url, api_key=api_key) as client:

@@ -36,6 +36,7 @@ from rl360cli.demo import tiny_policy
 from rl360cli.errors import Rl360Error
 from rl360cli.trainer.cache import DONE, built_once, cache_root
 from rl360cli.trainer.config import ModelConfig
+from rl360cli.trainer.gguf import cached_hf_folder
 from rl360cli.trainer.model import validate_hf_folder
 
 MARKER = "rl360-policy.json"
@@ -80,7 +81,6 @@ def prepare_policy(model: ModelConfig, *, tasks_dir: Path, out_dir: Path, seed: 
                                                                            seed=seed))
             _link_files(source, staging, fallback="copy")
         elif model.kind == "gguf-package":
-            from rl360cli.trainer.gguf import cached_hf_folder
 
             source = cached_hf_folder(model.package, model.gguf_file)
             _link_files(source, staging, fallback="copy")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rl360cli.outcome import Outcome
-from rl360cli.sandbox.attempt import AttemptResult, noop_agent, oracle_agent
+from rl360cli.sandbox.attempt import AttemptResult, noop_agent, oracle_agent, run_attempt
 from rl360cli.sandbox.task import Task
 
 # A reward at least this close to 1 counts as reaching 1 (rewards are floats from a file).
@@ -76,7 +76,6 @@ async def check_tasks(provider, tasks: Sequence[Task], *, run_id: str, concurren
         if run is not None:
             # Through the admission controller: a lost node is retried elsewhere (these agents can start over).
             return await run(task, agent, attempt_id=f"{run_id}-{task.id}-{kind}", labels=labels, rerun_agent=True)
-        from rl360cli.sandbox.attempt import run_attempt
 
         return await run_attempt(provider, task, agent, attempt_id=f"{run_id}-{task.id}-{kind}", labels=labels)
 

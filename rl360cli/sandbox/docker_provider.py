@@ -43,17 +43,10 @@ import docker.errors
 
 from rl360cli.errors import Rl360Error
 from rl360cli.images.config import RegistrySpec
+from rl360cli.nodes.docker_runtime import docker_client
 from rl360cli.sandbox.config import SandboxConfig
-from rl360cli.sandbox.docker_container import (
-    INIT,
-    POOL_ATTEMPT,
-    TMPFS_PATHS,
-    ContainerSpec,
-    container_name,
-    create_kwargs,
-    read_only_volumes,
-    tmpfs_mounts,
-)
+from rl360cli.sandbox.docker_container import (INIT, POOL_ATTEMPT, TMPFS_PATHS, ContainerSpec, container_name,
+                                               create_kwargs, read_only_volumes, tmpfs_mounts)
 from rl360cli.sandbox.docker_errors import as_sandbox_error, node_lost, one_line
 from rl360cli.sandbox.docker_images import NodeImages
 from rl360cli.sandbox.docker_sandbox import DockerSandbox
@@ -123,7 +116,6 @@ class DockerProvider(SandboxProvider):
         timeout = None if stream else 60
         try:
             if spec.docker_host.startswith("ssh://"):
-                from rl360cli.nodes.docker_runtime import docker_client
 
                 client = docker_client(spec, timeout_s=timeout or 3600).api
             else:

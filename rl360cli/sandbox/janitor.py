@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from rl360cli import procinfo
 from rl360cli.nodes.docker_runtime import docker_api
+from rl360cli.sandbox.process import default_roots
 from rl360cli.sandbox.provider import MANAGED_LABEL
 
 if TYPE_CHECKING:
@@ -142,8 +143,6 @@ def _remove_container(rec: Mapping[str, Any], nodes: Sequence[NodeSpec]) -> str 
 
 
 def _process_roots() -> list[Path]:
-    from rl360cli.sandbox.process import default_roots
-
     return default_roots()
 
 

@@ -54,13 +54,15 @@ from pathlib import Path
 from typing import Any
 
 from rl360cli import procinfo
+from rl360cli.backends.local import machine_resources
 from rl360cli.errors import Rl360Error
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.isolation import DEFAULT_PATH, RESERVED, Isolation, chown_tree, filled_pipe, rlimit_args
 from rl360cli.sandbox.outbound import attach_outbound
+from rl360cli.sandbox.process_image import ProcessImages
 from rl360cli.sandbox.process_sidecars import ProcessSidecars
-from rl360cli.sandbox.provider import ExecResult, NodeCapacity, OutputBuffer, Sandbox, SandboxProvider, \
-    sandbox_labels
+from rl360cli.sandbox.provider import ExecResult, NodeCapacity, OutputBuffer, Sandbox, SandboxProvider, sandbox_labels
+from rl360cli.sandbox.task import resolve_env
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 
 log = logging.getLogger(__name__)
@@ -104,8 +106,6 @@ def _roomy_tmpfs(mount_point: Path) -> bool:
 
 
 def machine_capacity() -> NodeCapacity:
-    from rl360cli.backends.local import machine_resources
-
     cpus, memory_mb = machine_resources()
     return NodeCapacity(name=NODE, cpus=float(cpus), memory_mb=memory_mb)
 
@@ -143,8 +143,6 @@ class ProcessProvider(SandboxProvider):
     name = "process"
 
     def __init__(self, config: SandboxConfig, *, run_id: str = "", root: Path | None = None):
-        from rl360cli.sandbox.process_image import ProcessImages
-
         self.config = config
         self.run_id = run_id
         self.root = Path(root or config.process_root or default_root())
@@ -317,8 +315,6 @@ class ProcessSandbox(Sandbox):
         return env
 
     def task_env(self) -> dict[str, str]:
-        from rl360cli.sandbox.task import resolve_env
-
         try:
             return resolve_env(self.task.env)
         except KeyError as e:

@@ -27,6 +27,7 @@ import json
 import os
 import posixpath
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -231,8 +232,6 @@ class ProcessImages:
 
 def _env_pairs(text: str) -> list[tuple[str, str]]:
     """`ENV A=1 B="two words"` or the legacy `ENV A value with spaces`."""
-    import shlex
-
     text = text.strip()
     first = text.split(None, 1)
     if first and "=" not in first[0]:
@@ -245,8 +244,6 @@ def _env_pairs(text: str) -> list[tuple[str, str]]:
 
 
 def _quote_words(words: list[str]) -> list[str]:
-    import shlex
-
     return [shlex.quote(w) for w in words]
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import abc
 import re
+import shlex
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -342,7 +343,5 @@ def sandbox_labels(labels: Mapping[str, str], *, run_id: str, task: Task, attemp
 
 
 def _quote(path: str) -> str:
-    import shlex
-
     return shlex.quote(path)
 

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 from rl360cli.images.config import RegistrySpec
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.faults import FaultInjector
+from rl360cli.sandbox.process import ProcessProvider
 from rl360cli.sandbox.provider import SandboxProvider
+from rl360cli.sandbox.simulated import SimulatedProvider
 from rl360cli.sandbox.waves import AdmissionController
 
 if TYPE_CHECKING:
@@ -35,7 +37,6 @@ def make_provider(config: SandboxConfig, *, nodes: Sequence[NodeSpec] = (), run_
     """
     provider: SandboxProvider
     if config.provider == "simulated":
-        from rl360cli.sandbox.simulated import SimulatedProvider
 
         provider = SimulatedProvider(config, run_id=run_id, share=share)
     elif config.provider == "docker":
@@ -48,7 +49,6 @@ def make_provider(config: SandboxConfig, *, nodes: Sequence[NodeSpec] = (), run_
 
         provider = DaytonaProvider(config, run_id=run_id)
     else:
-        from rl360cli.sandbox.process import ProcessProvider
 
         provider = ProcessProvider(config, run_id=run_id)
     if config.inject_failure_rate > 0:

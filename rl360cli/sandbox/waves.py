@@ -39,11 +39,12 @@ import contextlib
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rl360cli.errors import Rl360Error
 from rl360cli.metrics import Histogram, Level
+from rl360cli.sandbox.attempt import run_attempt
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.provider import NodeCapacity, Sandbox, SandboxProvider, WrappedProvider, WrappedSandbox
 from rl360cli.sandbox.taxonomy import Event, InfraError, SandboxError
@@ -178,9 +179,7 @@ class AdmissionController(WrappedProvider):
         """`attempt.run_attempt` through this controller. A start failure is retried inside `start`; with
         `rerun_agent`, an attempt that failed later for a retriable infra reason (its node was lost
         mid-attempt) is run again on another node — only for agents that can start over."""
-        from dataclasses import replace
 
-        from rl360cli.sandbox.attempt import run_attempt
 
         nodes_tried: list[str] = []
         causes: list[str] = []

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -167,9 +169,6 @@ def _launch(ctx: Context, spec: ComponentSpec) -> ComponentRecord:
 
 
 def wait_healthy(ctx: Context, cid: str, url: str, *, timeout_s: float) -> None:
-    import urllib.error
-    import urllib.request
-
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:

@@ -26,7 +26,7 @@ from rl360cli.config import Override, load_run_recipe, record_run_overrides, run
 from rl360cli.errors import Rl360Error
 from rl360cli.metrics import read_metrics
 from rl360cli.progress import read_generation
-from rl360cli.stages import up_stages
+from rl360cli.stages import prewarm_images, prewarm_snapshots, provision, serve, train
 from rl360cli.stages.base import Context, new_run_id
 from rl360cli.stages.status import reconcile
 from rl360cli.state import queries, transitions
@@ -80,14 +80,18 @@ def add_run_overrides(ctx: Context, overrides: Sequence[Override]) -> None:
 
 # ----------------------------------------------------------------------------- up
 
+# The stages of `rl360 up`, in dependency order: tiers, node caches (Docker images or Daytona snapshots),
+# engines and router, trainer.
+UP_STAGES = (provision, prewarm_images, prewarm_snapshots, serve, train)
+
 
 def bring_up(ctx: Context) -> list[str]:
     """Run the stages of `rl360 up` that apply to the recipe, in order, for the current run (`start_run` made
     it); returns their names. `rl360 down` may come meanwhile: it stops what was recorded when it ran, so what
     was started after it is stopped here too, and the stages left are skipped (`was_stopped` tells)."""
-    applied = [stage.NAME for stage in up_stages() if stage.applies(ctx)]
+    applied = [stage.NAME for stage in UP_STAGES if stage.applies(ctx)]
     try:
-        for stage in up_stages():
+        for stage in UP_STAGES:
             if stage.NAME in applied and not was_stopped(ctx):
                 stage.apply(ctx)
     except Rl360Error:

@@ -21,18 +21,22 @@ Test: tests/images/test_prewarm_*.py.
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from rl360cli.nodes.config import NodeSpec
 from rl360cli.errors import Rl360Error
 from rl360cli.images.config import ImageList, ImageRef, load_images
 from rl360cli.images.pinmap import EXPANSION, Demand, PinMap, Placement, Where, plan_pins
-from rl360cli.images.puller import PullResult, PullTask, RetryPolicy, SilentListener, WaveListener, make_waves
+from rl360cli.images.puller import (PullResult, PullTask, RetryPolicy, SilentListener, WaveListener, make_waves,
+                                    run_waves)
 from rl360cli.images.registry import ImageNotInRegistry, RegistryClient, RegistryUnreachable
+from rl360cli.nodes.base import NodeError
+from rl360cli.nodes.config import NodeSpec
+from rl360cli.nodes.runtime import connect
 from rl360cli.nodes.selector import select_nodes
 from rl360cli.stages.base import Action, Context
 from rl360cli.state import queries
@@ -309,9 +313,6 @@ def _docker_steps(ctx: Context, doc: StateDoc, nodes: list[NodeSpec]) -> dict[st
 def _scan(nodes: list[NodeSpec], retry: RetryPolicy, slurm_jobs: dict[str, tuple[str, int | None] | None],
           slurm_conf: str = "") -> tuple[dict, dict, dict[str, str]]:
     """Connect to every node at once and read its cache; unreachable nodes get their reason."""
-    from rl360cli.nodes.base import NodeError
-    from rl360cli.nodes.runtime import connect
-
     def one(node: NodeSpec):
         if node.name in slurm_jobs and slurm_jobs[node.name] is None:
             return None, None, (f"no Slurm allocation holds {node.name}, so its Docker socket cannot be reached; "
@@ -324,7 +325,6 @@ def _scan(nodes: list[NodeSpec], retry: RetryPolicy, slurm_jobs: dict[str, tuple
             except NodeError as e:
                 reason = e.reason
                 if attempt < 2:
-                    import time
 
                     time.sleep(retry.delay_s(attempt))
                 continue
@@ -382,7 +382,6 @@ def _kept_unlisted(nodes, doc: StateDoc, scans: dict, listed: set[str], prune: b
 
 def _prune_candidates(nodes: list[str], runtimes: dict, scans: dict, doc: StateDoc, refs: dict[str, ImageRef],
                       digests: dict[str, str], pins: PinMap) -> list[PruneItem]:
-    from rl360cli.nodes.base import NodeError
 
     listed = {str(r): name for name, r in refs.items()}
     items = []
@@ -421,8 +420,6 @@ def _prune_candidates(nodes: list[str], runtimes: dict, scans: dict, doc: StateD
 
 
 def _apply(ctx: Context, prepared: Prepared, options: PrewarmOptions, listener: WaveListener) -> PrewarmReport:
-    from rl360cli.nodes.base import NodeError
-
     by_name = {n.name: n for n in ctx.profile.nodes}
     for name, p in prepared.pins.placements.items():
         ctx.event(NAME, "resolve", name, ref=p.ref, digest=p.digest, nodes=list(p.nodes), rule=p.rule)
@@ -443,7 +440,6 @@ def _apply(ctx: Context, prepared: Prepared, options: PrewarmOptions, listener: 
     waves = prepared.waves
     if not waves and isinstance(listener, _SayListener):
         ctx.say(f"nothing to pull: {len(warm)} node/image pair(s) already hold their digests")
-    from rl360cli.images.puller import run_waves
 
     results = run_waves(waves, prepared.runtimes, retry=options.retry,
                         listener=_StateListener(ctx, by_name, listener, len(waves)))
@@ -526,8 +522,6 @@ def node_address(node: NodeSpec) -> str:
 
 
 def _prune(ctx: Context, prepared: Prepared) -> list[dict]:
-    from rl360cli.nodes.base import NodeError
-
     out = []
     for item in prepared.prune:
         outcome, reason = "removed", None

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from rl360cli import events
 from rl360cli.errors import Rl360Error
+from rl360cli.sandbox.task_loader import load_task_set
+from rl360cli.sandbox.taxonomy import SandboxError
 from rl360cli.stages.base import Action, Context
 
 NAME = "prewarm-snapshots"
@@ -41,7 +43,6 @@ def plan(ctx: Context) -> list[Action]:
 def apply(ctx: Context) -> dict[str, str]:
     """{snapshot name: its state}, every one `active`; raises Rl360Error when one cannot be built."""
     from rl360cli.sandbox.daytona_provider import DaytonaProvider
-    from rl360cli.sandbox.taxonomy import SandboxError
 
     tasks = _tasks(ctx)
     provider = DaytonaProvider(ctx.need_recipe().sandbox, run_id=ctx.run_id or "prewarm")
@@ -70,7 +71,5 @@ def apply(ctx: Context) -> dict[str, str]:
 
 
 def _tasks(ctx: Context) -> list:
-    from rl360cli.sandbox.task_loader import load_task_set
-
     recipe = ctx.need_recipe()
     return load_task_set(Path(recipe.tasks.path), include=recipe.tasks.include)

@@ -19,7 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from rl360cli import procinfo
 from rl360cli.errors import Rl360Error
+from rl360cli.nodes.docker_runtime import docker_api
+from rl360cli.sandbox import janitor
+from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig
+from rl360cli.sandbox.process import machine_capacity
+from rl360cli.sandbox.provider import NodeCapacity
+from rl360cli.sandbox.providers import make_provider
+from rl360cli.sandbox.task import Task
 from rl360cli.stages.base import Action, Context
 from rl360cli.state import queries, transitions
 from rl360cli.state.schema import SandboxRecord, SandboxStatus, now_iso
@@ -70,10 +78,6 @@ def plan(ctx: Context, spec: FleetSpec) -> list[Action]:
 
 def launch(ctx: Context, spec: FleetSpec) -> dict[str, Any]:
     """Start the fleet; returns the started sandboxes and the admission summary. Failures are listed, not fatal."""
-    from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig
-    from rl360cli.sandbox.providers import make_provider
-    from rl360cli.sandbox.task import Task
-
     capacity = sum(_fit_count(n, spec) for n in _capacities(ctx, spec))
     if capacity < spec.count:
         raise Rl360Error(f"{spec.count} sandboxes of {spec.cpus:g} CPU / {spec.memory_mb} MB do not fit: the nodes "
@@ -130,8 +134,6 @@ async def _launch(ctx: Context, provider, task, spec: FleetSpec, run: str) -> tu
 
 def observe(ctx: Context) -> dict[str, SandboxRecord]:
     """Every recorded sandbox with its status checked now (running, exited, missing, unknown); updates the state."""
-    from rl360cli import procinfo
-
     records = queries.sandboxes(ctx.state.read())
     seen: dict[str, SandboxStatus] = {}
     by_host: dict[str, list[str]] = {}
@@ -159,8 +161,6 @@ def observe(ctx: Context) -> dict[str, SandboxRecord]:
 
 def stop(ctx: Context, *, ids: tuple[str, ...] = (), run: str | None = None) -> list[str]:
     """Remove the chosen recorded sandboxes (all when neither ids nor run is given) and forget them."""
-    from rl360cli.sandbox import janitor
-
     records = queries.sandboxes(ctx.state.read())
     unknown = [i for i in ids if i not in records]
     if unknown:
@@ -179,14 +179,11 @@ def stop(ctx: Context, *, ids: tuple[str, ...] = (), run: str | None = None) -> 
 
 
 def _capacities(ctx: Context, spec: FleetSpec):
-    from rl360cli.sandbox.provider import NodeCapacity
-
     if spec.provider == "docker":
         if not ctx.profile.nodes:
             raise Rl360Error(f"profile '{ctx.profile.name}' lists no Docker nodes",
                              "pass --profile cluster/dev-docker.toml (or a profile with [[nodes]])")
         return [NodeCapacity(name=n.name, cpus=n.cpus, memory_mb=n.memory_mb) for n in ctx.profile.nodes]
-    from rl360cli.sandbox.process import machine_capacity
 
     return [machine_capacity()]
 
@@ -198,7 +195,6 @@ def _fit_count(node, spec: FleetSpec) -> int:
 def _container_states(host: str, ctx: Context) -> dict[str, SandboxStatus] | None:
     node = next((n for n in ctx.profile.nodes if n.docker_host == host), None)
     try:
-        from rl360cli.nodes.docker_runtime import docker_api
 
         api = docker_api(host, node)
         rows = api.containers(all=True, filters={"label": "rl360.managed=true"})

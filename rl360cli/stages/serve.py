@@ -28,12 +28,17 @@ import socket
 from pathlib import Path
 
 from rl360cli.backends.base import ComponentSpec
+from rl360cli.backends.slurm_placement import placement
 from rl360cli.config import run_policy_dir
 from rl360cli.errors import Rl360Error
-from rl360cli.stages.base import Action, Context, component_is_live, python_argv, start_component, start_components
-from rl360cli.inference.apikey import optional_api_key
+from rl360cli.inference.apikey import api_key_path, create_api_key, optional_api_key, read_api_key
 from rl360cli.inference.health import router_forget, router_register
+from rl360cli.inference.keyed_launch import NODE_ADDRESS, WILDCARD_HOSTS, node_address
+from rl360cli.inference.launch import engine_spec, router_spec, serve_ports
+from rl360cli.inference.router import check_router_open_files, wait_router_workers
+from rl360cli.run.policy import prepare_policy
 from rl360cli.run.restarts import relaunch_component
+from rl360cli.stages.base import Action, Context, component_is_live, python_argv, start_component, start_components
 from rl360cli.stages.train import thread_env
 from rl360cli.state import queries
 
@@ -49,15 +54,11 @@ def policy_dir(ctx: Context) -> Path:
 
 
 def api_key_file(ctx: Context) -> Path:
-    from rl360cli.inference.apikey import api_key_path
-
     return api_key_path(ctx.run_dir)
 
 
 def listen_host(ctx: Context) -> str:
     """The address engines and the router bind: `bind_host`, or for a wildcard each node's own address."""
-    from rl360cli.inference.keyed_launch import NODE_ADDRESS, WILDCARD_HOSTS, node_address
-
     host = ctx.profile.bind_host
     if host not in WILDCARD_HOSTS:
         return host
@@ -68,8 +69,6 @@ def listen_host(ctx: Context) -> str:
 def _node_names(ctx: Context) -> tuple[list[str], str, bool]:
     """Per engine the node it runs on, the router's node, and whether those are real node names: Slurm's
     once the tiers hold their nodes, else their places (`rollout[3]`, `service[0]`), as `rl360 plan` shows."""
-    from rl360cli.backends.slurm_placement import placement
-
     slots = placement(ctx.profile, ctx.need_recipe()).engines
     doc = ctx.state.read()
     rollout, service = queries.tier_nodes(doc, "rollout"), queries.tier_nodes(doc, "service")
@@ -80,9 +79,6 @@ def _node_names(ctx: Context) -> tuple[list[str], str, bool]:
 
 
 def component_specs(ctx: Context) -> list[ComponentSpec]:
-    from rl360cli.inference.keyed_launch import NODE_ADDRESS
-    from rl360cli.inference.launch import engine_spec, router_spec, serve_ports
-
     recipe = ctx.need_recipe()
     engine = recipe.engine
     host = listen_host(ctx)
@@ -157,10 +153,6 @@ def plan(ctx: Context) -> list[Action]:
 
 
 def apply(ctx: Context) -> list[dict]:
-    from rl360cli.inference.apikey import create_api_key, read_api_key
-    from rl360cli.inference.router import check_router_open_files, wait_router_workers
-    from rl360cli.run.policy import prepare_policy
-
     recipe = ctx.need_recipe()
     ctx.backend.check_engine(recipe.engine.kind)
     if ctx.backend.on_this_machine:  # the router runs on this machine, under its limits

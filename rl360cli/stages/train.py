@@ -15,6 +15,7 @@ from rl360cli.ports import free_port
 from rl360cli.stages.base import Action, Context, python_argv, start_component
 from rl360cli.state import queries
 from rl360cli.state.schema import ComponentRecord
+from rl360cli.trainer.megatron_launch import TrainerLayout, cluster_trainer_argv, trainer_argv
 
 NAME = "train"
 
@@ -37,7 +38,6 @@ def trainer_spec(ctx: Context, *, resume: bool = False) -> ComponentSpec:
     # (on 2 cores, 2 threads train local-smoke's batch in 2.2 s instead of 4).
     alone = not ctx.need_recipe().loop.overlap
     if trainer.kind == "megatron" and not ctx.backend.on_this_machine:
-        from rl360cli.trainer.megatron_launch import cluster_trainer_argv
 
         # One torchrun per training node (one Slurm task each, on every node of the tier), meeting at
         # the first node by torchrun's c10d rendezvous: world = TP x PP x DP over the tier's GPUs.
@@ -50,7 +50,6 @@ def trainer_spec(ctx: Context, *, resume: bool = False) -> ComponentSpec:
                                     python=ctx.backend.python)
         env, node = thread_env(ctx, "training"), "*"
     elif trainer.kind == "megatron":
-        from rl360cli.trainer.megatron_launch import trainer_argv
 
         # One rank per tensor x pipeline shard on this machine; rank 0 runs the loop, the others follow.
         ranks = trainer.tensor_parallel * trainer.pipeline_parallel
@@ -65,8 +64,6 @@ def trainer_spec(ctx: Context, *, resume: bool = False) -> ComponentSpec:
 
 def megatron_layout(ctx: Context):
     """TP x PP x DP of the megatron trainer over the training tier's GPUs (one rank per GPU)."""
-    from rl360cli.trainer.megatron_launch import TrainerLayout
-
     trainer, tier = ctx.need_recipe().trainer, ctx.profile.tiers["training"]
     return TrainerLayout.of(tensor_parallel=trainer.tensor_parallel, pipeline_parallel=trainer.pipeline_parallel,
                             nodes=tier.num_nodes, ranks_per_node=max(1, tier.gpus_per_node))

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from rl360cli.errors import RunFailed
+from rl360cli.inference.process_group import StatelessGroup
 
 log = logging.getLogger("rl360.broadcast")
 # What an engine (rl360's, as SGLang's) answers a bucket for a group it does not hold (inference/weights.py).
@@ -256,8 +257,6 @@ class WeightBroadcaster:
 
     async def _connect(self) -> dict[str, str]:
         """(Re)build the group with the live engines; returns the engines dropped on the way."""
-        from rl360cli.inference.process_group import StatelessGroup
-
         dropped: dict[str, str] = {}
         await self._teardown(tell=self._group_engines)
         for _ in range(len(self.engines) + 1):

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rl360cli.inference.router import router_workers
 from rl360cli.trainer.broadcast import SyncStats, WeightSyncError
 from rl360cli.trainer.config import SimulatedTrainerConfig
 from rl360cli.trainer.step import STAT_KEYS
@@ -96,7 +97,6 @@ class SimulatedWeightSync:
     def connect(self) -> None:
         """Take every engine the router knows (a process of simulated engines is recorded by its first)."""
         if self.router_url:
-            from rl360cli.inference.router import router_workers
 
             self.engines = sorted(set(self.engines) | set(router_workers(self.router_url, api_key=self.api_key)))
         if not self.engines:

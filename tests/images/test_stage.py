@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from rl360cli.config import load_profile, load_recipe
-from rl360cli.stages import prewarm_images, up_stages
+from rl360cli.stages import prewarm_images
+from rl360cli.stages.lifecycle import UP_STAGES
 from rl360cli.stages.base import Context
 from rl360cli.state.store import StateFile
 from tests.conftest import REPO
@@ -23,7 +24,7 @@ def _context(tmp_path: Path, profile_path: Path, provider: str) -> Context:
 
 
 def test_it_runs_between_provision_and_serve():
-    names = [stage.NAME for stage in up_stages()]
+    names = [stage.NAME for stage in UP_STAGES]
     assert "prewarm-images" in names
     assert names.index("prewarm-images") == names.index("provision") + 1
 

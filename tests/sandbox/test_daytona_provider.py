@@ -415,7 +415,8 @@ def test_up_prewarms_the_recipes_snapshots_and_another_process_starts_from_them(
 
     from rl360cli.config import TasksConfig, load_profile, load_recipe
     from rl360cli.errors import Rl360Error
-    from rl360cli.stages import prewarm_snapshots, up_stages
+    from rl360cli.stages import prewarm_snapshots
+    from rl360cli.stages.lifecycle import UP_STAGES
     from rl360cli.stages.base import Context
     from rl360cli.state.store import StateFile
 
@@ -428,7 +429,7 @@ def test_up_prewarms_the_recipes_snapshots_and_another_process_starts_from_them(
     profile_path = REPO / "cluster" / "local.toml"
     ctx = Context(state=StateFile(tmp_path / "rl360" / "state.json"), profile=load_profile(profile_path),
                   profile_path=profile_path, recipe=recipe, run_id="r-snap")
-    names = [stage.NAME for stage in up_stages()]
+    names = [stage.NAME for stage in UP_STAGES]
     assert names.index("prewarm-snapshots") == names.index("prewarm-images") + 1 < names.index("serve")
     assert prewarm_snapshots.applies(ctx)
     assert not prewarm_snapshots.applies(dataclasses.replace(ctx, recipe=dataclasses.replace(
