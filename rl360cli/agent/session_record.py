@@ -190,12 +190,12 @@ def continuation_problem(seg: Segment, messages: list[dict], tools: list[dict] |
         return "the request's tools differ from the segment's"
     if _canonical(template_kwargs) != _canonical(seg.template_kwargs):
         return "the request's chat_template_kwargs differ from the segment's"
-    if len(messages) <= len(seg.messages):
-        return f"the request has {len(messages)} messages, no more than the {len(seg.messages)} the session has seen"
     for i, (seen, sent) in enumerate(zip(seg.messages, messages)):
         if message_key(seen) != message_key(sent):
             role = sent.get("role") if isinstance(sent, dict) else None
             return f"messages[{i}] ({role}) differs from what the session has seen"
+    if len(messages) <= len(seg.messages):
+        return f"the request has {len(messages)} messages, no more than the {len(seg.messages)} the session has seen"
     for i, sent in enumerate(messages[len(seg.messages):], start=len(seg.messages)):
         role = sent.get("role") if isinstance(sent, dict) else None
         if role not in APPENDABLE_ROLES:
