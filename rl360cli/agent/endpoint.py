@@ -103,7 +103,7 @@ class RequestError(Exception):
         self.status, self.kind, self.code = status, kind, code
 
     def response(self) -> web.Response:
-        error = {"message": str(self), "type": self.kind, "param": None, "code": self.code or self.status}
+        error = {"message": str(self), "type": self.kind, "param": None, "code": self.code}
         return web.Response(status=self.status, text=json.dumps({"error": error}) + "\n",
                             content_type="application/json")
 
@@ -128,7 +128,8 @@ class SessionEndpoint:
 
     async def start(self) -> None:
         app = web.Application(client_max_size=MAX_REQUEST_BYTES)
-        app.add_routes([web.post("/s/{token}/v1/chat/completions", self._chat), web.get("/s/{token}/v1/models", self._models),
+        app.add_routes([web.post("/s/{token}/v1/chat/completions", self._chat),
+                        web.get("/s/{token}/v1/models", self._models),
                         web.post("/v1/chat/completions", self._chat), web.get("/v1/models", self._models)])
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -184,6 +185,9 @@ class SessionEndpoint:
                 raise RequestError(400, "the request body is not JSON") from None
             if not isinstance(body, dict):
                 raise RequestError(400, "the request body must be a JSON object")
+            stream_options = body.get("stream_options") or {}
+            if not isinstance(stream_options, dict):
+                raise RequestError(400, "stream_options must be an object")
             async with session.lock:
                 answer = await self._complete(session, body)
         except RequestError as e:
@@ -193,8 +197,7 @@ class SessionEndpoint:
             return RequestError(500, f"the session endpoint failed: {type(e).__name__}: {e}",
                                 kind="server_error").response()
         if body.get("stream"):
-            return await _stream(request, answer, include_usage=bool((body.get("stream_options") or {})
-                                                                      .get("include_usage")))
+            return await _stream(request, answer, include_usage=bool(stream_options.get("include_usage")))
         return web.json_response(answer)
 
     async def _complete(self, session: _Session, body: dict) -> dict:
@@ -257,11 +260,14 @@ def _messages_and_tools(body: dict) -> tuple[list[dict], list[dict] | None]:
     if body.get("n", 1) not in (1, None):
         raise RequestError(400, "n must be 1: a session is one line of turns")
     tools = body.get("tools") or None
-    if tools is not None:
-        if not isinstance(tools, list) or not all(
-                isinstance(t, dict) and isinstance((t.get("function") or {}).get("name"), str) for t in tools):
-            raise RequestError(400, "tools must be a list of {\"type\": \"function\", \"function\": {\"name\": ...}}")
+    if tools is not None and not (isinstance(tools, list) and all(_is_function_tool(t) for t in tools)):
+        raise RequestError(400, "tools must be a list of {\"type\": \"function\", \"function\": {\"name\": ...}}")
     return messages, tools
+
+
+def _is_function_tool(tool: Any) -> bool:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    return isinstance(function, dict) and isinstance(function.get("name"), str)
 
 
 def _sampling(body: dict, options: SessionOptions, budget: int) -> dict[str, Any]:

@@ -30,6 +30,8 @@ from typing import Any
 
 from rl360cli.agent.chat_template import ChatTemplate, arguments_object, content_text
 
+# Where thinking ends in an assistant message's text (Qwen3, DeepSeek-R1 and the like).
+THINK_END = "</think>"
 # Roles a harness may add after an assistant turn without breaking the segment.
 APPENDABLE_ROLES = frozenset({"tool", "user", "system", "developer"})
 
@@ -206,14 +208,19 @@ def continuation_problem(seg: Segment, messages: list[dict], tools: list[dict] |
 def message_key(message: Any) -> tuple:
     """A message by its meaning: role, content (whitespace at the ends aside), and each tool call's name
     and arguments as JSON values. Ids, `reasoning_content` and key order are left out: harnesses drop or
-    rewrite them, and the tokens the engine saw for a turn are the recorded ones whatever they send."""
+    rewrite them, and the tokens the engine saw for a turn are the recorded ones whatever they send.
+    An assistant message whose content still holds the thinking (`...</think>answer`, as harnesses that
+    ignore `reasoning_content` send it back) is compared by its answer, as Qwen3's template reads it."""
     if not isinstance(message, dict):
         return ("?", repr(message))
     role = {"developer": "system"}.get(message.get("role"), message.get("role"))
     try:
-        content = content_text(message.get("content")).strip()
+        content = content_text(message.get("content"))
     except ValueError:
         content = repr(message.get("content"))
+    if role == "assistant" and THINK_END in content:
+        content = content.rsplit(THINK_END, 1)[1]
+    content = content.strip()
     calls = []
     for call in message.get("tool_calls") or []:
         function = call.get("function") if isinstance(call, dict) else None

@@ -136,9 +136,7 @@ class ThinkReasoningParser:
             if stripped.startswith(self.start):
                 return _or_none(stripped[len(self.start):].strip()), ""
             return None, text
-        reasoning = text[:at].lstrip()
-        if reasoning.startswith(self.start):
-            reasoning = reasoning[len(self.start):]
+        reasoning = text[:at].lstrip().removeprefix(self.start)
         return _or_none(reasoning.strip()), text[at + len(self.end):].lstrip()
 
 

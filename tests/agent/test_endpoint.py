@@ -223,6 +223,10 @@ def test_sampling_params_reach_the_engine_clamped_to_the_budget(served, engine):
     create(client, messages=follow, max_tokens=1000)
     left = 200 - len(engine.requests[1]["input_ids"])
     assert engine.requests[1]["sampling_params"]["max_new_tokens"] == min(64, left)
+    # The cut turn never reached <|im_end|>: the append closes it, separator and all.
+    appended = engine.requests[1]["input_ids"][len(engine.requests[0]["input_ids"]) + len(engine.outputs[0]):]
+    assert served.tokenizer.decode(appended, skip_special_tokens=False) == (
+        "<|im_end|>\n<|im_start|>user\ngo on<|im_end|>\n<|im_start|>assistant\n")
     # A conversation past the budget is OpenAI's context_length_exceeded, and reaches no engine.
     with pytest.raises(openai.BadRequestError) as refused:
         create(client, messages=[{"role": "user", "content": "word " * 300}])

@@ -137,3 +137,6 @@ def test_message_key_is_about_meaning():
     assert message_key(a) == message_key(b)
     assert message_key(a) != message_key({**b, "content": "not ok"})
     assert message_key({"role": "developer", "content": "x"}) == message_key({"role": "system", "content": "x"})
+    # Thinking sent back inside the content, instead of as reasoning_content, is the same reply.
+    assert message_key({"role": "assistant", "content": "<think>\nr\n</think>\n\nok"}) == message_key(
+        {"role": "assistant", "content": "ok", "reasoning_content": "r"})

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from rl360cli.agent.tool_parsers import (HermesToolParser, ThinkReasoningParser, get_tool_parser,
-                                         parse_completion)
+from rl360cli.agent.tool_parsers import HermesToolParser, ThinkReasoningParser, get_tool_parser, parse_completion
 
 BASH_CALL = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la"}}\n</tool_call>'
 
