@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from rl360cli.agent.config import RolloutConfig
+from rl360cli.agent.config import AgentConfig, RolloutConfig
 from rl360cli.backends.config import TIERS, SlurmOptions, TierSpec
 from rl360cli.configload import (ConfigError, Override, check_name, check_range, from_mapping, load_toml,
                                  parse_override, read_toml, with_overrides)
@@ -145,6 +145,8 @@ class Recipe:
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    # Who drives a rollout session (the built-in agent, mini-swe-agent, or a harness of one's own).
+    agent: AgentConfig = field(default_factory=AgentConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)

@@ -49,6 +49,15 @@ class InfraCause(StrEnum):
     """The whole session (sandbox start to stop, every generation and command) ran past
     `[rollout] session_timeout_s`: cut so that the step does not wait on it (a hung daemon, engine
     or command)."""
+    HARNESS_ERROR = "harness_error"
+    """The agent's harness (its own code: mini-swe-agent, a user's function) raised instead of returning."""
+    HARNESS_TIMEOUT = "harness_timeout"
+    """The harness did not return within the agent's budget (`[agent] harness_timeout_s`, else the task's)."""
+    ENDPOINT_ERROR = "endpoint_error"
+    """The session endpoint failed a request for a reason of its own (a bug of rl360's, not the model's)."""
+    TITO_BREAK = "tito_break"
+    """The harness rewrote its conversation's history, and the recipe masks such sessions
+    (`[agent] on_tito_break = "mask"`) instead of training each segment."""
     PROVIDER_ERROR = "provider_error"
     """The sandbox provider (Docker daemon, remote API) returned an error."""
     INJECTED = "injected"

@@ -1,9 +1,10 @@
-"""Configuration of rollouts (a recipe's `[rollout]`): the agent's budgets and sampling, and how many
-sessions run at once."""
+"""Configuration of rollouts (a recipe's `[rollout]`: the agent's budgets and sampling, and how many sessions
+run at once) and of the agent (`[agent]`: which harness drives a session, and how the built-in one acts)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from rl360cli.configload import check_at_least, check_non_negative, check_one_of, check_positive, check_range
 
@@ -45,3 +46,58 @@ class RolloutConfig:
         check_positive(self, "generate_timeout_s", "session_timeout_s", "actor_start_timeout_s")
         check_range(self, 0, 1, "top_p", low_open=True)
         check_one_of(self, ("tool", "user", "ipython", "observation"), "observation_role")
+
+
+# The harnesses rl360 ships; a user's own is "python:package.module:function" (docs/agents.md).
+BUILTIN_HARNESSES = ("bash", "mini-swe-agent")
+TOOL_PARSER_NAMES = ("hermes", "qwen25")
+REASONING_PARSER_NAMES = ("think", "qwen3", "deepseek-r1")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgentConfig:
+    """A recipe's `[agent]`: who drives a rollout session, and how the model's replies are read."""
+
+    # "bash" (the built-in loop), "mini-swe-agent" (the PyPI package, unchanged), or a user's own:
+    # "python:package.module:function" (docs/agents.md has the contract).
+    harness: str = "bash"
+    # The built-in agent's first message, before the task's instruction ("": none).
+    system_prompt: str = ""
+    # How the built-in agent acts: "tool", a native call of its `bash` tool (the template renders the tool);
+    # "fence", a ```bash (or ```sh) block in its reply. A fence in thinking, or of another language, is no action.
+    action_format: Literal["tool", "fence"] = "fence"
+    # A reply with no action ends a "fence" episode when it is one of these words (any other is a format error);
+    # a "tool" reply with no call is the agent's final answer.
+    done_words: tuple[str, ...] = ("done",)
+    # How tool calls and thinking are read from the model's text (the session endpoint's parsers), per family;
+    # "" reads no tool calls / no thinking.
+    tool_parser: str = "hermes"
+    reasoning_parser: str = ""
+    # RL360's knobs: subtracted from the reward of an attempt that succeeded (reward > 0) with format errors;
+    # the built-in agent ends after this many failed actions in a row (a reply with no action, a malformed or
+    # unknown tool call), 0: never.
+    format_penalty: float = 0.0
+    max_tool_failures: int = 3
+    # A harness that rewrote its history makes a new segment of its session: "segments" trains each segment
+    # with the session's reward; "mask" masks the session (infra cause `tito_break`).
+    on_tito_break: Literal["segments", "mask"] = "segments"
+    # Seconds a harness may run for one step of a task (0: the task's agent budget); past it: `harness_timeout`.
+    harness_timeout_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.harness not in BUILTIN_HARNESSES and not _is_python_harness(self.harness):
+            raise ValueError(f"harness {self.harness!r} is unknown; use {' or '.join(BUILTIN_HARNESSES)}, or "
+                             "\"python:package.module:function\" for your own (docs/agents.md)")
+        check_one_of(self, ("tool", "fence"), "action_format")
+        check_one_of(self, ("segments", "mask"), "on_tito_break")
+        check_one_of(self, ("", *TOOL_PARSER_NAMES), "tool_parser")
+        check_one_of(self, ("", *REASONING_PARSER_NAMES), "reasoning_parser")
+        check_non_negative(self, "format_penalty", "max_tool_failures", "harness_timeout_s")
+
+
+def _is_python_harness(spec: str) -> bool:
+    """`python:package.module:function`, each part a dotted Python name."""
+    kind, _, rest = spec.partition(":")
+    module, _, function = rest.rpartition(":")
+    names = [*module.split("."), function]
+    return kind == "python" and bool(module) and all(n.isidentifier() for n in names)

@@ -1,11 +1,13 @@
 """The agent's side of a conversation: what an action looks like, what an observation looks like,
 and how both become tokens without ever re-tokenizing earlier turns.
 
-An assistant turn that holds a fenced ```bash block is an action: the block
-runs in the sandbox and its result comes back as the next (observation)
-message. A turn with no block submits. `ConversationTokens` keeps the token
-ids exactly as the engine produced them and appends observations tokenized
-once, through the model's own chat template.
+An assistant turn whose answer (its thinking left out) holds a fenced ```bash or ```sh block is an
+action: the block runs in the sandbox and its result comes back as the next (observation) message.
+Fences are paired line by line, so neither prose between two blocks nor a block of another language is
+ever taken for a command (`first_shell_block`). `ConversationTokens` keeps the token ids exactly as the
+engine produced them and appends observations tokenized once, through the model's own chat template:
+the demo family's in-process rollouts (rl360cli/demo/) use it; rollout sessions go through the session
+endpoint (endpoint.py, builtin.py).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-FENCE = re.compile(r"```(?:bash|sh)?[ \t]*\n(.*?)(?:\n)?```", re.DOTALL)
+# The languages a fenced action may be in.
+SHELL_FENCES = ("bash", "sh")
+THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,11 +29,39 @@ class Action:
 
 
 def parse_action(reply: str) -> Action:
-    """The first fenced bash block of the reply, else a submit."""
-    m = FENCE.search(reply)
-    if m is None:
-        return Action("submit")
-    return Action("bash", m.group(1).strip())
+    """The first fenced bash (or sh) block of the reply's answer, else a submit."""
+    command = first_shell_block(without_thinking(reply))
+    return Action("submit") if command is None else Action("bash", command)
+
+
+def without_thinking(text: str) -> str:
+    """`text` without its thinking (`<think>...</think>`, or all before a lone `</think>`), however the endpoint
+    was told to read thinking: a command drafted while thinking is never run."""
+    text = THINK.sub("", text)
+    return text.split("</think>", 1)[1] if "</think>" in text else text.split("<think>", 1)[0]
+
+
+def first_shell_block(text: str) -> str | None:
+    """The body of the first fenced block in `text` whose language is bash or sh; None when there is none.
+
+    Fences are paired line by line (an opening ``` with its language, up to the next line that is only ```),
+    so the prose between two blocks is never taken for a block, nor a block of another language for a command.
+    """
+    lines = text.split("\n")
+    at = 0
+    while at < len(lines):
+        opening = lines[at].strip()
+        if not opening.startswith("```"):
+            at += 1
+            continue
+        language = opening[3:].strip().lower()
+        end = next((i for i in range(at + 1, len(lines)) if lines[i].strip() == "```"), None)
+        if end is None:
+            return None  # an unclosed block: not an action
+        if language in SHELL_FENCES:
+            return "\n".join(lines[at + 1:end]).strip() or None
+        at = end + 1
+    return None
 
 
 def format_observation(exit_code: int | None, output: str, *, timed_out: bool = False, max_chars: int = 2000) -> str:

@@ -188,17 +188,31 @@ class SessionEndpoint:
             stream_options = body.get("stream_options") or {}
             if not isinstance(stream_options, dict):
                 raise RequestError(400, "stream_options must be an object")
-            async with session.lock:
-                answer = await self._complete(session, body)
+            answer = await self._serve(session, body)
         except RequestError as e:
             return e.response()
-        except Exception as e:  # a bug here, not the model's doing: recorded, answered 500, never a reward
-            session.record.note_endpoint_error(f"{type(e).__name__}: {e}")
-            return RequestError(500, f"the session endpoint failed: {type(e).__name__}: {e}",
-                                kind="server_error").response()
         if body.get("stream"):
             return await _stream(request, answer, include_usage=bool(stream_options.get("include_usage")))
         return web.json_response(answer)
+
+    async def complete(self, token: str, body: dict) -> dict:
+        """A chat completion for session `token`, in this process (the built-in agent's way in): the same as
+        `POST {base}/chat/completions` without the HTTP around it. Raises `RequestError` where HTTP answers one."""
+        session = self._sessions.get(token)
+        if session is None:
+            raise RequestError(401, "unknown session token", kind="authentication_error", code="invalid_api_key")
+        return await self._serve(session, body)
+
+    async def _serve(self, session: _Session, body: dict) -> dict:
+        try:
+            async with session.lock:
+                return await self._complete(session, body)
+        except RequestError:
+            raise
+        except Exception as e:  # a bug here, not the model's doing: recorded, answered 500, never a reward
+            session.record.note_endpoint_error(f"{type(e).__name__}: {e}")
+            raise RequestError(500, f"the session endpoint failed: {type(e).__name__}: {e}",
+                               kind="server_error") from None
 
     async def _complete(self, session: _Session, body: dict) -> dict:
         options, record = session.options, session.record
@@ -216,11 +230,14 @@ class SessionEndpoint:
             raise RequestError(400, f"the conversation holds {len(prepared.input_ids)} tokens, the session's limit is "
                                f"{options.max_total_tokens}", code="context_length_exceeded")
         params = _sampling(body, options, budget)
+        started = time.monotonic()
         try:
             result = await self.client.generate(prepared.input_ids, params, timeout_s=options.generate_timeout_s)
         except EngineError as e:
             record.note_engine_error(f"{e.cause}: {e}")
             raise RequestError(502, f"the engine failed the request ({e.cause}): {e}", kind="engine_error") from None
+        finally:
+            record.generate_s += time.monotonic() - started
         use_tools = tools is not None and body.get("tool_choice") != "none"
         parsed = parse_completion(result.text, tool_parser=options.tool_parser if use_tools else None,
                                   reasoning_parser=options.reasoning_parser,

@@ -1,16 +1,15 @@
-"""One rollout session: a multi-turn agent attempt at a Harbor task, turned into a Trajectory.
+"""One rollout session: a harness's attempt at a Harbor task, turned into trajectories.
 
-The instruction goes through the model's chat template; then, turn by turn,
-the engine generates (token in, token out: its ids and logprobs are kept),
-the reply's bash block runs in the sandbox, and the observation is tokenized
-once and appended — until the agent submits or a turn or token budget runs
-out. The verifier then scores the sandbox. A multi-step task is one
-trajectory: the first step's instruction opens it, and each later step's
-instruction is a new user turn after the previous step was verified (each
-step has `[rollout] max_turns` turns and its own agent budget; the token
-budget is the trajectory's); its reward is the task's, by Harbor's rule. An engine that fails the request
-ends the attempt as an `engine_error` infrastructure failure: masked, never a
-wrong answer.
+The session is registered on the actor's session endpoint (endpoint.py), which gives it an OpenAI base URL
+of its own; its harness (the built-in agent, mini-swe-agent, a user's function: harness.py) drives the model
+through that URL and the sandbox through its handle, step by step for a multi-step task; the verifier then
+scores the sandbox (sandbox/attempt.py). What trains is the endpoint's record of the session: the engine's
+exact tokens and the rendered appends, one trajectory per segment (a harness that rewrote its history makes
+more than one; `[agent] on_tito_break` trains them with the session's reward, or masks the session).
+
+What broke under the harness is an infrastructure failure, masked: the harness raised (`harness_error`, or
+`engine_error` / `endpoint_error` when a request it made failed so), it ran past `[agent] harness_timeout_s`
+(`harness_timeout`). `[agent] format_penalty` comes off the reward of a successful attempt with format errors.
 
 Deadlines: each generation request has `[rollout] generate_timeout_s` (past it, an `engine_error`),
 each command the sandbox's exec timeout, the agent and the verifier the task's budgets, and the
@@ -22,16 +21,19 @@ failure. The cut attempt stops its sandbox in the background, so the step waits 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rl360cli.agent.config import RolloutConfig
-from rl360cli.agent.conversation import ConversationTokens, format_observation, parse_action
-from rl360cli.inference.client import EngineClient, EngineError
+from rl360cli.agent.config import AgentConfig, RolloutConfig
+from rl360cli.agent.endpoint import SessionEndpoint, SessionOptions
+from rl360cli.agent.harness import AsyncSandbox, Harness, Session, SyncSandbox, TaskInfo, run_harness
+from rl360cli.agent.session_record import SessionRecord
 from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.rl.trajectory import Trajectory
-from rl360cli.sandbox.attempt import InfraError, run_attempt
+from rl360cli.sandbox.attempt import AttemptResult, InfraError, ModelFailure, run_attempt
 from rl360cli.sandbox.provider import SandboxProvider
 from rl360cli.sandbox.task import Task
 
@@ -46,98 +48,114 @@ class SessionSpec:
     attempt_id: str
 
 
-async def run_session(spec: SessionSpec, task: Task, *, tokenizer: Any, client: EngineClient,
-                      provider: SandboxProvider, config: RolloutConfig, exec_timeout_s: float,
-                      labels: dict[str, str]) -> Trajectory:
-    conversation = ConversationTokens(tokenizer, [{"role": "user", "content": task.instruction}],
-                                      observation_role=config.observation_role,
-                                      template_kwargs=config.chat_template_kwargs)
-    turns: list[dict] = []
-    generate_s = 0.0
+def session_options(agent: AgentConfig, rollout: RolloutConfig, *, model: str) -> SessionOptions:
+    """How the endpoint serves a session of this recipe."""
+    return SessionOptions(model=model, tool_parser=agent.tool_parser or None,
+                          reasoning_parser=agent.reasoning_parser or None,
+                          chat_template_kwargs=dict(rollout.chat_template_kwargs),
+                          max_new_tokens=rollout.max_new_tokens, max_total_tokens=rollout.max_total_tokens,
+                          temperature=rollout.temperature, top_p=rollout.top_p,
+                          generate_timeout_s=rollout.generate_timeout_s)
 
-    # Whether the conversation ends in a generation prompt that got no reply (at the start, and after an
-    # observation), else the finish reason of the last reply: how a next step's user turn is joined on.
-    ending: str | None = None
 
-    async def agent(sandbox, step=None) -> None:
-        nonlocal generate_s, ending
-        if step is not None and step.index > 0:
-            if len(conversation) + 1 >= config.max_total_tokens:
-                return
-            _add_user_turn(conversation, step.instruction, finished_turn=ending == "stop")
-            ending = None
-        for _ in range(config.max_turns):
-            budget = min(config.max_new_tokens, config.max_total_tokens - len(conversation))
-            if budget <= 0:
-                return
-            started = time.monotonic()
-            try:
-                reply = await client.generate(
-                    conversation.token_ids,
-                    {"max_new_tokens": budget, "temperature": config.temperature, "top_p": config.top_p},
-                    timeout_s=config.generate_timeout_s,
-                )
-            except EngineError as e:
-                raise InfraError(InfraCause.ENGINE_ERROR, str(e)) from e
-            generate_s += time.monotonic() - started
-            conversation.add_generated(reply.output_ids, reply.logprobs, reply.weight_version)
-            ending = reply.finish_reason
-            action = parse_action(reply.text)
-            turns.append({"action": action.kind, "tokens": len(reply.output_ids), "finish": reply.finish_reason,
-                          **({"step": step.name} if step is not None else {})})
-            if action.kind == "submit":
-                return
-            result = await sandbox.exec(action.command, timeout_s=exec_timeout_s)
-            observation = format_observation(result.exit_code, result.output, timed_out=result.timed_out,
-                                             max_chars=config.max_observation_chars)
-            if len(conversation) + 1 >= config.max_total_tokens:
-                return
-            conversation.add_observation(observation, finished_turn=reply.finish_reason == "stop")
-            ending = None
+async def run_session(spec: SessionSpec, task: Task, *, endpoint: SessionEndpoint, harness: Harness,
+                      options: SessionOptions, agent: AgentConfig, rollout: RolloutConfig,
+                      provider: SandboxProvider, exec_timeout_s: float, labels: dict[str, str],
+                      log: Callable[[str], None] = print) -> list[Trajectory]:
+    """Attempt `task` with `harness`; the session's trajectories (one per segment; see the module docstring)."""
+    handle = endpoint.register(options)
+    loop = asyncio.get_running_loop()
+
+    async def attempt_agent(sandbox, step=None) -> None:
+        view = AsyncSandbox(sandbox, default_timeout_s=exec_timeout_s)
+        session = Session(
+            task=TaskInfo(id=task.id, instruction=step.instruction if step is not None else task.instruction,
+                          metadata=dict(task.metadata), step=step.name if step is not None else None,
+                          step_index=step.index if step is not None else 0, workdir=task.workdir),
+            base_url=handle.base_url, api_key=handle.token, model=options.model, sandbox=SyncSandbox(view, loop),
+            async_sandbox=view, log=log, complete=functools.partial(endpoint.complete, handle.token))
+        await _run_harness(harness, session, handle.record, agent.harness_timeout_s)
 
     began = time.monotonic()
-    running = asyncio.ensure_future(run_attempt(provider, task, agent, attempt_id=spec.attempt_id, labels=labels))
+    running = asyncio.ensure_future(run_attempt(provider, task, attempt_agent, attempt_id=spec.attempt_id,
+                                                labels=labels))
     try:
-        done, _ = await asyncio.wait({running}, timeout=config.session_timeout_s)
+        done, _ = await asyncio.wait({running}, timeout=rollout.session_timeout_s)
     except asyncio.CancelledError:  # the session itself is cancelled (a carried group, the run's end):
         _cut(running)  # so is its attempt, whose sandbox stops in the background, drained at close
+        endpoint.unregister(handle.token)
         raise
+    record = endpoint.unregister(handle.token)
+    timings = {"generate": record.generate_s, "total": time.monotonic() - began}
     if not done:
         _cut(running)
-        return _session_timeout(spec, conversation, turns, config.session_timeout_s,
-                                timings={"generate": generate_s, "total": time.monotonic() - began})
-    attempt = running.result()
-    timings = dict(attempt.timings)
-    timings["generate"] = generate_s
-    return Trajectory(
-        task_id=spec.task_id,
-        group_id=spec.group_id,
-        sample_index=spec.sample_index,
-        token_ids=conversation.token_ids,
-        loss_mask=conversation.loss_mask,
-        logprobs=conversation.logprobs,
-        versions=conversation.turn_versions,
-        num_prompt_tokens=conversation.num_prompt_tokens,
-        reward=attempt.reward,
-        outcome=attempt.outcome,
-        cause=attempt.cause,
-        timings=timings,
-        metadata={"turns": turns, "node": attempt.node, "detail": attempt.detail, "injected": attempt.injected,
-                  "retries": attempt.retries, "pool_hit": attempt.pool_hit,
-                  **({"steps": list(attempt.steps)} if attempt.steps else {})},
-    )
+        detail = (f"the session ran past its {rollout.session_timeout_s:g}s deadline ([rollout] session_timeout_s) "
+                  f"after {record.num_turns} turns; cut, its sandbox stopped in the background")
+        return _trajectories(spec, record, harness, agent, reward=None, outcome=Outcome.INFRA_FAILURE,
+                             cause=InfraCause.SESSION_TIMEOUT, timings=timings, metadata={
+                                 "node": None, "injected": False, "retries": 0, "detail": detail})
+    attempt: AttemptResult = running.result()
+    return _trajectories(spec, record, harness, agent, reward=attempt.reward, outcome=attempt.outcome,
+                         cause=attempt.cause, timings={**attempt.timings, **timings}, metadata={
+                             "node": attempt.node, "detail": attempt.detail, "injected": attempt.injected,
+                             "retries": attempt.retries, "pool_hit": attempt.pool_hit,
+                             **({"steps": list(attempt.steps)} if attempt.steps else {})})
 
 
-def _add_user_turn(conversation: ConversationTokens, text: str, *, finished_turn: bool) -> None:
-    """A next step's instruction as a user message, rendered as the template renders one after an
-    assistant turn, with the next generation prompt (loss mask 0). An assistant turn left open (a
-    reply cut at its token limit, or a prompt that got no reply) is closed first, as empty if need be."""
-    role = conversation.observation_role
-    conversation.observation_role = "user"
+async def _run_harness(harness: Harness, session: Session, record: SessionRecord, timeout_s: float) -> None:
+    """The harness, under its own deadline; what breaks under it becomes its infra cause."""
     try:
-        conversation.add_observation(text, finished_turn=finished_turn)
-    finally:
-        conversation.observation_role = role
+        async with asyncio.timeout(timeout_s or None) as scope:
+            await run_harness(harness, session)
+    except TimeoutError as e:
+        if scope.expired():
+            raise InfraError(InfraCause.HARNESS_TIMEOUT,
+                             f"the harness ran past its {timeout_s:g}s ([agent] harness_timeout_s)") from e
+        raise InfraError(InfraCause.HARNESS_ERROR, f"the harness raised TimeoutError: {e}") from e
+    except (InfraError, ModelFailure):
+        raise
+    except Exception as e:  # noqa: BLE001 - what the harness's own code raised is never the model's fault
+        if record.engine_errors:
+            cause, why = InfraCause.ENGINE_ERROR, record.engine_errors[-1]
+        elif record.endpoint_errors:
+            cause, why = InfraCause.ENDPOINT_ERROR, record.endpoint_errors[-1]
+        else:
+            cause, why = InfraCause.HARNESS_ERROR, ""
+        raise InfraError(cause, f"the harness raised {type(e).__name__}: {e}" + (f" (after: {why})" if why else "")) \
+            from e
+
+
+def _trajectories(spec: SessionSpec, record: SessionRecord, harness: Harness, agent: AgentConfig, *,
+                  reward: float | None, outcome: Outcome, cause: InfraCause | None, timings: dict[str, float],
+                  metadata: dict[str, Any]) -> list[Trajectory]:
+    """The session's segments as trajectories, with the attempt's outcome and the recipe's rules applied."""
+    samples = record.samples()
+    format_errors = record.num_format_errors + getattr(harness, "format_errors", 0)
+    if outcome is not Outcome.INFRA_FAILURE:
+        if not samples:
+            outcome, cause, reward = Outcome.INFRA_FAILURE, InfraCause.HARNESS_ERROR, None
+            metadata["detail"] = "the harness made no request to the model: nothing to train on"
+        elif record.num_tito_breaks and agent.on_tito_break == "mask":
+            outcome, cause, reward = Outcome.INFRA_FAILURE, InfraCause.TITO_BREAK, None
+            metadata["detail"] = f"{record.num_tito_breaks} tito breaks ([agent] on_tito_break = \"mask\"): " \
+                                 f"{'; '.join(record.break_reasons)}"
+        elif reward is not None and reward > 0 and format_errors and agent.format_penalty:
+            reward = max(0.0, reward - agent.format_penalty)
+    if outcome is Outcome.INFRA_FAILURE:
+        reward = None
+    common = {**metadata, "harness": agent.harness, "turns": getattr(harness, "turns", None) or record.turns,
+              "session": {**record.stats(), "format_errors": format_errors}}
+    if outcome is Outcome.INFRA_FAILURE:  # masked: its first segment stands for it, counted once
+        samples = samples[:1]
+    if not samples:  # nothing was generated: an infra failure with no tokens
+        return [Trajectory(task_id=spec.task_id, group_id=spec.group_id, sample_index=spec.sample_index,
+                           token_ids=[], loss_mask=[], logprobs=[], versions=(), num_prompt_tokens=0, reward=None,
+                           outcome=outcome, cause=cause, timings=timings, metadata=common)]
+    return [Trajectory(task_id=spec.task_id, group_id=spec.group_id, sample_index=spec.sample_index, segment=index,
+                       reward=reward, outcome=outcome, cause=cause, timings=timings,
+                       metadata={**common, "routed_experts": sample.routed_experts},
+                       **sample.trajectory_fields())
+            for index, sample in enumerate(samples)]
 
 
 # Attempts cut at the session deadline or cancelled with their session, still stopping their
@@ -159,17 +177,3 @@ def _cut(running: asyncio.Future) -> None:
     running.cancel()
     _CUT.add(running)
     running.add_done_callback(_CUT.discard)
-
-
-def _session_timeout(spec: SessionSpec, conversation: ConversationTokens, turns: list[dict], budget_s: float, *,
-                     timings: dict[str, float]) -> Trajectory:
-    """The masked trajectory of a session cut at its deadline: what it generated, no reward."""
-    return Trajectory(
-        task_id=spec.task_id, group_id=spec.group_id, sample_index=spec.sample_index,
-        token_ids=conversation.token_ids, loss_mask=conversation.loss_mask, logprobs=conversation.logprobs,
-        versions=conversation.turn_versions, num_prompt_tokens=conversation.num_prompt_tokens,
-        reward=None, outcome=Outcome.INFRA_FAILURE, cause=InfraCause.SESSION_TIMEOUT, timings=timings,
-        metadata={"turns": turns, "node": None, "injected": False, "retries": 0,
-                  "detail": f"the session ran past its {budget_s:g}s deadline ([rollout] session_timeout_s) "
-                            f"after {len(turns)} turns; cut, its sandbox stopped in the background"},
-    )

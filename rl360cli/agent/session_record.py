@@ -104,8 +104,11 @@ class SessionRecord:
         self.engine_errors: list[str] = []
         # Requests the endpoint itself failed (a bug, one line each): the endpoint's infra cause.
         self.endpoint_errors: list[str] = []
-        # One entry per turn, for a trajectory's metadata: segment, tokens, finish reason, version, format error.
+        # One entry per turn, for a trajectory's metadata: segment, tokens, finish reason, version, the tools
+        # called, format error.
         self.turns: list[dict[str, Any]] = []
+        # Seconds spent waiting for the engine.
+        self.generate_s = 0.0
 
     @property
     def num_tokens(self) -> int:
@@ -161,8 +164,10 @@ class SessionRecord:
         seg.last_completion = list(output_ids)
         self.num_turns += 1
         self.num_format_errors += format_error is not None
+        calls = [call["function"]["name"] for call in reply.get("tool_calls") or ()]
         self.turns.append({"segment": len(self.segments) - 1, "tokens": len(output_ids), "finish": finish_reason,
-                           "version": version, **({"format_error": format_error} if format_error else {})})
+                           "version": version, **({"tool_calls": calls} if calls else {}),
+                           **({"format_error": format_error} if format_error else {})})
         return seg
 
     def note_engine_error(self, message: str) -> None:

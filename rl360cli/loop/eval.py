@@ -58,7 +58,9 @@ class Evaluation:
 
 def eval_metrics(trajectories: list[Trajectory], *, k: int, step: int, policy_version: int,
                  pass_threshold: float = 1.0) -> dict:
-    """The held-out figures of one evaluation: a sample passes with reward >= `pass_threshold`."""
+    """The held-out figures of one evaluation: a sample passes with reward >= `pass_threshold`. A session is one
+    sample, however many segments it made."""
+    trajectories = [t for t in trajectories if t.segment == 0]
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # task -> [valid samples n, passed c]
     infra = Counter()
     for t in trajectories:

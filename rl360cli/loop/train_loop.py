@@ -227,11 +227,17 @@ def step_metrics(trajectories: list[Trajectory], batch: dict, gen: GenerationRep
     # The attempt's own phase names (rl360cli/sandbox/attempt.py): "start" is the sandbox's start.
     start_latency = [t.timings["start"] for t in trajectories if "start" in t.timings]
     pool = [t.metadata["pool_hit"] for t in trajectories if t.metadata.get("pool_hit") is not None]
+    # The sessions' own counts (rl360cli/agent/session.py), once per session (its first segment).
+    sessions = [t.metadata.get("session") or {} for t in trajectories if t.segment == 0]
     return {
         "policy_version": version,
         "reward_mean": sum(first) / len(first) if first else None,
         "pass_rate": sum(r >= 1.0 for r in first) / len(first) if first else None,
         "samples": len(trajectories),
+        "sessions": len(sessions),
+        # Harnesses that rewrote their history (a new segment each), replies with no usable action.
+        "tito_breaks": sum(int(c.get("tito_breaks", 0)) for c in sessions),
+        "format_errors": sum(int(c.get("format_errors", 0)) for c in sessions),
         "infra_failures": sum(infra.values()),
         "infra_failures_by_cause": dict(infra),
         "injected_failures": injected,

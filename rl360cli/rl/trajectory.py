@@ -35,13 +35,13 @@ import numpy as np
 from rl360cli.rl.compaction import DEFAULT_MAX_LOG_CHARS, CompactionReport, compact_metadata
 from rl360cli.outcome import InfraCause, Outcome
 
-SCHEMA_VERSION = 1
-"""The serialisation schema this code writes and the newest it reads."""
+SCHEMA_VERSION = 2
+"""The serialisation schema this code writes and the newest it reads (2 adds `segment`; 1 reads as segment 0)."""
 
 _INT32_MAX = np.iinfo(np.int32).max
 _FIELDS = tuple(
     "task_id group_id sample_index token_ids loss_mask logprobs versions num_prompt_tokens reward outcome cause "
-    "timings metadata".split()
+    "timings metadata segment".split()
 )
 
 
@@ -75,11 +75,17 @@ class Trajectory:
     # Seconds per phase: the attempt's (start, agent, upload_tests, verify, reward, stop, total) and generate.
     metadata: dict[str, Any] = field(default_factory=dict)
     # Anything else (per-turn provider data, logs, sandbox placement); see compaction for the rules.
+    segment: int = 0
+    # Which segment of its session this is: a harness that rewrote its conversation's history starts a new
+    # one (rl360cli/agent/session_record.py). The segments of a session share its reward and count once in
+    # their group's statistics (rl/batch.py).
 
     def __post_init__(self) -> None:
         where = f"trajectory {self.task_id!r} group {self.group_id!r} sample {self.sample_index!r}"
         if not isinstance(self.task_id, str) or not isinstance(self.group_id, str):
             raise ValueError(f"{where}: task_id and group_id must be strings")
+        if not _is_int(self.segment) or self.segment < 0:
+            raise ValueError(f"{where}: segment must be an integer >= 0 (got {self.segment!r})")
         if not _is_int(self.sample_index) or self.sample_index < 0:
             raise ValueError(f"{where}: sample_index must be an integer >= 0 (got {self.sample_index!r})")
         outcome = _coerce_enum(Outcome, self.outcome, "outcome", where)
@@ -127,6 +133,7 @@ class Trajectory:
             "logprobs": logprobs,
             "versions": tuple(int(v) for v in versions),
             "sample_index": int(self.sample_index),
+            "segment": int(self.segment),
             "num_prompt_tokens": int(self.num_prompt_tokens),
         }
         for name, value in normalised.items():
@@ -171,6 +178,7 @@ class Trajectory:
             "cause": None if self.cause is None else self.cause.value,
             "timings": self.timings,
             "metadata": self.metadata,
+            "segment": self.segment,
         }
         try:
             return msgpack.packb(payload, use_bin_type=True)
@@ -198,6 +206,7 @@ class Trajectory:
             )
         if schema < 1:
             raise ValueError(f"trajectory schema {schema} is not a valid schema version")
+        payload.setdefault("segment", 0)  # schema 1: one segment per session
         missing = [key for key in (*_FIELDS, "num_tokens") if key not in payload]
         if missing:
             raise ValueError(f"serialised trajectory lacks {', '.join(missing)}; the writer is broken")
@@ -220,6 +229,7 @@ class Trajectory:
             cause=None if cause is None else InfraCause(cause),
             timings=payload["timings"],
             metadata=payload["metadata"],
+            segment=payload["segment"],
         )
 
     def compact(self, *, max_log_chars: int = DEFAULT_MAX_LOG_CHARS) -> tuple["Trajectory", CompactionReport]:
@@ -255,6 +265,7 @@ class Trajectory:
         cause = f", cause={self.cause.value}" if self.cause is not None else ""
         return (
             f"Trajectory(task_id={self.task_id!r}, group_id={self.group_id!r}, sample_index={self.sample_index}, "
+            f"{f'segment={self.segment}, ' if self.segment else ''}"
             f"num_tokens={self.num_tokens}, num_generated_tokens={self.num_generated_tokens}, "
             f"versions={list(self.versions)}, reward={self.reward}, outcome={self.outcome.value}{cause})"
         )

@@ -222,7 +222,7 @@ class Rollouts:
         waiting = told if progress is not None else None
         _wait_for(pending, finished, generation.quota or len(pending), waiting)
         groups = [_decode(g.result[1]) for g in finished]
-        first_round = [t.reward for g in groups for t in g if t.is_valid]
+        first_round = [t.reward for g in groups for t in g if t.is_valid and t.segment == 0]
         done = {g[0].task_id for g in groups if g and _has_signal(g)}
         # A first round with enough signal, or of a step before resample_from_step, is trained as it
         # is; one without is topped up to the quota.
@@ -375,7 +375,7 @@ def _decode(blobs: list[bytes]) -> list[Trajectory]:
 
 def _has_signal(group: list[Trajectory]) -> bool:
     """Two or more valid samples whose rewards differ: GRPO can learn from the group."""
-    rewards = [t.reward for t in group if t.is_valid]
+    rewards = [t.reward for t in group if t.is_valid and t.segment == 0]  # a session counts once
     return len(rewards) >= 2 and statistics.pvariance(rewards) > 0
 
 

@@ -1,7 +1,9 @@
 """Ray session actors: each owns a share of the rollout sessions and assembles their trajectories.
 
-An actor runs many sessions at once on its own event loop, each a multi-turn
-agent attempt (`rl360cli.agent.session`). It compacts every trajectory — bulky
+An actor runs many sessions at once on its own event loop, each a harness's
+attempt (`rl360cli.agent.session`) through the actor's session endpoint (one
+OpenAI-compatible server per actor, on loopback: `rl360cli.agent.endpoint`), so
+no central process sees every session's traffic. It compacts every trajectory — bulky
 provider metadata such as per-turn MoE routing ids never leaves the actor —
 and hands back serialized trajectories, one group at a time. Nothing central
 holds the conversations in flight, so the cost of a step grows with the
@@ -28,8 +30,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rl360cli.agent.config import RolloutConfig
-from rl360cli.agent.session import SessionSpec, run_session
+from rl360cli.agent.config import AgentConfig, RolloutConfig
+from rl360cli.agent.endpoint import SessionEndpoint
+from rl360cli.agent.harnesses import harness_factory
+from rl360cli.agent.session import SessionSpec, drain_cut_sessions, run_session, session_options
 from rl360cli.images.config import RegistrySpec
 from rl360cli.inference.apikey import read_api_key
 from rl360cli.inference.client import EngineClient
@@ -62,6 +66,8 @@ class ActorSetup:
     eval_tasks_include: tuple[str, ...] = ()
     rollout: RolloutConfig
     sandbox: SandboxConfig
+    # Who drives each session (`[agent]`): the built-in agent, mini-swe-agent, or a user's harness.
+    agent: AgentConfig = field(default_factory=AgentConfig)
     # The cluster profile's Docker nodes (the docker provider), and what each node's image cache
     # holds (warm-first placement): {node: {image_ref: digest}}, from `state.queries.image_digests`.
     nodes: tuple[NodeSpec, ...] = ()
@@ -81,10 +87,8 @@ class SessionActor:
     """Created by `ray.remote(SessionActor)`; see `rl360cli.rollout.rollouts`."""
 
     def __init__(self, setup: ActorSetup):
-        from transformers import AutoTokenizer
-
-
         import ray
+        from transformers import AutoTokenizer
 
         self.setup = setup
         if ray.get_runtime_context().was_current_actor_reconstructed:
@@ -108,6 +112,12 @@ class SessionActor:
                                       registry=setup.registry,
                                       share=(setup.actor_index, setup.rollout.num_session_actors))
         rollout = setup.rollout
+        # A user's harness that does not import fails the actor, and the run, here: one line naming the fix.
+        self.new_harness = harness_factory(setup.agent, rollout, exec_timeout_s=setup.sandbox.exec_timeout_s)
+        self.options = session_options(setup.agent, rollout, model=Path(setup.policy_dir).name)
+        # Started on the actor's event loop with its first sessions.
+        self.endpoint = SessionEndpoint(tokenizer=self.tokenizer, client=self.client)
+        self._endpoint_started: asyncio.Task | None = None
         self.slots = asyncio.Semaphore(max(1, rollout.max_concurrent_sessions // max(1, rollout.num_session_actors)))
         # The step's figures (`take_gauges`): sessions holding a slot, sessions ended, and the marks the
         # next take measures from.
@@ -130,26 +140,30 @@ class SessionActor:
                  for i in range(num_samples)]
         if self._pull_sampler is None:  # started in the actor's event loop, with its first sessions
             self._pull_sampler = asyncio.ensure_future(self._sample_pulls())
+        if self._endpoint_started is None:
+            self._endpoint_started = asyncio.ensure_future(self.endpoint.start())
+        await asyncio.shield(self._endpoint_started)
         self.provider.expect(self.tasks[task_id], num_samples)  # a warm pool sizes itself by what is coming
-        trajectories = await asyncio.gather(*(self._one(spec) for spec in specs))
-        return time.time(), trajectories
+        sessions = await asyncio.gather(*(self._one(spec) for spec in specs))
+        return time.time(), [blob for segments in sessions for blob in segments]
 
-    async def _one(self, spec: SessionSpec) -> bytes:
+    async def _one(self, spec: SessionSpec) -> list[bytes]:
+        """One session's trajectories (one per segment), compacted and serialized."""
         async with self.slots:
             self.sessions.add(1)
             try:
-                trajectory = await run_session(
-                    spec, self.tasks[spec.task_id], tokenizer=self.tokenizer, client=self.client,
-                    provider=self.provider, config=self.setup.rollout,
-                    exec_timeout_s=self.setup.sandbox.exec_timeout_s,
+                trajectories = await run_session(
+                    spec, self.tasks[spec.task_id], endpoint=self.endpoint, harness=self.new_harness(),
+                    options=self.options, agent=self.setup.agent, rollout=self.setup.rollout,
+                    provider=self.provider, exec_timeout_s=self.setup.sandbox.exec_timeout_s,
                     labels={"rl360.run": self.setup.run_id, "rl360.task": spec.task_id,
                             "rl360.attempt": spec.attempt_id},
+                    log=lambda line: print(f"[session {spec.attempt_id}] {line}", file=sys.stderr, flush=True),
                 )
             finally:
                 self.sessions.add(-1)
                 self.sessions_done += 1
-        compacted, _ = trajectory.compact()
-        return compacted.to_bytes()
+        return [trajectory.compact()[0].to_bytes() for trajectory in trajectories]
 
     async def take_gauges(self) -> dict:
         """This actor's figures since the last call, and start the next interval: a dict of counters
@@ -182,11 +196,10 @@ class SessionActor:
             await asyncio.sleep(PULL_SAMPLE_S)
 
     async def close(self) -> None:
-        from rl360cli.agent.session import drain_cut_sessions
-
         if self._pull_sampler is not None:
             self._pull_sampler.cancel()
         await drain_cut_sessions()  # sessions cut at their deadline stop their sandboxes first
+        await self.endpoint.close()
         await self.client.close()
         await self.provider.close()
 

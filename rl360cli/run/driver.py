@@ -275,6 +275,7 @@ def launch_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run
     in_flight = generations_in_flight(recipe.engine, recipe.rollout.max_concurrent_sessions)
     setup = ActorSetup(run_id=run_id, policy_dir=str(policy_dir), router_url=router, actor_index=0,
                        tasks_path=recipe.tasks.path, tasks_include=recipe.tasks.include, rollout=recipe.rollout,
+                       agent=recipe.agent,
                        eval_tasks_path=recipe.eval.path if recipe.eval.active else None,
                        eval_tasks_include=recipe.eval.include,
                        sandbox=recipe.sandbox, nodes=profile.nodes if profile else (), node_images=node_images,

@@ -38,7 +38,11 @@ def byte_tokenizer(template: str) -> PreTrainedTokenizerFast:
 @pytest.mark.parametrize("reply,kind,command", [
     ("```bash\necho hi > a\n```", "bash", "echo hi > a"),
     ("let me look\n```sh\nls -la\n```\nthen", "bash", "ls -la"),
-    ("```\ncat x\n```", "bash", "cat x"),
+    # Only bash and sh blocks act: a bare fence, a python block and the prose between blocks do not.
+    ("```\ncat x\n```", "submit", ""),
+    ("```python\nprint(1)\n```\nrm -rf /app\n```bash\nls\n```", "bash", "ls"),
+    # A block drafted while thinking is not an action.
+    ("<think>\n```bash\nrm -rf /app\n```\n</think>\nAll good.", "submit", ""),
     ("done", "submit", ""),
 ])
 def test_parse_action(reply, kind, command):

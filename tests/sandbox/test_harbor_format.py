@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from rl360cli.agent.config import RolloutConfig
-from rl360cli.agent.session import SessionSpec, run_session
+from rl360cli.agent.config import AgentConfig, RolloutConfig
+from rl360cli.agent.endpoint import SessionEndpoint
+from rl360cli.agent.harnesses import harness_factory
+from rl360cli.agent.session import SessionSpec, run_session, session_options
 from rl360cli.inference.client import GenerateResult
 from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.sandbox.attempt import noop_agent, oracle_agent, run_attempt
@@ -303,9 +305,16 @@ def test_a_multi_step_task_is_one_trajectory_with_each_instruction_a_user_turn(p
         '```bash\necho "Hello, $(cat /app/name.txt)!" >> /app/notes.txt\n```<|im_end|>\n', "Done.<|im_end|>\n",
     ])
     spec = SessionSpec(task_id=task.id, group_id="g", sample_index=0, attempt_id="session-steps")
-    trajectory = run(run_session(spec, task, tokenizer=tokenizer, client=engine, provider=process_provider(),
-                                 config=RolloutConfig(max_turns=4, max_new_tokens=128), exec_timeout_s=10,
-                                 labels={}))
+    rollout, agent = RolloutConfig(max_turns=4, max_new_tokens=128), AgentConfig(done_words=("done", "done."))
+
+    async def session():
+        endpoint = SessionEndpoint(tokenizer=tokenizer, client=engine)  # in process: the built-in agent asks it
+        return await run_session(spec, task, endpoint=endpoint, harness=harness_factory(agent, rollout,
+                                                                                         exec_timeout_s=10)(),
+                                 options=session_options(agent, rollout, model="policy"), agent=agent,
+                                 rollout=rollout, provider=process_provider(), exec_timeout_s=10, labels={})
+
+    [trajectory] = run(session())
     assert trajectory.outcome == Outcome.OK and trajectory.reward == 1.0
     assert [s["name"] for s in trajectory.metadata["steps"]] == ["create", "greet"]
     assert [t["step"] for t in trajectory.metadata["turns"]] == ["create", "create", "greet", "greet"]

@@ -1,0 +1,294 @@
+"""Whole sessions through the harness contract: a harness, the session endpoint, a real process sandbox and a
+Harbor task's real verifier; the engine is the scripted stand-in of endpoint_standin.py (its completions are
+the test's), so what each session trains on can be checked token by token.
+
+Covered: the built-in agent in both action formats (the parse cases of issue 36 included), a user's harness
+on the official `openai` client, mini-swe-agent unchanged, the causes a harness's failures are masked with,
+a rewritten history (segments, or masked), the format penalty.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from rl360cli.agent.builtin import BASH_TOOL as BUILTIN_BASH_TOOL
+from rl360cli.agent.builtin import BuiltinAgent, first_shell_block
+from rl360cli.agent.config import AgentConfig, RolloutConfig
+from rl360cli.agent.harnesses import harness_factory, python_harness
+from rl360cli.agent.session import SessionSpec, run_session, session_options
+from rl360cli.errors import Rl360Error
+from rl360cli.outcome import InfraCause, Outcome
+from rl360cli.sandbox.config import SandboxConfig
+from rl360cli.sandbox.providers import make_provider
+from rl360cli.sandbox.task_loader import load_task
+from tests.agent.chat_fixtures import qwen_tokenizer
+from tests.agent.endpoint_standin import ServedEndpoint
+from tests.conftest import REPO, need
+
+EXAMPLES = REPO / "recipes" / "tasks" / "examples"
+ROLLOUT = RolloutConfig(max_turns=4, max_new_tokens=64, max_total_tokens=4096)
+HELLO = "printf 'Hello, world!\\n' > hello.txt"
+
+
+def call(command: str) -> str:
+    return f'<tool_call>\n{json.dumps({"name": "bash", "arguments": {"command": command}})}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def served():
+    served = ServedEndpoint(qwen_tokenizer("qwen2.5-instruct"))
+    yield served
+    served.close()
+
+
+@pytest.fixture()
+def engine(served):
+    served.engine.script.clear()
+    served.engine.requests.clear()
+    served.engine.outputs.clear()
+    served.engine.fail_with = None
+    return served.engine
+
+
+def attempt(served, harness, *, agent: AgentConfig = AgentConfig(), task: str = "hello-world",
+            rollout: RolloutConfig = ROLLOUT, tmp_path: Path) -> list:
+    """One session of `harness` at an example task, in the endpoint's event loop; its trajectories."""
+    provider = make_provider(SandboxConfig(provider="process", root=str(tmp_path / "sandboxes")), run_id="t")
+
+    async def one():
+        try:
+            return await run_session(
+                SessionSpec(task_id=task, group_id="g", sample_index=0, attempt_id=f"a{time.monotonic_ns()}"),
+                load_task(EXAMPLES / task), endpoint=served.endpoint, harness=harness,
+                options=session_options(agent, rollout, model="policy"), agent=agent, rollout=rollout,
+                provider=provider, exec_timeout_s=30.0, labels={}, log=lambda line: None)
+        finally:
+            await provider.close()
+
+    return served.call(one(), timeout_s=120)
+
+
+def builtin(agent: AgentConfig, rollout: RolloutConfig = ROLLOUT):
+    return harness_factory(agent, rollout, exec_timeout_s=30.0)()
+
+
+def assert_tokens_are_the_engines(trajectory, engine) -> None:
+    """Every generated run of the trajectory is one of the engine's outputs, in order, with its logprobs."""
+    mask = trajectory.loss_mask.tolist()
+    runs, start = [], None
+    for i, bit in enumerate([*mask, 0]):
+        if bit and start is None:
+            start = i
+        elif not bit and start is not None:
+            runs.append((start, i))
+            start = None
+    assert [trajectory.token_ids[a:b].tolist() for a, b in runs] == engine.outputs
+    # The prompt of each request is what was recorded before the turn it asked for.
+    for (a, _), request in zip(runs, engine.requests):
+        assert request["input_ids"] == trajectory.token_ids[:a].tolist()
+
+
+# ----------------------------------------------------------------------------- the built-in agent
+
+
+def test_the_builtin_agent_with_tool_calls_solves_a_task_on_the_engines_tokens(served, engine, tmp_path):
+    engine.say(call(HELLO))
+    engine.say("The file is written.")
+    agent = AgentConfig(action_format="tool", system_prompt="You solve tasks with bash.")
+    [trajectory] = attempt(served, builtin(agent), agent=agent, tmp_path=tmp_path)
+    assert (trajectory.outcome, trajectory.reward) == (Outcome.OK, 1.0)
+    assert_tokens_are_the_engines(trajectory, engine)
+    prompt = served.tokenizer.decode(engine.requests[0]["input_ids"])
+    assert "You solve tasks with bash." in prompt and '"name": "bash"' in prompt  # the tool reached the template
+    second = served.tokenizer.decode(engine.requests[1]["input_ids"])
+    assert "<tool_response>\n[exit code 0]\n</tool_response>" in second
+    assert trajectory.metadata["session"]["tito_breaks"] == 0
+    assert [t["action"] for t in trajectory.metadata["turns"]] == ["bash", "done"]
+
+
+def test_the_builtin_agent_with_fences_runs_only_a_bash_block_of_the_answer(served, engine, tmp_path):
+    # Prose between a python block and a bash block is never run, nor a block drafted in thinking.
+    engine.say("<think>```bash\nrm -rf /app\n```</think>```python\nprint(1)\n```\nrm -rf /app\n```bash\n"
+               f"{HELLO}\n```")
+    engine.say("done")
+    agent = AgentConfig(action_format="fence")
+    [trajectory] = attempt(served, builtin(agent), agent=agent, tmp_path=tmp_path)
+    assert (trajectory.outcome, trajectory.reward) == (Outcome.OK, 1.0)
+    assert_tokens_are_the_engines(trajectory, engine)
+
+
+@pytest.mark.parametrize("reply,problem", [
+    ("```python\nprint(1)\n```\nthen ls\n```bash\nls -la\n```", None),
+    ("<think>\n```bash\nrm -rf /\n```\n</think>I will not run anything.", "no command found"),
+    ("I am finished, I think.", "no command found"),
+    ("done", None),
+])
+def test_what_a_fenced_reply_asks_for(reply, problem):
+    read = BuiltinAgent(agent=AgentConfig(action_format="fence"), rollout=ROLLOUT, exec_timeout_s=1).read(
+        {"role": "assistant", "content": reply})
+    assert (read.problem or "").startswith(problem or "")
+    if problem is None:
+        assert read.done or read.command == "ls -la"
+
+
+@pytest.mark.parametrize("message,what", [
+    ({"content": '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"\n</tool_call>'}, "not valid JSON"),
+    ({"content": "", "tool_calls": [{"id": "c1", "type": "function",
+                                      "function": {"name": "python", "arguments": "{}"}}]}, "there is no tool"),
+    ({"content": "", "tool_calls": [{"id": "c1", "type": "function",
+                                      "function": {"name": "bash", "arguments": "{}"}}]}, "bash takes"),
+    ({"content": "All done."}, None),
+])
+def test_what_a_tool_calling_reply_asks_for(message, what):
+    read = BuiltinAgent(agent=AgentConfig(action_format="tool"), rollout=ROLLOUT, exec_timeout_s=1).read(
+        {"role": "assistant", **message})
+    if what is None:
+        assert read.done
+    else:
+        assert what in read.problem
+
+
+def test_the_first_bash_block_is_paired_line_by_line():
+    assert first_shell_block("```python\nx\n```\nprose\n```sh\necho hi\n```") == "echo hi"
+    assert first_shell_block("```bash\nunclosed") is None
+    assert first_shell_block("no block at all") is None
+
+
+def test_a_reply_with_no_action_is_a_format_error_and_the_penalty_comes_off_a_success(served, engine, tmp_path):
+    engine.say("I will write it now.")          # no action: told so, and counted
+    engine.say(f"```bash\n{HELLO}\n```")
+    engine.say("done")
+    agent = AgentConfig(action_format="fence", format_penalty=0.25)
+    harness = builtin(agent)
+    [trajectory] = attempt(served, harness, agent=agent, tmp_path=tmp_path)
+    assert trajectory.reward == 0.75 and trajectory.metadata["session"]["format_errors"] == 1
+    told = served.tokenizer.decode(engine.requests[1]["input_ids"])
+    assert "[format error] no command found: reply with one ```bash block, or `done` when finished" in told
+
+
+def test_max_tool_failures_in_a_row_end_the_episode(served, engine, tmp_path):
+    for _ in range(3):
+        engine.say("thinking out loud")
+    agent = AgentConfig(action_format="fence", max_tool_failures=2)
+    [trajectory] = attempt(served, builtin(agent), agent=agent, tmp_path=tmp_path)
+    assert len(engine.outputs) == 2 and trajectory.outcome is Outcome.OK and trajectory.reward == 0.0
+
+
+def test_an_engine_error_masks_the_session_as_engine_error(served, engine, tmp_path):
+    engine.fail_with = 500
+    agent = AgentConfig(action_format="fence")
+    [trajectory] = attempt(served, builtin(agent), agent=agent, tmp_path=tmp_path)
+    assert (trajectory.outcome, trajectory.cause) == (Outcome.INFRA_FAILURE, InfraCause.ENGINE_ERROR)
+
+
+def test_a_multi_step_task_is_one_conversation(served, engine, tmp_path):
+    task = load_task(EXAMPLES / "multi-step-notes")
+    for step in task.steps:
+        engine.say(f"```bash\n{step_solution(step)}\n```")
+        engine.say("done")
+    agent = AgentConfig(action_format="fence")
+    [trajectory] = attempt(served, builtin(agent), agent=agent, task="multi-step-notes", tmp_path=tmp_path)
+    assert trajectory.outcome is Outcome.OK and trajectory.metadata["session"]["segments"] == 1
+    assert_tokens_are_the_engines(trajectory, engine)
+    last = served.tokenizer.decode(engine.requests[-1]["input_ids"])
+    assert task.steps[-1].instruction.strip()[:40] in last
+
+
+def step_solution(step) -> str:
+    """The step's own oracle (its solution/solve.sh), as one command."""
+    return (step.solution_dir / "solve.sh").read_text().split("\n", 1)[1].strip()
+
+
+# ----------------------------------------------------------------------------- harnesses of one's own
+
+
+def test_a_users_openai_harness_runs_and_imports_nothing_of_rl360(served, engine, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "user_harness"))
+    harness = python_harness("python:simple_agent:run")
+    source = Path(harness.__code__.co_filename).read_text()
+    assert "rl360" not in source.replace("rl360cli", "").lower() and "import rl360cli" not in source
+    engine.say(call(HELLO))
+    engine.say("It is done.")
+    [trajectory] = attempt(served, harness, tmp_path=tmp_path)
+    assert (trajectory.outcome, trajectory.reward) == (Outcome.OK, 1.0)
+    assert_tokens_are_the_engines(trajectory, engine)
+
+
+def test_a_harness_that_crashes_is_a_masked_harness_error(served, engine, tmp_path):
+    def broken(session):
+        raise KeyError("the harness's own bug")
+
+    [trajectory] = attempt(served, broken, tmp_path=tmp_path)
+    assert (trajectory.outcome, trajectory.cause) == (Outcome.INFRA_FAILURE, InfraCause.HARNESS_ERROR)
+    assert "KeyError" in trajectory.metadata["detail"]
+
+
+def test_a_harness_past_its_timeout_is_a_masked_harness_timeout(served, engine, tmp_path):
+    async def stuck(session):
+        import asyncio
+
+        await asyncio.sleep(60)
+
+    agent = AgentConfig(harness_timeout_s=0.5)
+    [trajectory] = attempt(served, stuck, agent=agent, tmp_path=tmp_path)
+    assert (trajectory.outcome, trajectory.cause) == (Outcome.INFRA_FAILURE, InfraCause.HARNESS_TIMEOUT)
+
+
+def rewriting_harness(session):
+    """Asks twice, the second time with a history it rewrote (a summary instead of the first turn)."""
+    import openai
+
+    client = openai.OpenAI(base_url=session.base_url, api_key=session.api_key, max_retries=0)
+    first = client.chat.completions.create(model=session.model, messages=[
+        {"role": "user", "content": session.task.instruction}], tools=[BUILTIN_BASH_TOOL])
+    command = json.loads(first.choices[0].message.tool_calls[0].function.arguments)["command"]
+    session.sandbox.exec(command, timeout_s=30)
+    client.chat.completions.create(model=session.model, messages=[
+        {"role": "user", "content": "Summary: the file is written. Say if anything is left."}])
+
+
+@pytest.mark.parametrize("policy", ["segments", "mask"])
+def test_a_rewritten_history_trains_as_segments_or_is_masked(served, engine, tmp_path, policy):
+    engine.say(call(HELLO))
+    engine.say("Nothing is left.")
+    agent = AgentConfig(on_tito_break=policy)
+    trajectories = attempt(served, rewriting_harness, agent=agent, tmp_path=tmp_path)
+    if policy == "segments":
+        assert [(t.segment, t.reward, t.outcome) for t in trajectories] == [(0, 1.0, Outcome.OK), (1, 1.0, Outcome.OK)]
+        assert trajectories[0].metadata["session"]["tito_breaks"] == 1
+        for trajectory, output in zip(trajectories, engine.outputs):
+            assert trajectory.token_ids[-len(output):].tolist() == output
+    else:
+        [masked] = trajectories
+        assert (masked.outcome, masked.cause) == (Outcome.INFRA_FAILURE, InfraCause.TITO_BREAK)
+
+
+def test_a_harness_name_that_does_not_import_is_one_line_naming_the_fix():
+    with pytest.raises(Rl360Error, match="module no_such_module does not import"):
+        python_harness("python:no_such_module:run")
+    with pytest.raises(ValueError, match="harness 'bash2' is unknown"):
+        AgentConfig(harness="bash2")
+
+
+# ----------------------------------------------------------------------------- mini-swe-agent
+
+
+def test_mini_swe_agent_unchanged_drives_a_session_with_its_own_prompts_and_tool(served, engine, tmp_path):
+    need(importlib.util.find_spec("minisweagent") is not None, "mini-swe-agent is not installed: pip install "
+         "rl360[agents] (cluster/dev/bootstrap.sh all does)")
+    engine.say("I will write the file.\n" + call(HELLO))
+    engine.say("Submitting.\n" + call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"))
+    agent = AgentConfig(harness="mini-swe-agent", action_format="tool")
+    [trajectory] = attempt(served, builtin(agent), agent=agent, tmp_path=tmp_path)
+    assert (trajectory.outcome, trajectory.reward) == (Outcome.OK, 1.0), trajectory.metadata.get("detail")
+    assert_tokens_are_the_engines(trajectory, engine)
+    prompt = served.tokenizer.decode(engine.requests[0]["input_ids"])
+    assert "You are a helpful assistant that can interact with a computer." in prompt  # its own mini.yaml
+    assert "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in prompt
+    observation = served.tokenizer.decode(engine.requests[1]["input_ids"][len(trajectory.token_ids[:0]):])
+    assert '"returncode": 0' in observation  # its own observation template, through the tool role
