@@ -9,6 +9,7 @@ a rewritten history (segments, or masked), the format penalty.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import time
@@ -23,8 +24,6 @@ from rl360cli.agent.harnesses import harness_factory, python_harness
 from rl360cli.agent.session import SessionSpec, run_session, session_options
 from rl360cli.errors import Rl360Error
 from rl360cli.outcome import InfraCause, Outcome
-from rl360cli.sandbox.config import SandboxConfig
-from rl360cli.sandbox.providers import make_provider
 from rl360cli.sandbox.task_loader import load_task
 from tests.agent.chat_fixtures import qwen_tokenizer
 from tests.agent.endpoint_standin import ServedEndpoint
@@ -56,9 +55,8 @@ def engine(served):
 
 
 def attempt(served, harness, *, agent: AgentConfig = AgentConfig(), task: str = "hello-world",
-            rollout: RolloutConfig = ROLLOUT, tmp_path: Path) -> list:
+            rollout: RolloutConfig = ROLLOUT, provider) -> list:
     """One session of `harness` at an example task, in the endpoint's event loop; its trajectories."""
-    provider = make_provider(SandboxConfig(provider="process", root=str(tmp_path / "sandboxes")), run_id="t")
 
     async def one():
         try:
@@ -96,11 +94,11 @@ def assert_tokens_are_the_engines(trajectory, engine) -> None:
 # ----------------------------------------------------------------------------- the built-in agent
 
 
-def test_the_builtin_agent_with_tool_calls_solves_a_task_on_the_engines_tokens(served, engine, tmp_path):
+def test_the_builtin_agent_with_tool_calls_solves_a_task_on_the_engines_tokens(served, engine, process_provider):
     engine.say(call(HELLO))
     engine.say("The file is written.")
     agent = AgentConfig(action_format="tool", system_prompt="You solve tasks with bash.")
-    [trajectory] = attempt(served, builtin(agent), agent=agent, tmp_path=tmp_path)
+    [trajectory] = attempt(served, builtin(agent), agent=agent, provider=process_provider())
     assert (trajectory.outcome, trajectory.reward) == (Outcome.OK, 1.0)
     assert_tokens_are_the_engines(trajectory, engine)
     prompt = served.tokenizer.decode(engine.requests[0]["input_ids"])
@@ -111,13 +109,13 @@ def test_the_builtin_agent_with_tool_calls_solves_a_task_on_the_engines_tokens(s
     assert [t["action"] for t in trajectory.metadata["turns"]] == ["bash", "done"]
 
 
-def test_the_builtin_agent_with_fences_runs_only_a_bash_block_of_the_answer(served, engine, tmp_path):
+def test_the_builtin_agent_with_fences_runs_only_a_bash_block_of_the_answer(served, engine, process_provider):
     # Prose between a python block and a bash block is never run, nor a block drafted in thinking.
     engine.say("<think>```bash\nrm -rf /app\n```</think>```python\nprint(1)\n```\nrm -rf /app\n```bash\n"
                f"{HELLO}\n```")
     engine.say("done")
     agent = AgentConfig(action_format="fence")
-    [trajectory] = attempt(served, builtin(agent), agent=agent, tmp_path=tmp_path)
+    [trajectory] = attempt(served, builtin(agent), agent=agent, provider=process_provider())
     assert (trajectory.outcome, trajectory.reward) == (Outcome.OK, 1.0)
     assert_tokens_are_the_engines(trajectory, engine)
 
@@ -159,40 +157,40 @@ def test_the_first_bash_block_is_paired_line_by_line():
     assert first_shell_block("no block at all") is None
 
 
-def test_a_reply_with_no_action_is_a_format_error_and_the_penalty_comes_off_a_success(served, engine, tmp_path):
+def test_a_reply_with_no_action_is_a_format_error_and_the_penalty_comes_off_a_success(served, engine, process_provider):
     engine.say("I will write it now.")          # no action: told so, and counted
     engine.say(f"```bash\n{HELLO}\n```")
     engine.say("done")
     agent = AgentConfig(action_format="fence", format_penalty=0.25)
     harness = builtin(agent)
-    [trajectory] = attempt(served, harness, agent=agent, tmp_path=tmp_path)
+    [trajectory] = attempt(served, harness, agent=agent, provider=process_provider())
     assert trajectory.reward == 0.75 and trajectory.metadata["session"]["format_errors"] == 1
     told = served.tokenizer.decode(engine.requests[1]["input_ids"])
     assert "[format error] no command found: reply with one ```bash block, or `done` when finished" in told
 
 
-def test_max_tool_failures_in_a_row_end_the_episode(served, engine, tmp_path):
+def test_max_tool_failures_in_a_row_end_the_episode(served, engine, process_provider):
     for _ in range(3):
         engine.say("thinking out loud")
     agent = AgentConfig(action_format="fence", max_tool_failures=2)
-    [trajectory] = attempt(served, builtin(agent), agent=agent, tmp_path=tmp_path)
+    [trajectory] = attempt(served, builtin(agent), agent=agent, provider=process_provider())
     assert len(engine.outputs) == 2 and trajectory.outcome is Outcome.OK and trajectory.reward == 0.0
 
 
-def test_an_engine_error_masks_the_session_as_engine_error(served, engine, tmp_path):
+def test_an_engine_error_masks_the_session_as_engine_error(served, engine, process_provider):
     engine.fail_with = 500
     agent = AgentConfig(action_format="fence")
-    [trajectory] = attempt(served, builtin(agent), agent=agent, tmp_path=tmp_path)
+    [trajectory] = attempt(served, builtin(agent), agent=agent, provider=process_provider())
     assert (trajectory.outcome, trajectory.cause) == (Outcome.INFRA_FAILURE, InfraCause.ENGINE_ERROR)
 
 
-def test_a_multi_step_task_is_one_conversation(served, engine, tmp_path):
+def test_a_multi_step_task_is_one_conversation(served, engine, process_provider):
     task = load_task(EXAMPLES / "multi-step-notes")
     for step in task.steps:
         engine.say(f"```bash\n{step_solution(step)}\n```")
         engine.say("done")
     agent = AgentConfig(action_format="fence")
-    [trajectory] = attempt(served, builtin(agent), agent=agent, task="multi-step-notes", tmp_path=tmp_path)
+    [trajectory] = attempt(served, builtin(agent), agent=agent, task="multi-step-notes", provider=process_provider())
     assert trajectory.outcome is Outcome.OK and trajectory.metadata["session"]["segments"] == 1
     assert_tokens_are_the_engines(trajectory, engine)
     last = served.tokenizer.decode(engine.requests[-1]["input_ids"])
@@ -207,35 +205,37 @@ def step_solution(step) -> str:
 # ----------------------------------------------------------------------------- harnesses of one's own
 
 
-def test_a_users_openai_harness_runs_and_imports_nothing_of_rl360(served, engine, tmp_path, monkeypatch):
+def test_a_users_openai_harness_runs_and_imports_nothing_of_rl360(served, engine, process_provider, monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "user_harness"))
     harness = python_harness("python:simple_agent:run")
-    source = Path(harness.__code__.co_filename).read_text()
-    assert "rl360" not in source.replace("rl360cli", "").lower() and "import rl360cli" not in source
+    tree = ast.parse(Path(harness.__code__.co_filename).read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported == {"json", "re", "openai"}  # the documented contract needs nothing of rl360
     engine.say(call(HELLO))
     engine.say("It is done.")
-    [trajectory] = attempt(served, harness, tmp_path=tmp_path)
+    [trajectory] = attempt(served, harness, provider=process_provider())
     assert (trajectory.outcome, trajectory.reward) == (Outcome.OK, 1.0)
     assert_tokens_are_the_engines(trajectory, engine)
 
 
-def test_a_harness_that_crashes_is_a_masked_harness_error(served, engine, tmp_path):
+def test_a_harness_that_crashes_is_a_masked_harness_error(served, engine, process_provider):
     def broken(session):
         raise KeyError("the harness's own bug")
 
-    [trajectory] = attempt(served, broken, tmp_path=tmp_path)
+    [trajectory] = attempt(served, broken, provider=process_provider())
     assert (trajectory.outcome, trajectory.cause) == (Outcome.INFRA_FAILURE, InfraCause.HARNESS_ERROR)
     assert "KeyError" in trajectory.metadata["detail"]
 
 
-def test_a_harness_past_its_timeout_is_a_masked_harness_timeout(served, engine, tmp_path):
+def test_a_harness_past_its_timeout_is_a_masked_harness_timeout(served, engine, process_provider):
     async def stuck(session):
         import asyncio
 
         await asyncio.sleep(60)
 
     agent = AgentConfig(harness_timeout_s=0.5)
-    [trajectory] = attempt(served, stuck, agent=agent, tmp_path=tmp_path)
+    [trajectory] = attempt(served, stuck, agent=agent, provider=process_provider())
     assert (trajectory.outcome, trajectory.cause) == (Outcome.INFRA_FAILURE, InfraCause.HARNESS_TIMEOUT)
 
 
@@ -253,11 +253,11 @@ def rewriting_harness(session):
 
 
 @pytest.mark.parametrize("policy", ["segments", "mask"])
-def test_a_rewritten_history_trains_as_segments_or_is_masked(served, engine, tmp_path, policy):
+def test_a_rewritten_history_trains_as_segments_or_is_masked(served, engine, process_provider, policy):
     engine.say(call(HELLO))
     engine.say("Nothing is left.")
     agent = AgentConfig(on_tito_break=policy)
-    trajectories = attempt(served, rewriting_harness, agent=agent, tmp_path=tmp_path)
+    trajectories = attempt(served, rewriting_harness, agent=agent, provider=process_provider())
     if policy == "segments":
         assert [(t.segment, t.reward, t.outcome) for t in trajectories] == [(0, 1.0, Outcome.OK), (1, 1.0, Outcome.OK)]
         assert trajectories[0].metadata["session"]["tito_breaks"] == 1
@@ -278,13 +278,13 @@ def test_a_harness_name_that_does_not_import_is_one_line_naming_the_fix():
 # ----------------------------------------------------------------------------- mini-swe-agent
 
 
-def test_mini_swe_agent_unchanged_drives_a_session_with_its_own_prompts_and_tool(served, engine, tmp_path):
+def test_mini_swe_agent_unchanged_drives_a_session_with_its_own_prompts_and_tool(served, engine, process_provider):
     need(importlib.util.find_spec("minisweagent") is not None, "mini-swe-agent is not installed: pip install "
          "rl360[agents] (cluster/dev/bootstrap.sh all does)")
     engine.say("I will write the file.\n" + call(HELLO))
     engine.say("Submitting.\n" + call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"))
     agent = AgentConfig(harness="mini-swe-agent", action_format="tool")
-    [trajectory] = attempt(served, builtin(agent), agent=agent, tmp_path=tmp_path)
+    [trajectory] = attempt(served, builtin(agent), agent=agent, provider=process_provider())
     assert (trajectory.outcome, trajectory.reward) == (Outcome.OK, 1.0), trajectory.metadata.get("detail")
     assert_tokens_are_the_engines(trajectory, engine)
     prompt = served.tokenizer.decode(engine.requests[0]["input_ids"])

@@ -16,10 +16,11 @@ import pytest
 from aiohttp import web
 
 from rl360cli.agent.config import RolloutConfig
-from rl360cli.agent.session import SessionSpec, drain_cut_sessions, run_session
+from rl360cli.agent.session import SessionSpec, drain_cut_sessions
 from rl360cli.inference.client import EngineClient, GenerateResult
 from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.sandbox.task_loader import load_task
+from tests.agent.sessions import builtin_session
 from tests.agent.test_conversation import CHATML, byte_tokenizer
 from tests.sandbox.conftest import bwrap, process_config, process_provider, sandbox_root  # noqa: F401 (fixtures)
 from tests.sandbox.conftest import run, write_task
@@ -67,8 +68,8 @@ def test_a_hanging_command_is_cut_at_the_session_deadline(process_provider, tmp_
     config = RolloutConfig(max_turns=3, max_new_tokens=64, session_timeout_s=3.0)
 
     async def go():
-        trajectory = await run_session(SPEC, task, tokenizer=tokenizer, client=engine, provider=provider,
-                                       config=config, exec_timeout_s=3600, labels={})
+        [trajectory] = await builtin_session(SPEC, task, tokenizer=tokenizer, client=engine, provider=provider,
+                                             rollout=config, exec_timeout_s=3600)
         hung_while_cut = hanging_processes()
         assert await drain_cut_sessions(timeout_s=60) == 0
         await provider.close()
@@ -106,8 +107,9 @@ def test_a_generation_that_never_answers_ends_at_its_deadline_as_engine_error(pr
         port = site._server.sockets[0].getsockname()[1]
         try:
             async with EngineClient(f"http://127.0.0.1:{port}") as client:
-                return await run_session(SPEC, task, tokenizer=tokenizer, client=client, provider=provider,
-                                         config=config, exec_timeout_s=30, labels={})
+                [trajectory] = await builtin_session(SPEC, task, tokenizer=tokenizer, client=client,
+                                                     provider=provider, rollout=config, exec_timeout_s=30)
+                return trajectory
         finally:
             await provider.close()
             await runner.cleanup()

@@ -18,9 +18,7 @@ from pathlib import Path
 import pytest
 
 from rl360cli.agent.config import AgentConfig, RolloutConfig
-from rl360cli.agent.endpoint import SessionEndpoint
-from rl360cli.agent.harnesses import harness_factory
-from rl360cli.agent.session import SessionSpec, run_session, session_options
+from rl360cli.agent.session import SessionSpec
 from rl360cli.inference.client import GenerateResult
 from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.sandbox.attempt import noop_agent, oracle_agent, run_attempt
@@ -30,6 +28,7 @@ from rl360cli.sandbox.steps import below_min_reward, placement_problem, task_rew
 from rl360cli.sandbox.task_loader import TaskError, load_task
 from rl360cli.sandbox.waves import AdmissionController
 from tests.conftest import need
+from tests.agent.sessions import builtin_session
 from tests.agent.test_conversation import CHATML, byte_tokenizer
 from tests.sandbox.conftest import EXAMPLES, run, write_task
 from tests.sandbox.test_task import HARBOR, HARBOR_VERDICTS
@@ -282,7 +281,8 @@ def test_a_gpu_task_is_refused_at_placement_with_its_reason(process_provider, tm
 
 class ScriptedStepsEngineStandIn:
     """Stands in for the engine: replies from a fixed script, one reply per request, with made-up
-    logprobs; records each prompt. No model, no HTTP, no sampling."""
+    logprobs; records each prompt. Like SGLang, it stops at the end-of-turn token, which ends its output
+    ids and is left out of its text. No model, no HTTP, no sampling."""
 
     def __init__(self, tokenizer, replies: list[str]):
         self.tokenizer = tokenizer
@@ -292,7 +292,8 @@ class ScriptedStepsEngineStandIn:
     async def generate(self, input_ids, sampling_params=None, *, timeout_s=None, **_):
         self.prompts.append(self.tokenizer.decode(input_ids))
         reply = self.replies.pop(0)
-        ids = self.tokenizer.encode(reply, add_special_tokens=False)
+        end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        ids = self.tokenizer.encode(reply, add_special_tokens=False) + [end]
         return GenerateResult(output_ids=ids, logprobs=[-0.5] * len(ids), finish_reason="stop", weight_version=1,
                               text=reply, prompt_tokens=len(input_ids))
 
@@ -301,20 +302,14 @@ def test_a_multi_step_task_is_one_trajectory_with_each_instruction_a_user_turn(p
     task = load_task(MULTI)
     tokenizer = byte_tokenizer(CHATML)
     engine = ScriptedStepsEngineStandIn(tokenizer, [
-        "```bash\necho notes > /app/notes.txt\n```<|im_end|>\n", "Done.<|im_end|>\n",
-        '```bash\necho "Hello, $(cat /app/name.txt)!" >> /app/notes.txt\n```<|im_end|>\n', "Done.<|im_end|>\n",
+        "```bash\necho notes > /app/notes.txt\n```", "Done.",
+        '```bash\necho "Hello, $(cat /app/name.txt)!" >> /app/notes.txt\n```', "Done.",
     ])
     spec = SessionSpec(task_id=task.id, group_id="g", sample_index=0, attempt_id="session-steps")
-    rollout, agent = RolloutConfig(max_turns=4, max_new_tokens=128), AgentConfig(done_words=("done", "done."))
-
-    async def session():
-        endpoint = SessionEndpoint(tokenizer=tokenizer, client=engine)  # in process: the built-in agent asks it
-        return await run_session(spec, task, endpoint=endpoint, harness=harness_factory(agent, rollout,
-                                                                                         exec_timeout_s=10)(),
-                                 options=session_options(agent, rollout, model="policy"), agent=agent,
-                                 rollout=rollout, provider=process_provider(), exec_timeout_s=10, labels={})
-
-    [trajectory] = run(session())
+    rollout, agent = RolloutConfig(max_turns=4, max_new_tokens=128), AgentConfig(done_words=("done.",))
+    session = builtin_session(spec, task, tokenizer=tokenizer, client=engine, provider=process_provider(),
+                              rollout=rollout, agent=agent, exec_timeout_s=10)
+    [trajectory] = run(session)
     assert trajectory.outcome == Outcome.OK and trajectory.reward == 1.0
     assert [s["name"] for s in trajectory.metadata["steps"]] == ["create", "greet"]
     assert [t["step"] for t in trajectory.metadata["turns"]] == ["create", "create", "greet", "greet"]
