@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rl360cli.agent.chat_template import covered_prefix
+
 # The languages a fenced action may be in.
 SHELL_FENCES = ("bash", "sh")
 THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
@@ -98,20 +100,23 @@ class ConversationTokens:
         self.turn_versions: list[int] = []
         end_of_turn = _frame(tokenizer, observation_role, self.template_kwargs).end_of_turn
         self._end_of_turn = list(tokenizer.encode(end_of_turn, add_special_tokens=False))
+        self._last_output: list[int] = []
 
     def add_generated(self, output_ids: list[int], logprobs: list[float], version: int) -> None:
         if len(output_ids) != len(logprobs):
             raise ValueError(f"{len(output_ids)} tokens but {len(logprobs)} logprobs")
+        self._last_output = list(output_ids)
         self.token_ids += output_ids
         self.loss_mask += [1] * len(output_ids)
         self.logprobs += logprobs
         self.turn_versions.append(version)
 
-    def add_observation(self, text: str, *, finished_turn: bool) -> None:
-        """Append an observation; `finished_turn` says whether the engine already emitted end-of-turn."""
-        ids = self.observation_ids(text)
-        if not finished_turn:
-            ids = self._end_of_turn + ids
+    def add_observation(self, text: str) -> None:
+        """Append an observation after the last generated turn, with what the template puts after an assistant
+        turn that the engine did not emit: the separator after its stop token (ChatML's `\n` after
+        `<|im_end|>`: engines stop at the token), or the whole end of turn after a reply cut at its limit."""
+        covered = covered_prefix(self._last_output, self._end_of_turn)
+        ids = self._end_of_turn[covered:] + self.observation_ids(text)
         self.token_ids += ids
         self.loss_mask += [0] * len(ids)
         self.logprobs += [0.0] * len(ids)

@@ -113,7 +113,7 @@ def run_tasks(
             if written is not None:
                 answers[i] = written
             if turn + 1 < max_turns:
-                convs[i].add_observation(format_observation(code, output), finished_turn=out.finished)
+                convs[i].add_observation(format_observation(code, output))
                 still.append(i)
         active = still
     return [

@@ -44,7 +44,7 @@ def conversation(tokenizer: Any, instruction: str, expr: str) -> tuple[list[int]
         ids = list(tokenizer.encode(reply, add_special_tokens=False)) + [eos]
         conv.add_generated(ids, [0.0] * len(ids), 0)
         if observation is not None:
-            conv.add_observation(observation, finished_turn=True)
+            conv.add_observation(observation)
     return conv.token_ids, conv.loss_mask
 
 

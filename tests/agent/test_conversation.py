@@ -70,7 +70,7 @@ def test_conversation_tokens_follow_the_template(template, kwargs, next_turn):
     reply = "```bash\necho 1\n```"
     reply_ids = tok.encode(reply + "<|im_end|>\n", add_special_tokens=False)
     conv.add_generated(reply_ids, [-0.5] * len(reply_ids), version=3)
-    conv.add_observation("[exit code 0]", finished_turn=True)
+    conv.add_observation("[exit code 0]")
     text = tok.decode(conv.token_ids)
     # What the engine sees next: its own reply as it generated it, the observation, a fresh generation prompt.
     assert text.endswith(reply + "<|im_end|>\n" + next_turn)
@@ -80,12 +80,25 @@ def test_conversation_tokens_follow_the_template(template, kwargs, next_turn):
     assert conv.turn_versions == [3]
 
 
+def test_an_engine_that_stops_at_im_end_gets_the_templates_newline_before_the_observation():
+    """SGLang and rl360's engine stop at `<|im_end|>`; the ChatML template has `<|im_end|>\n`: the `\n`
+    the engine never emits is appended, so the next turn reads exactly as the template renders it."""
+    tok = byte_tokenizer(CHATML)
+    conv = ConversationTokens(tok, [{"role": "user", "content": "q"}])
+    reply = tok.encode("ls", add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
+    conv.add_generated(reply, [0.0] * len(reply), version=0)
+    conv.add_observation("[exit code 0]")
+    assert tok.decode(conv.token_ids) == tok.apply_chat_template(
+        [{"role": "user", "content": "q"}, {"role": "assistant", "content": "ls"},
+         {"role": "tool", "content": "[exit code 0]"}], add_generation_prompt=True, tokenize=False)
+
+
 def test_an_unfinished_turn_gets_the_end_of_turn_before_the_observation():
     tok = byte_tokenizer(CHATML)
     conv = ConversationTokens(tok, [{"role": "user", "content": "q"}])
     cut = tok.encode("```bash\necho", add_special_tokens=False)
     conv.add_generated(cut, [0.0] * len(cut), version=0)
-    conv.add_observation("[timed out]", finished_turn=False)
+    conv.add_observation("[timed out]")
     assert tok.decode(conv.token_ids).endswith("echo<|im_end|>\n<|im_start|>tool\n[timed out]<|im_end|>\n"
                                                "<|im_start|>assistant\n")
 

@@ -92,7 +92,7 @@ def test_turn_by_turn_tokens_equal_the_rendered_conversation(tokenizer):
 def test_an_unfinished_turn_gets_its_end_of_turn_before_the_observation(tokenizer):
     conv = ConversationTokens(tokenizer, [{"role": "user", "content": "hi"}])
     conv.add_generated([10, 11], [-0.1, -0.2], 0)
-    conv.add_observation("[exit code 0]", finished_turn=False)
+    conv.add_observation("[exit code 0]")
     assert conv.token_ids[conv.num_prompt_tokens + 2] == tokenizer.eos_token_id
 
 
