@@ -4,7 +4,7 @@ run at once) and of the agent (`[agent]`: which harness drives a session, and ho
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from rl360cli.configload import check_at_least, check_non_negative, check_one_of, check_positive, check_range
 
@@ -83,6 +83,10 @@ class AgentConfig:
     on_tito_break: Literal["segments", "mask"] = "segments"
     # Seconds a harness may run for one step of a task (0: the task's agent budget); past it: `harness_timeout`.
     harness_timeout_s: float = 0.0
+    # The harness's own settings (`[agent.harness_config]`): mini-swe-agent's are merged over its package's
+    # config file (e.g. `[agent.harness_config.model] action_regex = ...`); a user's harness reads them as
+    # `session.config`.
+    harness_config: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.harness not in BUILTIN_HARNESSES and not _is_python_harness(self.harness):

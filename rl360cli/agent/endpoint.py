@@ -227,6 +227,7 @@ class SessionEndpoint:
             raise RequestError(400, str(e)) from None
         budget = options.max_total_tokens - len(prepared.input_ids)
         if budget <= 0:
+            record.budget_exhausted = True
             raise RequestError(400, f"the conversation holds {len(prepared.input_ids)} tokens, the session's limit is "
                                f"{options.max_total_tokens}", code="context_length_exceeded")
         params = _sampling(body, options, budget)

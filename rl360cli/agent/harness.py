@@ -116,6 +116,8 @@ class Session:
     async_sandbox: AsyncSandbox
     # Lines for the run's log (the session actor's).
     log: Callable[[str], None] = print
+    # `[agent.harness_config]`, as the recipe gives it: the harness's own settings.
+    config: Mapping[str, Any] = field(default_factory=dict)
     # The same chat completions in this process, without HTTP (the built-in agent's way in): an OpenAI
     # request body in, the answer out; `RequestError` where the URL would answer an error.
     complete: Callable[[dict], Awaitable[dict]] | None = None

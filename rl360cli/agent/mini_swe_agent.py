@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Mapping
 from typing import Any
 
 from rl360cli.agent.config import AgentConfig, RolloutConfig
@@ -58,6 +59,14 @@ class SandboxEnvironment:
                                     "environment_type": f"{__name__}.{type(self).__name__}"}}}
 
 
+def merged(base: dict, overrides: Mapping[str, Any]) -> dict:
+    """`base` with `overrides` merged in, table by table (`[agent.harness_config.model]` over `model:`)."""
+    out = dict(base)
+    for key, value in overrides.items():
+        out[key] = merged(out.get(key) or {}, value) if isinstance(value, Mapping) else value
+    return out
+
+
 def run(session: Session, *, agent: AgentConfig, rollout: RolloutConfig, exec_timeout_s: float) -> None:
     """One mini-swe-agent episode on the session's task (a sync harness: run in a thread)."""
     # Before the first import: no banner on stdout, no price look-up, no fetch of litellm's cost map.
@@ -73,8 +82,8 @@ def run(session: Session, *, agent: AgentConfig, rollout: RolloutConfig, exec_ti
     from minisweagent.models.litellm_textbased_model import LitellmTextbasedModel
 
     textbased = agent.action_format == "fence"
-    config = yaml.safe_load((package_dir / "config" / ("mini_textbased.yaml" if textbased else "mini.yaml"))
-                            .read_text())
+    config = merged(yaml.safe_load((package_dir / "config" / ("mini_textbased.yaml" if textbased else "mini.yaml"))
+                                   .read_text()), agent.harness_config)
     model_class = LitellmTextbasedModel if textbased else LitellmModel
     model_config = {k: v for k, v in (config.get("model") or {}).items() if k not in ("model_name", "model_kwargs")}
     model = model_class(model_name=f"openai/{session.model}", cost_tracking="ignore_errors", model_kwargs={

@@ -73,7 +73,8 @@ async def run_session(spec: SessionSpec, task: Task, *, endpoint: SessionEndpoin
                           metadata=dict(task.metadata), step=step.name if step is not None else None,
                           step_index=step.index if step is not None else 0, workdir=task.workdir),
             base_url=handle.base_url, api_key=handle.token, model=options.model, sandbox=SyncSandbox(view, loop),
-            async_sandbox=view, log=log, complete=functools.partial(endpoint.complete, handle.token))
+            async_sandbox=view, log=log, config=agent.harness_config,
+            complete=functools.partial(endpoint.complete, handle.token))
         await _run_harness(harness, session, handle.record, agent.harness_timeout_s)
 
     began = time.monotonic()
@@ -115,6 +116,9 @@ async def _run_harness(harness: Harness, session: Session, record: SessionRecord
     except (InfraError, ModelFailure):
         raise
     except Exception as e:  # noqa: BLE001 - what the harness's own code raised is never the model's fault
+        if record.budget_exhausted:  # it gave up when its conversation outgrew the token budget: the model's
+            session.log(f"the harness ended when the conversation reached the token budget ({type(e).__name__})")
+            return
         if record.engine_errors:
             cause, why = InfraCause.ENGINE_ERROR, record.engine_errors[-1]
         elif record.endpoint_errors:

@@ -109,6 +109,9 @@ class SessionRecord:
         self.turns: list[dict[str, Any]] = []
         # Seconds spent waiting for the engine.
         self.generate_s = 0.0
+        # A request was refused because the conversation outgrew the session's token budget: the model's
+        # doing, so a harness that then gives up has ended its episode, not failed.
+        self.budget_exhausted = False
 
     @property
     def num_tokens(self) -> int:
