@@ -43,7 +43,7 @@ class MetricsLogger:
 
 def drop_steps_from(path: Path, first_step: int) -> int:
     """Remove the rows of steps `first_step` and later from a JSON-lines file keyed by "step"
-    (metrics.jsonl, samples.jsonl): a resumed run trains those steps again and logs them anew, so
+    (metrics.jsonl, samples.jsonl, trajectories.jsonl): a resumed run trains those steps again and logs them anew, so
     each step keeps one row. A line a crash cut short is dropped too. Returns how many rows went."""
     try:
         lines = path.read_text().splitlines()

@@ -1,4 +1,5 @@
-"""`rl360 report [RUN]`: write a run's page (HTML and PNG charts) into its run folder, print its path."""
+"""`rl360 report [RUN]`: write a run's page (HTML and PNG charts) and its trajectories page into its run
+folder, print the page's path."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def report(
                                                            "is started.")] = False,
     json_out: JsonFlag = False,
 ) -> None:
-    """Draw a run's charts and summary into <run folder>/report/report.html (finished, running or failed runs).
+    """Draw a run's charts and summary into <run folder>/report/report.html, and the sessions the loop kept into
+    trajectories.html beside it (finished, running or failed runs).
 
     Example: rl360 report --open
     """

@@ -69,7 +69,7 @@ class LoopParts:
     # Each step's figures (metrics.jsonl, W&B), and (step done, policy version, figures) for the run record.
     log: Callable[[int, dict], None]
     on_step: Callable[[int, int, dict], None]
-    # Keeps a few decoded samples of each step for people to read (samples.jsonl).
+    # Keeps a few decoded samples of each step for people to read (samples.jsonl, trajectories.jsonl).
     keep_samples: Callable[[int, list[Trajectory]], None] = lambda step, trajectories: None
     # The step ledger; None puts it beside the checkpoints' folder (the run folder's ledger.jsonl).
     ledger_path: Path | None = None

@@ -34,7 +34,7 @@ from rl360cli.images.config import RegistrySpec
 from rl360cli.inference.apikey import api_key_path, optional_api_key
 from rl360cli.inference.client import EngineClient, EngineError
 from rl360cli.inference.router import generations_in_flight
-from rl360cli.loop.samples import SampleKeeper
+from rl360cli.loop.samples import SAMPLES, TRAJECTORIES, SampleKeeper
 from rl360cli.metrics import MetricsLogger, drop_steps_from
 from rl360cli.ports import free_port
 from rl360cli.progress import GenerationProgress
@@ -132,7 +132,9 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
                              weight_sync=Serialized(broadcaster, weights_lock, ("broadcast",)), loop=recipe.loop,
                              grpo=recipe.grpo, checkpoint_every=recipe.trainer.checkpoint_every,
                              checkpoint_dir=run_dir / "checkpoints", log=metrics.log, on_step=on_step,
-                             keep_samples=SampleKeeper(run_dir / "samples.jsonl", policy_dir),
+                             keep_samples=SampleKeeper(run_dir / SAMPLES, policy_dir,
+                                                       trajectories_path=run_dir / TRAJECTORIES,
+                                                       seed=recipe.run.seed),
                              evaluation=Evaluation.from_config(recipe.eval,
                                                                pass_threshold=recipe.grpo.pass_threshold),
                              progress=GenerationProgress(run_dir)),
@@ -169,7 +171,7 @@ def _set_up_trainer(state: StateFile, run_id: str, run_dir: Path, recipe: Recipe
         start_step = trainer.load_checkpoint(checkpoint)["next_step"]
         log(f"resumed from {checkpoint} at step {start_step}, policy version {trainer.version}")
     if resume:  # the steps from `start_step` on run again: their rows from before would repeat
-        for name in ("metrics.jsonl", "samples.jsonl"):
+        for name in ("metrics.jsonl", SAMPLES, TRAJECTORIES):
             drop_steps_from(run_dir / name, start_step)
 
     # The profile's weight-sync port if it is free here, else any free port (two runs on one

@@ -12,67 +12,20 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
-import time
 from pathlib import Path
 
 import pytest
 
 from rl360cli.agent.builtin import BASH_TOOL as BUILTIN_BASH_TOOL
 from rl360cli.agent.builtin import BuiltinAgent, first_shell_block
-from rl360cli.agent.config import AgentConfig, RolloutConfig
-from rl360cli.agent.harnesses import harness_factory, python_harness
-from rl360cli.agent.session import SessionSpec, run_session, session_options
+from rl360cli.agent.config import AgentConfig
+from rl360cli.agent.harnesses import python_harness
 from rl360cli.errors import Rl360Error
 from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.sandbox.task_loader import load_task
-from tests.agent.chat_fixtures import qwen_tokenizer
-from tests.agent.endpoint_standin import ServedEndpoint
-from tests.conftest import REPO, need
-
-EXAMPLES = REPO / "recipes" / "tasks" / "examples"
-ROLLOUT = RolloutConfig(max_turns=4, max_new_tokens=64, max_total_tokens=4096)
-HELLO = "printf 'Hello, world!\\n' > hello.txt"
-
-
-def call(command: str) -> str:
-    return f'<tool_call>\n{json.dumps({"name": "bash", "arguments": {"command": command}})}\n</tool_call>'
-
-
-@pytest.fixture(scope="module")
-def served():
-    served = ServedEndpoint(qwen_tokenizer("qwen2.5-instruct"))
-    yield served
-    served.close()
-
-
-@pytest.fixture()
-def engine(served):
-    served.engine.script.clear()
-    served.engine.requests.clear()
-    served.engine.outputs.clear()
-    served.engine.fail_with = None
-    return served.engine
-
-
-def attempt(served, harness, *, agent: AgentConfig = AgentConfig(), task: str = "hello-world",
-            rollout: RolloutConfig = ROLLOUT, provider) -> list:
-    """One session of `harness` at an example task, in the endpoint's event loop; its trajectories."""
-
-    async def one():
-        try:
-            return await run_session(
-                SessionSpec(task_id=task, group_id="g", sample_index=0, attempt_id=f"a{time.monotonic_ns()}"),
-                load_task(EXAMPLES / task), endpoint=served.endpoint, harness=harness,
-                options=session_options(agent, rollout, model="policy"), agent=agent, rollout=rollout,
-                provider=provider, exec_timeout_s=30.0, labels={}, log=lambda line: None)
-        finally:
-            await provider.close()
-
-    return served.call(one(), timeout_s=120)
-
-
-def builtin(agent: AgentConfig, rollout: RolloutConfig = ROLLOUT):
-    return harness_factory(agent, rollout, exec_timeout_s=30.0)()
+from tests.agent.sessions import EXAMPLES, HELLO, ROLLOUT, attempt, builtin, call
+from tests.agent.sessions import engine, served  # noqa: F401 - the fixtures
+from tests.conftest import need
 
 
 def assert_tokens_are_the_engines(trajectory, engine) -> None:

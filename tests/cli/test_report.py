@@ -105,14 +105,15 @@ def make_run(state: StateFile, run_root: Path, run_id: str, rows: list[dict], *,
     return run_dir
 
 
-def open_in_chromium(page: Path, tmp_path: Path) -> tuple[str, Path]:
-    """The page's DOM once loaded (its script has marked the images), and a screenshot of it: one launch."""
-    shot = tmp_path / f"{page.parent.parent.name}.png"
+def open_in_chromium(page: Path, tmp_path: Path, query: str = "") -> tuple[str, Path]:
+    """The page's DOM once loaded (its script has marked the images), and a screenshot of it: one launch.
+    `query` (`?q=...`) is put after the page's URL."""
+    shot = tmp_path / f"{page.parent.parent.name}-{page.stem}.png"
     dom = subprocess.run(
         [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
          f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1360,1400", f"--screenshot={shot}",
-         "--dump-dom", page.as_uri()],
+         "--dump-dom", page.as_uri() + query],
         capture_output=True, text=True, timeout=60, check=True).stdout
     return dom, shot
 

@@ -76,6 +76,12 @@ def test_a_ci_sized_local_smoke_learns(run_folder, state_path):
         assert not [g for g in entry["groups"] + entry["generated"] if g.startswith("eval")]
     kept = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines() if line.strip()]
     assert kept and not [s for s in kept if s["task"] in HELD]
+    # The report's trajectories page: each step's best and worst (and a few random) sessions, as spans.
+    shown = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text().splitlines()]
+    assert sorted({s["step"] for s in shown}) == list(range(NUM_STEPS)) and not [s for s in shown if s["task"] in HELD]
+    assert {"best", "worst", "random"} <= {s["chosen"] for s in shown}
+    assert all(s["spans"][0]["by"] == "env" and s["spans"][1]["by"] == "model" for s in shown if s["spans"])
+    assert all(span["version"] <= s["step"] for s in shown for span in s["spans"] if span["by"] == "model")
     # W&B ran offline and left its files in the run folder; every step is in metrics.jsonl too.
     assert list((run_dir / "wandb").glob("offline-run-*"))
     assert run_cli("down", state=state_path, cwd=run_folder).returncode == 0

@@ -44,3 +44,20 @@ def make_trajectory(
         timings={"generate": 1.5, "verify": 0.25},
         metadata=metadata or {},
     )
+
+
+def text_trajectory(tokenizer, pieces, *, group_id: str = "g0", sample_index: int = 0, reward: float | None = 1.0,
+                    versions: tuple[int, ...] = (3, 4), segment: int = 0, task_id: str | None = None,
+                    **fields) -> Trajectory:
+    """A trajectory whose tokens are `pieces`, (loss mask bit, text) each, tokenized one by one with `tokenizer`:
+    a conversation written by hand (prompt, the model's turns, what was appended between them)."""
+    ids, mask = [], []
+    for bit, text in pieces:
+        piece = tokenizer.encode(text, add_special_tokens=False)
+        ids += piece
+        mask += [bit] * len(piece)
+    outcome = fields.pop("outcome", Outcome.INFRA_FAILURE if reward is None else Outcome.OK)
+    return Trajectory(task_id=task_id or f"task-{group_id}", group_id=group_id, sample_index=sample_index,
+                      token_ids=ids, loss_mask=mask, logprobs=[-0.5 * bit for bit in mask], versions=versions,
+                      num_prompt_tokens=mask.index(1) if 1 in mask else len(mask), reward=reward, segment=segment,
+                      outcome=outcome, **fields)

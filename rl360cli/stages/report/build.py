@@ -1,8 +1,9 @@
-"""Stage `report`: write a run's page into its folder (`<run folder>/report/report.html` and its PNGs).
+"""Stage `report`: write a run's page into its folder (`<run folder>/report/report.html` and its PNGs,
+and `trajectories.html`, the samples the loop kept in `trajectories.jsonl`: what the agent did).
 
 Reads the run's record (the state file, reconciled first, so a trainer that died shows as failed, not
-running), its `metrics.jsonl` and the recipe copy the run started from; changes nothing else. It
-works on a run in any state: a running run's page is a snapshot of the steps done so far.
+running), its `metrics.jsonl`, `trajectories.jsonl` and the recipe copy the run started from; changes
+nothing else. It works on a run in any state: a running run's page is a snapshot of the steps done so far.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from rl360cli.stages.base import Context
 from rl360cli.stages.report.charts import CHARTS, draw_charts
 from rl360cli.stages.report.page import render_page
 from rl360cli.stages.report.series import RunSummary, read_rows, run_summary
+from rl360cli.stages.report.trajectories import PAGE as TRAJECTORIES_PAGE
+from rl360cli.stages.report.trajectories import Kept, write_trajectories
 from rl360cli.stages.status import reconcile
 from rl360cli.state.schema import RunRecord
 
@@ -32,12 +35,16 @@ class Report:
     summary: RunSummary
     charts: tuple[str, ...]  # the PNGs drawn, beside the page
     not_recorded: tuple[str, ...]  # charts with nothing in metrics.jsonl
+    trajectories: Path  # the trajectories page, beside the page
+    kept: Kept  # the samples it shows
 
     def to_dict(self) -> dict:
         s = self.summary
         return {"run": self.run_id, "path": str(self.path), "status": s.status, "detail": s.detail,
                 "step": s.progress.done, "num_steps": s.progress.total,
-                "charts": [str(self.path.parent / c) for c in self.charts], "not_recorded": list(self.not_recorded)}
+                "charts": [str(self.path.parent / c) for c in self.charts], "not_recorded": list(self.not_recorded),
+                "trajectories": str(self.trajectories), "trajectory_samples": len(self.kept.samples),
+                "trajectory_steps": self.kept.steps()}
 
 
 def pick_run(runs: dict[str, RunRecord], wanted: str | None, current: str | None = None) -> str:
@@ -73,15 +80,17 @@ def write_report(ctx: Context, run: str | None = None) -> Report:
         if item.file is None:
             (folder / f"{chart.name}.png").unlink(missing_ok=True)
     recipe_text, recipe_source = _recipe(run_dir, record)
+    kept = write_trajectories(run_dir, folder, run_id, active=summary.progress.active)
     page = folder / PAGE
     staging = folder / f".{PAGE}.tmp"
     staging.write_text(render_page(summary, drawn, recipe_text=recipe_text, recipe_source=recipe_source,
-                                   run_dir=str(run_dir)))
+                                   run_dir=str(run_dir), trajectories=kept.describe()))
     staging.replace(page)
     ctx.event(NAME, "write", f"run {run_id}", path=str(page), status=summary.status)
     return Report(run_id=run_id, path=page, summary=summary,
                   charts=tuple(d.file for d in drawn if d.file),
-                  not_recorded=tuple(d.chart.name for d in drawn if d.file is None))
+                  not_recorded=tuple(d.chart.name for d in drawn if d.file is None),
+                  trajectories=folder / TRAJECTORIES_PAGE, kept=kept)
 
 
 def _recipe(run_dir: Path, record: RunRecord) -> tuple[str | None, str]:

@@ -59,7 +59,8 @@ def _number(value: float | None, spec: str = ".3f") -> str:
 
 
 def render_page(summary: RunSummary, drawn: list[Drawn], *, recipe_text: str | None, recipe_source: str,
-                run_dir: str) -> str:
+                run_dir: str, trajectories: str | None = None) -> str:
+    """The run's page; `trajectories` (what trajectories.html shows, in a line) links to that page."""
     e = html.escape
     p = summary.progress
     colour = STATUS_COLOUR.get(summary.status, "#59636e")
@@ -93,6 +94,8 @@ def render_page(summary: RunSummary, drawn: list[Drawn], *, recipe_text: str | N
                            f'width="640" height="320"><figcaption>{e(item.chart.about)}{note}</figcaption></figure>')
     recipe = (f"<pre>{e(recipe_text)}</pre>" if recipe_text is not None
               else "<p>the recipe file is not in the run folder</p>")
+    links = ("" if trajectories is None else
+             f'<p class="detail"><a href="trajectories.html">Trajectories: what the agent did</a> ({e(trajectories)})</p>')
     written = datetime.now(timezone.utc).isoformat(timespec="seconds")
     snapshot = " The run goes on: this page is a snapshot; run <code>rl360 report</code> again to refresh it." \
         if p.active else ""
@@ -101,7 +104,7 @@ def render_page(summary: RunSummary, drawn: list[Drawn], *, recipe_text: str | N
 <meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>
 <body data-status="{e(summary.status)}">
 <h1>rl360 run {e(summary.run_id)} <span class="status" style="background:{colour}">{e(summary.status)}</span></h1>
-<p class="detail">{e(summary.detail)}</p>
+<p class="detail">{e(summary.detail)}</p>{links}
 <div class="top"><div><h2>Summary</h2>
 <table class="summary">{"".join(f"<tr><td>{e(k)}</td><td>{e(v)}</td></tr>" for k, v in rows)}</table></div>
 <div><h2>Recipe</h2><p class="source">{e(recipe_source)}</p>{recipe}</div></div>
