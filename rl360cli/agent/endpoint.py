@@ -39,6 +39,7 @@ from typing import Any
 from aiohttp import web
 
 from rl360cli.agent.chat_template import ChatTemplate, TemplateError
+from rl360cli.configload import check_at_least, check_one_of, check_positive
 from rl360cli.agent.session_record import SessionRecord
 from rl360cli.agent.tool_parsers import REASONING_PARSERS, TOOL_PARSERS, parse_completion
 from rl360cli.inference.client import EngineClient, EngineError, GenerateResult
@@ -67,15 +68,10 @@ class SessionOptions:
     generate_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
-        for name, registry in (("tool_parser", TOOL_PARSERS), ("reasoning_parser", REASONING_PARSERS)):
-            value = getattr(self, name)
-            if value is not None and value not in registry:
-                raise ValueError(f"{name} {value!r} is unknown; use one of {', '.join(sorted(registry))} or None")
-        for name in ("max_new_tokens", "max_total_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
-        if self.generate_timeout_s <= 0:
-            raise ValueError(f"generate_timeout_s must be positive (got {self.generate_timeout_s})")
+        check_one_of(self, (None, *TOOL_PARSERS), "tool_parser")
+        check_one_of(self, (None, *REASONING_PARSERS), "reasoning_parser")
+        check_at_least(self, 1, "max_new_tokens", "max_total_tokens")
+        check_positive(self, "generate_timeout_s")
 
 
 @dataclass(frozen=True, slots=True)

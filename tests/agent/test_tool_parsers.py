@@ -104,3 +104,12 @@ def test_without_a_tool_parser_calls_stay_text():
 def test_unknown_parser_names_the_known_ones():
     with pytest.raises(ValueError, match="hermes"):
         get_tool_parser("nope")
+
+
+def test_the_recipe_knows_every_parser_by_name():
+    """`[agent] tool_parser` / `reasoning_parser` are checked when the recipe loads, against names the config
+    module keeps (configs import no part's code): they must be the registries' own."""
+    from rl360cli.agent.config import REASONING_PARSER_NAMES, TOOL_PARSER_NAMES
+    from rl360cli.agent.tool_parsers import REASONING_PARSERS, TOOL_PARSERS
+
+    assert set(TOOL_PARSER_NAMES) == set(TOOL_PARSERS) and set(REASONING_PARSER_NAMES) == set(REASONING_PARSERS)
