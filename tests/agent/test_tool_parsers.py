@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from rl360cli.agent.tool_parsers import HermesToolParser, ThinkReasoningParser, get_tool_parser, parse_completion
+from rl360cli.agent.config import REASONING_PARSER_NAMES, TOOL_PARSER_NAMES
+from rl360cli.agent.tool_parsers import (REASONING_PARSERS, TOOL_PARSERS, HermesToolParser, ThinkReasoningParser,
+                                         get_tool_parser, parse_completion)
 
 BASH_CALL = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la"}}\n</tool_call>'
 
@@ -109,7 +111,4 @@ def test_unknown_parser_names_the_known_ones():
 def test_the_recipe_knows_every_parser_by_name():
     """`[agent] tool_parser` / `reasoning_parser` are checked when the recipe loads, against names the config
     module keeps (configs import no part's code): they must be the registries' own."""
-    from rl360cli.agent.config import REASONING_PARSER_NAMES, TOOL_PARSER_NAMES
-    from rl360cli.agent.tool_parsers import REASONING_PARSERS, TOOL_PARSERS
-
     assert set(TOOL_PARSER_NAMES) == set(TOOL_PARSERS) and set(REASONING_PARSER_NAMES) == set(REASONING_PARSERS)
