@@ -209,12 +209,13 @@ def test_an_engine_error_is_a_502_and_recorded(served, engine):
 
 
 def test_sampling_params_reach_the_engine_clamped_to_the_budget(served, engine):
-    handle = served.register(max_new_tokens=64, max_total_tokens=200, temperature=0.7)
+    handle = served.register(max_new_tokens=64, max_total_tokens=200, temperature=0.7, top_p=1.0)
     client = openai.OpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
     engine.say("a b c d e f g h", cut=True)
-    answer = create(client, messages=TASK, max_tokens=4, top_p=0.9, stop=["</tool_call>"], seed=7)
+    # The recipe's temperature and top_p, not the request's: the trainer computes logprobs at the recipe's.
+    answer = create(client, messages=TASK, max_tokens=4, temperature=0.0, top_p=0.9, stop=["</tool_call>"], seed=7)
     params = engine.requests[0]["sampling_params"]
-    assert params == {"max_new_tokens": 4, "temperature": 0.7, "top_p": 0.9, "stop": ["</tool_call>"],
+    assert params == {"max_new_tokens": 4, "temperature": 0.7, "top_p": 1.0, "stop": ["</tool_call>"],
                       "sampling_seed": 7}
     assert answer.choices[0].finish_reason == "length"
     # The next turn may only use what is left of the session's 200 tokens.
