@@ -9,7 +9,8 @@ from bench.bench_vs_trl import bash_block, first_reaching, level_table, rl360_cu
 def test_the_first_bash_block_is_the_command():
     assert bash_block("```bash\necho 'x-5' > answer.py\n```") == "echo 'x-5' > answer.py"
     assert bash_block("sure\n```sh\necho 'x' > answer.py\n```\n```bash\nls\n```") == "echo 'x' > answer.py"
-    assert bash_block("```\necho 1\n```") == "echo 1"  # an untagged fence is bash, as for rl360's agent
+    # Only bash and sh blocks act, as for rl360's agent: an untagged fence is no command.
+    assert bash_block("```\necho 1\n```") is None
 
 
 def test_no_block_runs_nothing():

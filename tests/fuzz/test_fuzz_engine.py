@@ -24,10 +24,11 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from rl360cli.agent.config import RolloutConfig
-from rl360cli.agent.session import SessionSpec, run_session
+from rl360cli.agent.session import SessionSpec
 from rl360cli.inference.client import Cause, EngineClient, EngineError, GenerateResult
 from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.sandbox.task_loader import load_task
+from tests.agent.sessions import builtin_session
 from tests.agent.test_conversation import CHATML, byte_tokenizer
 from tests.fuzz.test_fuzz_tasks import fuzz
 from tests.sandbox.conftest import bwrap, process_config, process_provider, sandbox_root  # noqa: F401 (fixtures)
@@ -346,9 +347,10 @@ def test_a_session_whose_engine_answers_garbage_ends_as_engine_error(process_pro
 
     async def session(client: EngineClient):
         try:
-            return await run_session(spec, task, tokenizer=tokenizer, client=client, provider=provider,
-                                     config=RolloutConfig(max_turns=1, generate_timeout_s=TIMEOUT_S),
-                                     exec_timeout_s=30, labels={})
+            [trajectory] = await builtin_session(
+                spec, task, tokenizer=tokenizer, client=client, provider=provider,
+                rollout=RolloutConfig(max_turns=1, generate_timeout_s=TIMEOUT_S), exec_timeout_s=30)
+            return trajectory
         finally:
             await provider.close()
 
