@@ -85,7 +85,7 @@ class TrainerConfig:
     # values (a group's samples share their prompt; rl360cli/trainer/shared_prompts.py). false: the
     # plain forward pass, for a model whose cache cannot be gathered by rows.
     share_prompts: bool = True
-    # torch only: the arithmetic of the forward and backward passes. `fp32`: float32 throughout (what a CPU
+    # torch only: the number format of the forward and backward passes. `fp32`: float32 throughout (what a CPU
     # needs). `bf16`: the forward under `torch.autocast(dtype=torch.bfloat16)` (matrix products in bf16, the
     # backward in the dtypes the forward chose), the weights, gradients and AdamW state kept in float32, and
     # on CUDA what autocast leaves in float32 on TF32 tensor cores. Its logprobs of the engine's tokens

@@ -78,7 +78,7 @@ class TorchTrainer:
             return logprobs_sharing_prompts(self.model, micro)
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        """The forward pass's arithmetic (`trainer.precision`); backward runs outside it, as autocast wants."""
+        """The forward pass's number format (`trainer.precision`); backward runs outside it, as autocast wants."""
         if self.config.precision == "bf16":
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
