@@ -199,6 +199,11 @@ class StaticKV:
         n = self.lengths[row]
         return [(k[row, :, :n].clone(), v[row, :, :n].clone()) for k, v in zip(self.keys, self.values)]
 
+    def reserve(self, rows: int, length: int) -> None:
+        """Make room now for `rows` rows of `length` tokens (the buffers otherwise grow as batches need),
+        so that no growth, and no capture again, falls inside a measured run. Needs one `join` first."""
+        self._reserve(rows, length)
+
     def decode(self, tokens: list[int]) -> torch.Tensor:
         """One step: `tokens[i]` (row i's last token) in, the next token's logits [rows, V] out."""
         n = len(tokens)

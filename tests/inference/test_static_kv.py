@@ -87,7 +87,9 @@ def test_release_and_flush_keep_the_static_engine_serving(tiny_model, one_thread
     engine = Engine.load(tiny_model, max_batch_size=4, max_wait_ms=5, static_kv=True)
     engine.start()
     try:
-        ask = lambda: engine.submit(item([9, 8, 7], max_new_tokens=16, temperature=0, ignore_eos=True))  # noqa: E731
+        def ask():
+            return engine.submit(item([9, 8, 7], max_new_tokens=16, temperature=0, ignore_eos=True))
+
         before = ask().result(timeout=60)
         assert engine.decode_info()["slots"] == 1
         engine.call(lambda: engine.release_memory(("kv_cache", "weights"))).result(timeout=30)
