@@ -2,7 +2,9 @@
 GPU, run uncaptured on the CPU, gives the dynamic cache's tokens, token for token under greedy sampling,
 and its logprobs to float32 rounding, across batch buckets, joins, the prefix cache and weight loads.
 A stand-in for the graphs (each step bound to the buffers it was captured on, as a CUDA graph is) checks
-that captured steps are replayed on the right buffers and captured again when the buffers grow."""
+that captured steps are replayed on the right buffers and captured again when the buffers grow; another
+traces each step whole (torch.compile, fullgraph), so a step that would do host work on a tensor's value,
+which a CUDA graph capture refuses, fails here without a GPU."""
 
 from __future__ import annotations
 
@@ -185,6 +187,49 @@ def test_captured_steps_replay_on_their_buffers_and_are_captured_again_when_they
     assert captured.lengths == eager.lengths == [71, 64]
     assert (graphs.captured, graphs.resets, captured.captures) == (4, 2, 4)
     assert captured.capacity == 128 and captured.slots == 4
+
+
+class TracedGraphs:
+    """A stand-in for `CudaGraphs` that traces each step whole (`torch.compile(fullgraph=True)` with the
+    eager backend): it fails where the step does host work on a tensor's value (`.item()`, a branch on
+    data), which a CUDA graph capture would refuse too."""
+
+    def capture(self, step):
+        return BoundStep(torch.compile(step, backend="eager", fullgraph=True))
+
+    def reset(self):
+        pass
+
+
+def test_the_decode_step_of_a_qwen3_model_traces_as_one_graph(one_thread):
+    """The GPU check's architecture (QK-norm, GQA, tied embeddings), tiny: every bucket's step traces in
+    one piece and computes what the uncaptured step does."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(Qwen3Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, head_dim=16, intermediate_size=128,
+                                         vocab_size=512, max_position_embeddings=1024)).eval()
+
+    def forward(ids, positions, mask, cache):
+        return model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                     **{_cache_kw(model): cache}).logits
+
+    traced = StaticKV(forward, buckets=decode_buckets(4), max_length=1024, pad_id=0, graphs=TracedGraphs())
+    eager = StaticKV(forward, buckets=decode_buckets(4), max_length=1024, pad_id=0)
+    with torch.no_grad():
+        for static in (traced, eager):
+            static.adopt(_prefilled(model, [[1, 2, 3], [4]])[0])
+        tokens = [5, 6]
+        for step in range(4):
+            if step == 2:
+                for static in (traced, eager):
+                    static.join(_prefilled(model, [[7, 8]])[0])
+                tokens.append(9)
+            a, b = traced.decode(tokens), eager.decode(tokens)
+            assert torch.allclose(a, b, atol=1e-5, rtol=0)
+            tokens = a.argmax(-1).tolist()
+    assert traced.capture_error is None and traced.captures == 2  # bucket 2, then 4 (after the buffers grew)
 
 
 def test_join_select_and_row_layers_keep_each_rows_tokens_as_the_dynamic_cache_does():
