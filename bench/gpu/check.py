@@ -463,12 +463,15 @@ def engine_step(plan: Plan, work: Path) -> dict:
                 device_sync(plan)
                 out[f"batch_{batch}_{label}_forward_ms"] = round((time.perf_counter() - began) / steps * 1000, 2)
                 if label == "captured" and batch == plan.batches[0]:
-                    with torch.profiler.profile() as profiler:
-                        for _ in range(8):
-                            sample_next(static.decode(tokens), params, [None] * batch, generator)
-                        device_sync(plan)
-                    out.update({f"batch_{batch}_captured_{k}": v
-                                for k, v in launch_counts(profiler.key_averages(), 8).items()})
+                    try:  # the profiler over graph replays: its figures are wanted, not worth the part's others
+                        with torch.profiler.profile() as profiler:
+                            for _ in range(8):
+                                sample_next(static.decode(tokens), params, [None] * batch, generator)
+                            device_sync(plan)
+                        out.update({f"batch_{batch}_captured_{k}": v
+                                    for k, v in launch_counts(profiler.key_averages(), 8).items()})
+                    except Exception as e:  # noqa: BLE001
+                        out[f"batch_{batch}_captured_profile_error"] = f"{type(e).__name__}: {e}"
         if label == "captured":
             out.update(_engine_steps(static_engine, plan, "captured_engine_step"))
             out["captured_decode"] = static_engine.decode_info()
