@@ -3,51 +3,63 @@
     python3 bench/gpu/check.py [--out FILE]      # on a GPU machine (bench/gpu/check.sh wraps it)
     python3 bench/gpu/check.py --dry-run         # prints the plan, then runs it all on the CPU, tiny
 
-Seven parts, each timed, all figures into one JSON file (default: $OUT/gpu-check.json, else
-bench/gpu/gpu-check.json):
-1. engine: rl360's engine (`python -m rl360cli.inference.server --device cuda --dtype bfloat16`, a
+Eight parts, each timed, all figures into one JSON file (default: $OUT/gpu-check.json, else
+bench/gpu/gpu-check.json). Issue 40 measures before and after in one run on the same model: the
+engine's dynamic KV cache against its static one with the decode step captured as CUDA graphs
+(`--static-kv`), the torch trainer in float32 against bf16 autocast (`[trainer] precision`), and how
+far the trainer's logprobs are from the engine's. The default parts, in order:
+1. env: the machine, torch, CUDA and transformers versions.
+2. engine: rl360's engine (`python -m rl360cli.inference.server --device cuda --dtype bfloat16`, a
    real server process driven over HTTP by the rollouts' `EngineClient`) serving a randomly
-   initialised Qwen3-architecture model of ~0.6 B parameters (no download): generated tokens/s at
-   batch 1, 32 and 256.
-2. trainer: the torch trainer's step time on one GRPO batch; the megatron trainer's on the same
-   batch when megatron-core is importable (it travels as a wheel; else the part says why not).
-3. hand-over: the trainer's weights to the engine on the same GPU by CUDA IPC handles
-   (`rl360cli.trainer.handoff`), in seconds, against a raw device-to-device copy of the same bytes.
-4. engine_step: where one decode step of that engine goes, at each batch size, without HTTP: the
-   model's forward alone (launched back to back, one sync at the end), the sampling alone
-   (`sample_next` on logits of the vocabulary's width), and the engine's whole step; then the
-   torch profiler's top operators by host time over 8 steps (forward and sampling) at batch 1 (printed).
-5. trainer_profile: where the torch trainer's step goes (the profiler's top operators by device and
-   host time, printed; the step's device and host totals).
+   initialised Qwen3-architecture model of ~0.5 B parameters (no download): generated tokens/s at
+   batch 1, 32 and 256, with the dynamic cache, then with `--static-kv` (captured on a GPU).
+3. trainer: the torch trainer's step time on one GRPO batch in fp32 and in bf16; the megatron
+   trainer's on the same batch when megatron-core is importable (it travels as a wheel; else the
+   part says why not).
+4. logprobs: the engine's logprobs of its own tokens (temperature 1, a model initialised with wider
+   weights so that its logits are far from uniform) against the torch trainer's recomputation, per
+   token (mean, p99, max of |difference|), for an engine in bf16 and in float32 and a trainer in fp32
+   and bf16; and the static, captured engine's greedy tokens against the dynamic one's.
+5. engine_step: where one decode step goes, at each batch size, without HTTP: the dynamic cache's
+   forward alone (launched back to back, one sync at the end), the sampling alone (`sample_next` on
+   logits of the vocabulary's width), the engine's whole step; the static cache's step uncaptured and
+   captured, and the engine's whole step with it; kernel launches and device time a step at batch 1
+   for both (the torch profiler), and the dynamic step's top operators by host time (printed).
 6. loop: 5 GRPO steps on local-smoke's 32 tasks and its policy: rollouts through the engine on the
-   GPU (the arith conversation of `rl360cli.demo.arith_rollout`, its emulated shell standing in for
-   sandboxes: the GPU machine has no bubblewrap, Ray or router), `build_batch`, the torch trainer on
-   the GPU, the hand-over; reward and seconds per step.
-7. env: the machine, torch, CUDA and transformers versions.
+   GPU with `--static-kv` (the arith conversation of `rl360cli.demo.arith_rollout`, its emulated shell
+   standing in for sandboxes: the GPU machine has no bubblewrap, Ray or router), `build_batch`, the
+   torch trainer in bf16 on the GPU, the hand-over into the captured engine; reward and seconds a step.
+Also there, run with `--parts`: 7. handoff: the trainer's weights to the engine on the same GPU by
+CUDA IPC handles (`rl360cli.trainer.handoff`), in seconds, against a raw device-to-device copy of the
+same bytes; 8. trainer_profile: where the torch trainer's step goes (the profiler's top operators by
+device and host time, printed; the step's device and host totals).
 
 A part that fails records its error and the others still run; the exit code is 1 if any failed.
-`--dry-run` runs the same code with tiny sizes on the CPU (float32, gloo-free), so CI checks that
-the script works end to end before a GPU is ever lent (tests/bench/test_gpu_check.py).
+`--dry-run` runs the same code with tiny sizes on the CPU (float32, gloo-free; the static cache's step
+uncaptured, the trainer's bf16 under CPU autocast), so CI checks that the script works end to end
+before a GPU is ever lent (tests/bench/test_gpu_check.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
 import traceback
-import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+
+from bench.gpu.support import (EngineServer, device_sync, exact_float32_matmuls, free_device_memory,
+                               launch_counts, served_version, server_info)
 
 
 @dataclass(frozen=True)
@@ -83,7 +95,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="print the plan, then run it tiny on the CPU")
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of: {', '.join(PARTS)}")
+    parser.add_argument("--parts", default=",".join(DEFAULT_PARTS), help=f"comma-separated, of: {', '.join(PARTS)}")
     args = parser.parse_args()
     unknown = sorted(set(args.parts.split(",")) - set(PARTS))
     if unknown:
@@ -134,15 +146,18 @@ def env(plan: Plan, work: Path) -> dict:
     return info
 
 
-def qwen3_model(plan: Plan, folder: Path) -> tuple[Path, int]:
-    """A randomly initialised Qwen3 (QK-norm, GQA, tied embeddings) saved as a Hugging Face folder."""
+def qwen3_model(plan: Plan, folder: Path, *, init_std: float = 0.02) -> tuple[Path, int]:
+    """A randomly initialised Qwen3 (QK-norm, GQA, tied embeddings) saved as a Hugging Face folder.
+    `init_std` 0.02 (Hugging Face's default) gives near-uniform logits; 0.1 puts their spread nearer a
+    trained model's (a logit's std ~ init_std x sqrt(hidden_size): 3.2 at 0.1 and 1024 wide)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     config = Qwen3Config(hidden_size=plan.hidden_size, num_hidden_layers=plan.num_layers,
                          num_attention_heads=plan.num_heads, num_key_value_heads=plan.num_kv_heads,
                          head_dim=plan.hidden_size // plan.num_heads, intermediate_size=plan.intermediate_size,
-                         vocab_size=plan.vocab_size, max_position_embeddings=4096, tie_word_embeddings=True)
+                         vocab_size=plan.vocab_size, max_position_embeddings=4096, tie_word_embeddings=True,
+                         initializer_range=init_std)
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(config).to(getattr(torch, plan.dtype))
     model.save_pretrained(folder)
@@ -150,14 +165,22 @@ def qwen3_model(plan: Plan, folder: Path) -> tuple[Path, int]:
 
 
 def engine_throughput(plan: Plan, work: Path) -> dict:
+    """Tokens/s over HTTP at each batch size: the dynamic cache (before), then `--static-kv` (after)."""
     model, params = qwen3_model(plan, work / "qwen3")
-    server = EngineServer(model, plan, max_batch_size=max(plan.batches), log=work / "engine.log")
-    try:
-        rates = {f"batch_{b}_tokens_per_s": round(asyncio.run(_generate_rate(server.url, plan, b)), 1)
-                 for b in plan.batches}
-    finally:
-        server.stop()
-    return {"parameters": params, **rates}
+    out: dict = {"parameters": params}
+    for label, flags in (("dynamic", ()), ("static", ("--static-kv",))):
+        server = EngineServer(model, plan, max_batch_size=max(plan.batches), log=work / f"engine-{label}.log",
+                              flags=flags)
+        try:
+            for b in plan.batches:
+                out[f"{label}_batch_{b}_tokens_per_s"] = round(asyncio.run(_generate_rate(server.url, plan, b)), 1)
+            out[f"{label}_decode"] = server_info(server.url)["decode"]
+        finally:
+            server.stop()
+    for b in plan.batches:
+        out[f"static_over_dynamic_batch_{b}"] = round(
+            out[f"static_batch_{b}_tokens_per_s"] / max(out[f"dynamic_batch_{b}_tokens_per_s"], 1e-9), 2)
+    return out
 
 
 async def _generate_rate(url: str, plan: Plan, batch: int) -> float:
@@ -166,7 +189,9 @@ async def _generate_rate(url: str, plan: Plan, batch: int) -> float:
     params = {"temperature": 1.0, "max_new_tokens": plan.new_tokens, "ignore_eos": True}
     prompt = list(range(1, plan.prompt_tokens + 1))
     async with EngineClient(url) as client:
-        await client.generate(prompt, {**params, "max_new_tokens": 2})  # warm-up: kernels, allocator
+        # Warm-up, the same batch and lengths: kernels, the allocator, and for the static cache its
+        # buffers' growth and each bucket's capture, none of which the measured run should pay.
+        await asyncio.gather(*(client.generate(prompt, params) for _ in range(batch)))
         began = time.perf_counter()
         answers = await asyncio.gather(*(client.generate(prompt, params) for _ in range(batch)))
         seconds = time.perf_counter() - began
@@ -180,15 +205,17 @@ def trainer_steps(plan: Plan, work: Path) -> dict:
     from rl360cli.trainer.torch_trainer import TorchTrainer
 
     model, config, batch = _trainer_inputs(plan, work / "qwen3-train")
-    trainer = TorchTrainer(model, config, GRPOConfig(), device=plan.device)
-    out = {"torch_step_s": _timed_steps(trainer, batch, plan)}
-    if plan.device == "cuda":  # the engine turns cuDNN's attention off (it re-plans per length): the trainer?
-        torch.backends.cuda.enable_cudnn_sdp(False)
-        out["torch_step_s_without_cudnn_attention"] = _timed_steps(trainer, batch, plan)
-        torch.backends.cuda.enable_cudnn_sdp(True)
-    del trainer
-    if plan.device == "cuda":
-        torch.cuda.empty_cache()
+    out: dict = {}
+    for precision in ("fp32", "bf16"):  # fp32 first: bf16 turns TF32 on for the process
+        trainer = TorchTrainer(model, dataclasses.replace(config, precision=precision), GRPOConfig(),
+                               device=plan.device)
+        out[f"torch_{precision}_step_s"] = _timed_steps(trainer, batch, plan)
+        if plan.device == "cuda":
+            out[f"torch_{precision}_peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
+        del trainer
+        free_device_memory(plan)
+        exact_float32_matmuls()
+    out["bf16_speedup"] = round(out["torch_fp32_step_s"] / max(out["torch_bf16_step_s"], 1e-9), 2)
     try:
         from rl360cli.trainer.megatron_trainer import MegatronTrainer
     except ImportError as e:
@@ -217,11 +244,11 @@ def trainer_profile(plan: Plan, work: Path) -> dict:
     model, config, batch = _trainer_inputs(plan, work / "qwen3-profile")
     trainer = TorchTrainer(model, config, GRPOConfig(), device=plan.device)
     trainer.train_step(batch)  # warm-up: kernels, optimizer state
-    _sync(plan)
+    device_sync(plan)
     began = time.perf_counter()
     with torch.profiler.profile() as profiler:
         trainer.train_step(batch)
-        _sync(plan)
+        device_sync(plan)
     seconds = time.perf_counter() - began
     events = profiler.key_averages()
     if plan.device == "cuda":
@@ -277,13 +304,100 @@ def _synthetic_batch(plan: Plan):
     return batch
 
 
+def logprob_agreement(plan: Plan, work: Path) -> dict:
+    """How far the torch trainer's logprobs of the engine's own tokens are from the engine's, per token:
+    engines (static cache, captured on a GPU) in the plan's dtype and in float32, trainers in fp32 and bf16
+    (float32 weights either way); and the captured engine's greedy tokens against the dynamic cache's."""
+    import torch
+
+    from rl360cli.rl.config import GRPOConfig
+    from rl360cli.trainer.config import TrainerConfig
+    from rl360cli.trainer.torch_trainer import TorchTrainer
+
+    model_dir, _ = qwen3_model(plan, work / "qwen3-logprobs", init_std=0.1)
+    rows, new = 16, max(plan.new_tokens // 2, 4)
+    generator = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(1, plan.vocab_size, (plan.prompt_tokens,), generator=generator).tolist()
+               for _ in range(rows)]
+    sampled = {"max_new_tokens": new, "ignore_eos": True, "temperature": 1.0}
+    out: dict = {"rows": rows, "new_tokens": new}
+    answers = {}
+    for dtype in dict.fromkeys((plan.dtype, "float32")):
+        answers[dtype], out[f"engine_{dtype}_decode"] = _engine_answers(model_dir, plan, dtype, prompts, sampled,
+                                                                        static_kv=True)
+    greedy = {**sampled, "temperature": 0.0}
+    dynamic, _ = _engine_answers(model_dir, plan, plan.dtype, prompts, greedy, static_kv=False)
+    static, _ = _engine_answers(model_dir, plan, plan.dtype, prompts, greedy, static_kv=True)
+    out["static_vs_dynamic_greedy"] = _greedy_agreement(dynamic, static)
+    for precision in ("fp32", "bf16"):
+        trainer = TorchTrainer(model_dir, TrainerConfig(precision=precision), GRPOConfig(), device=plan.device)
+        for dtype, engine_answers in answers.items():
+            out[f"engine_{dtype}_trainer_{precision}"] = _logprob_differences(trainer, prompts, engine_answers)
+        del trainer
+        free_device_memory(plan)
+        exact_float32_matmuls()
+    return out
+
+
+def _engine_answers(model_dir: Path, plan: Plan, dtype: str, prompts: list[list[int]], params: dict, *,
+                    static_kv: bool) -> tuple[list[dict], dict]:
+    """Every prompt through an engine in this process at once: its answers (with logprobs) and decode_info."""
+    from rl360cli.inference.engine import Engine
+    from rl360cli.inference.protocol import parse_generate
+
+    engine = Engine.load(model_dir, dtype=dtype, device=plan.device, max_batch_size=len(prompts), max_wait_ms=50,
+                         static_kv=static_kv)
+    engine.start()
+    try:
+        items = parse_generate({"input_ids": prompts, "sampling_params": params, "return_logprob": True})[0]
+        answers = [future.result(timeout=300) for future in [engine.submit(item) for item in items]]
+        info = engine.decode_info()
+    finally:
+        engine.stop()
+    del engine
+    free_device_memory(plan)
+    return answers, info
+
+
+def _logprob_differences(trainer, prompts: list[list[int]], answers: list[dict]) -> dict:
+    """|trainer's logprob - engine's| over every generated token: mean, p99, max."""
+    import torch
+
+    ids = torch.tensor([prompt + answer["output_ids"] for prompt, answer in zip(prompts, answers)])
+    engine = torch.tensor([[entry[0] for entry in answer["meta_info"]["output_token_logprobs"]] for answer in answers])
+    with torch.no_grad():
+        mine = trainer.logprobs(ids, torch.ones_like(ids))[:, len(prompts[0]) - 1:].float().cpu()
+    diff = (mine - engine).abs().flatten()
+    return {"mean": round(float(diff.mean()), 5), "p99": round(float(diff.quantile(0.99)), 5),
+            "max": round(float(diff.max()), 5), "tokens": len(diff), "engine_mean_logprob": round(float(engine.mean()), 3)}
+
+
+def _greedy_agreement(reference: list[dict], other: list[dict]) -> dict:
+    """How many sequences are token for token the same; where the others first differ; the largest
+    logprob difference over the tokens before that."""
+    same, firsts, largest = 0, [], 0.0
+    for a, b in zip(reference, other):
+        ids_a, ids_b = a["output_ids"], b["output_ids"]
+        first = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b)) if x != y), len(ids_a))
+        same += first == len(ids_a)
+        if first < len(ids_a):
+            firsts.append(first)
+        lps = zip(a["meta_info"]["output_token_logprobs"][:first], b["meta_info"]["output_token_logprobs"][:first])
+        largest = max([largest, *(abs(x[0] - y[0]) for x, y in lps)])
+    return {"identical_sequences": same, "sequences": len(reference), "first_differences": firsts,
+            "max_logprob_diff_before_a_difference": round(largest, 5)}
+
+
 def engine_step(plan: Plan, work: Path) -> dict:
-    """Milliseconds per decode step: forward alone, sampling alone, the engine's whole step."""
+    """Milliseconds per decode step: the dynamic cache's forward alone, sampling alone, the engine's whole
+    step; the static cache's step uncaptured and captured, and the engine's whole step with it; kernel
+    launches and device time a step at batch 1 for the dynamic and the captured step."""
     import torch
     from transformers import DynamicCache
 
     from rl360cli.inference.engine import Engine
-    from rl360cli.inference.protocol import SamplingParams, parse_generate
+    from rl360cli.inference.kv import BatchKV
+    from rl360cli.inference.protocol import SamplingParams
     from rl360cli.inference.sampling import sample_next
 
     model_dir, _ = qwen3_model(plan, work / "qwen3-step")
@@ -291,45 +405,102 @@ def engine_step(plan: Plan, work: Path) -> dict:
                          max_wait_ms=0)
     steps = plan.new_tokens
     out: dict = {}
-    for batch in plan.batches:
+
+    def prefilled(batch: int) -> tuple[BatchKV, torch.Tensor]:
         ids = torch.ones(batch, plan.prompt_tokens, dtype=torch.long, device=plan.device)
         cache = DynamicCache(config=engine.config)
+        engine.model(input_ids=ids, **{engine._cache_kw: cache}, use_cache=True, logits_to_keep=1)
+        return BatchKV(cache=cache, mask=torch.ones_like(ids)), ids
 
-        def decode():  # one token for every row, on the cache so far
-            return engine.model(input_ids=ids[:, :1], **{engine._cache_kw: cache}, use_cache=True).logits
-
+    for batch in plan.batches:
+        params = [SamplingParams(temperature=1.0)] * batch
+        generator = torch.Generator(device=plan.device).manual_seed(0)
         with torch.no_grad():
-            engine.model(input_ids=ids, **{engine._cache_kw: cache}, use_cache=True, logits_to_keep=1)
-            _sync(plan)
+            kv, ids = prefilled(batch)
+
+            def decode(ids=ids, cache=kv.cache):  # one token for every row, on the cache so far
+                return engine.model(input_ids=ids[:, :1], **{engine._cache_kw: cache}, use_cache=True).logits
+
+            device_sync(plan)
             began = time.perf_counter()
             for _ in range(steps):
                 logits = decode()
-            _sync(plan)
-        out[f"batch_{batch}_forward_ms"] = round((time.perf_counter() - began) / steps * 1000, 2)
-        params = [SamplingParams(temperature=1.0)] * batch
-        generator = torch.Generator(device=plan.device).manual_seed(0)
-        began = time.perf_counter()
-        for _ in range(steps):
-            sample_next(logits[:, -1, :], params, [None] * batch, generator)
-        out[f"batch_{batch}_sampling_ms"] = round((time.perf_counter() - began) / steps * 1000, 2)
-        if batch == plan.batches[0]:  # what the host spends a step on, operator by operator
-            with torch.no_grad(), torch.profiler.profile() as profiler:
-                for _ in range(8):
-                    logits = decode()
-                    sample_next(logits[:, -1, :], params, [None] * batch, generator)
-            print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=20), flush=True)
-        del cache, logits
+            device_sync(plan)
+            out[f"batch_{batch}_forward_ms"] = round((time.perf_counter() - began) / steps * 1000, 2)
+            began = time.perf_counter()
+            for _ in range(steps):
+                sample_next(logits[:, -1, :], params, [None] * batch, generator)
+            out[f"batch_{batch}_sampling_ms"] = round((time.perf_counter() - began) / steps * 1000, 2)
+            if batch == plan.batches[0]:  # what the host spends a step on, operator by operator
+                with torch.profiler.profile() as profiler:
+                    for _ in range(8):
+                        logits = decode()
+                        sample_next(logits[:, -1, :], params, [None] * batch, generator)
+                    device_sync(plan)
+                events = profiler.key_averages()
+                print(events.table(sort_by="self_cpu_time_total", row_limit=20), flush=True)
+                out.update({f"batch_{batch}_dynamic_{k}": v for k, v in launch_counts(events, 8).items()})
+        del kv, logits
+    out.update(_engine_steps(engine, plan, "engine_step"))
+    # The static cache: the step uncaptured, then captured (on a GPU; the dry run has no graphs to capture).
+    for label, graphs in (("static", False), ("captured", None)):
+        static_engine = Engine(engine.model, engine.tokenizer, model_path=str(model_dir), device=plan.device,
+                               max_batch_size=max(plan.batches), max_wait_ms=0, static_kv=True, cuda_graphs=graphs)
+        static = static_engine._static_kv()
+        for batch in plan.batches:
+            params = [SamplingParams(temperature=1.0)] * batch
+            generator = torch.Generator(device=plan.device).manual_seed(0)
+            tokens = [1] * batch
+            with torch.no_grad():
+                static.adopt(prefilled(batch)[0])
+                static.reserve(batch, plan.prompt_tokens + steps + 16)
+                for _ in range(3):  # captures this bucket's step (on a GPU), then warm
+                    static.decode(tokens)
+                device_sync(plan)
+                began = time.perf_counter()
+                for _ in range(steps):
+                    static.decode(tokens)
+                device_sync(plan)
+                out[f"batch_{batch}_{label}_forward_ms"] = round((time.perf_counter() - began) / steps * 1000, 2)
+                if label == "captured" and batch == plan.batches[0]:
+                    try:  # the profiler over graph replays: its figures are wanted, not worth the part's others
+                        with torch.profiler.profile() as profiler:
+                            for _ in range(8):
+                                sample_next(static.decode(tokens), params, [None] * batch, generator)
+                            device_sync(plan)
+                        out.update({f"batch_{batch}_captured_{k}": v
+                                    for k, v in launch_counts(profiler.key_averages(), 8).items()})
+                    except Exception as e:  # noqa: BLE001
+                        out[f"batch_{batch}_captured_profile_error"] = f"{type(e).__name__}: {e}"
+        if label == "captured":
+            out.update(_engine_steps(static_engine, plan, "captured_engine_step"))
+            out["captured_decode"] = static_engine.decode_info()
+        del static, static_engine
+        free_device_memory(plan)
+    return out
+
+
+def _engine_steps(engine, plan: Plan, label: str) -> dict:
+    """The engine's whole step (its thread: prefill, decode, sampling, bookkeeping) at each batch size."""
+    from rl360cli.inference.protocol import parse_generate
+
+    out = {}
     engine.start()
     try:
         for batch in plan.batches:
             body = {"input_ids": [list(range(1, plan.prompt_tokens + 1))] * batch,
-                    "sampling_params": {"max_new_tokens": steps, "ignore_eos": True, "temperature": 1.0},
+                    "sampling_params": {"max_new_tokens": plan.new_tokens, "ignore_eos": True, "temperature": 1.0},
                     "return_logprob": True}
+            # Paused while the batch is queued, so that it is prefilled as one and decodes at one size
+            # (else the first arrivals start alone and the step passes through the smaller buckets).
+            engine.call(lambda: engine.pause("in_place")).result()
+            futures = [engine.submit(item) for item in parse_generate(body)[0]]
             first = engine.num_forward_steps
             began = time.perf_counter()
-            for future in [engine.submit(item) for item in parse_generate(body)[0]]:
+            engine.call(engine.resume)
+            for future in futures:
                 future.result()
-            out[f"batch_{batch}_engine_step_ms"] = round(
+            out[f"batch_{batch}_{label}_ms"] = round(
                 (time.perf_counter() - began) / (engine.num_forward_steps - first) * 1000, 2)
     finally:
         engine.stop()
@@ -355,13 +526,13 @@ def handoff(plan: Plan, work: Path) -> dict:
         stats = sync.broadcast(named, version=2)
         # The floor: the same bytes copied device to device within one process.
         copies = [torch.empty_like(p) for _, p in named]
-        _sync(plan)
+        device_sync(plan)
         began = time.perf_counter()
         for dst, (_, src) in zip(copies, named):
             dst.copy_(src.detach())
-        _sync(plan)
+        device_sync(plan)
         raw = time.perf_counter() - began
-        served = _served_version(server.url)
+        served = served_version(server.url)
     finally:
         server.stop()
     return {"bytes": nbytes, "handoff_s": round(stats.seconds, 4), "raw_copy_s": round(raw, 4),
@@ -369,7 +540,8 @@ def handoff(plan: Plan, work: Path) -> dict:
 
 
 def loop(plan: Plan, work: Path) -> dict:
-    """GRPO steps on local-smoke's tasks: engine on the device, torch trainer on the device, hand-over."""
+    """GRPO steps on local-smoke's tasks: engine on the device (static cache, captured on a GPU), torch
+    trainer on the device in bf16, the hand-over into the engine's parameters (its graphs kept)."""
     from transformers import AutoTokenizer
 
     from rl360cli.config import load_recipe
@@ -385,10 +557,11 @@ def loop(plan: Plan, work: Path) -> dict:
                             seed=recipe.policy_seed)
     tokenizer = AutoTokenizer.from_pretrained(policy)
     server = EngineServer(policy, plan, max_batch_size=plan.loop_tasks * plan.loop_samples,
-                          log=work / "engine-loop.log", dtype="float32")
+                          log=work / "engine-loop.log", dtype="float32", flags=("--static-kv",))
     steps = []
     try:
-        trainer = TorchTrainer(policy, recipe.trainer, recipe.grpo, device=plan.device)
+        trainer = TorchTrainer(policy, dataclasses.replace(recipe.trainer, precision="bf16"), recipe.grpo,
+                               device=plan.device)
         sync = TensorHandoff([server.url])
         sync.connect()
         for step in range(plan.loop_steps):
@@ -404,10 +577,13 @@ def loop(plan: Plan, work: Path) -> dict:
                           "generation_s": round(generated - began, 2), "train_s": round(trained - generated, 2),
                           "handoff_s": round(sync_stats.seconds, 3), "loss": stats.get("loss")})
             print(f"  step {step}: {steps[-1]}", flush=True)
-        served = _served_version(server.url)
+        served = served_version(server.url)
+        decode = server_info(server.url)["decode"]
     finally:
         server.stop()
+    exact_float32_matmuls()
     return {"steps": steps, "engine_serves_version": served, "trainer_version": trainer.version,
+            "engine_decode": decode, "trainer_precision": "bf16",
             "stand_ins": "arith_rollout.emulate_command for the sandbox shell; no Ray, router or sandboxes"}
 
 
@@ -445,7 +621,7 @@ async def _session(client, tokenizer, task, rollout, group_id: str, sample_index
             break
         code, output, written = emulate_command(action.command)
         answer = written if written is not None else answer
-        conversation.add_observation(format_observation(code, output), finished_turn=reply.finish_reason == "stop")
+        conversation.add_observation(format_observation(code, output))
     reward = float(answer is not None and arith.check_answer(answer, task.cases))
     return Trajectory(task_id=task.name, group_id=group_id, sample_index=sample_index,
                       token_ids=np.asarray(conversation.token_ids, dtype=np.int32),
@@ -457,56 +633,11 @@ async def _session(client, tokenizer, task, rollout, group_id: str, sample_index
 # ----------------------------------------------------------------------------- helpers
 
 
-class EngineServer:
-    """`python -m rl360cli.inference.server` on 127.0.0.1, on the plan's device; stopped by its PID."""
-
-    def __init__(self, model: Path, plan: Plan, *, max_batch_size: int, log: Path, dtype: str | None = None):
-        from rl360cli.ports import free_port
-
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        argv = [sys.executable, "-m", "rl360cli.inference.server", "--model", str(model), "--port", str(port),
-                "--device", plan.device, "--dtype", dtype or plan.dtype, "--max-batch-size", str(max_batch_size),
-                "--max-wait-ms", "20"]
-        self.log = log
-        self.proc = subprocess.Popen(argv, stdout=open(log, "wb"), stderr=subprocess.STDOUT, cwd=REPO,
-                                     env={**os.environ, "PYTHONPATH": str(REPO)})
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the engine exited: {log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2):
-                    return
-            except OSError:
-                time.sleep(0.3)
-        self.stop()
-        raise RuntimeError(f"the engine did not become healthy in 300 s: {log.read_text()[-2000:]}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def _served_version(url: str) -> int:
-    with urllib.request.urlopen(url + "/model_info", timeout=10) as answer:
-        return int(json.load(answer)["weight_version"])
-
-
-def _sync(plan: Plan) -> None:
-    if plan.device == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
-
-
-PARTS = {"env": env, "engine": engine_throughput, "engine_step": engine_step, "trainer": trainer_steps,
-         "trainer_profile": trainer_profile, "handoff": handoff, "loop": loop}
+PARTS = {"env": env, "engine": engine_throughput, "trainer": trainer_steps, "logprobs": logprob_agreement,
+         "engine_step": engine_step, "loop": loop, "handoff": handoff, "trainer_profile": trainer_profile}
+# What a plain run measures (issue 40's before and after), the most wanted first: a run cut by the time
+# limit keeps the parts that finished. handoff and trainer_profile ran on 2026-12-04 (--parts runs them).
+DEFAULT_PARTS = ("env", "engine", "trainer", "logprobs", "engine_step", "loop")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -64,6 +64,10 @@ class EngineConfig:
     prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB
     # local only: where each engine's model, KV cache and sampling run: "cpu", "cuda" or "cuda:N".
     device: str = "cpu"
+    # local only: decode over a static KV cache with one shape per batch bucket (1, 2, 4, ..., max_batch_size),
+    # each bucket's step captured once as a CUDA graph and replayed on a GPU (on the CPU it runs uncaptured);
+    # false: the dynamic cache, grown and trimmed every step (rl360cli/inference/static_kv.py).
+    static_kv: bool = False
     # How long an engine waits for the trainer inside a weight-update group before giving up.
     weight_sync_timeout_s: float = 120.0
     # Restarts of one dead or hung engine (or the router) in a run by the trainer's health watcher

@@ -12,6 +12,10 @@ together are prefilled once. Control commands (pause, flush, weight loads) run o
 same thread between steps, so they never race a forward pass; HTTP stays
 responsive because torch releases the GIL while it computes.
 
+With `static_kv` the running batch's keys and values live in fixed buffers instead (static_kv.py): the
+decode step has one shape per batch bucket and, on CUDA, is captured once per bucket as a CUDA graph and
+replayed; prefill stays as it is. The default is the dynamic cache (kv.py).
+
 Pause modes follow SGLang: `abort` ends every request (finish reason abort),
 `retract` drops the running rows' KV cache and re-queues them (their prompt
 and tokens so far are prefilled again, under whatever weights are loaded
@@ -45,6 +49,7 @@ from rl360cli.inference.kv import BatchKV, left_padded
 from rl360cli.inference.prefix_cache import Layers, PrefixCache
 from rl360cli.inference.protocol import GenerateItem, ProtocolError
 from rl360cli.inference.sampling import sample_next
+from rl360cli.inference.static_kv import CudaGraphs, StaticKV, decode_buckets
 
 log = logging.getLogger("rl360.engine")
 
@@ -79,7 +84,8 @@ class Engine:
 
     def __init__(self, model: Any, tokenizer: Any, *, model_path: str, max_batch_size: int = 32,
                  max_wait_ms: float = 5.0, weight_version: str = "0", seed: int = 0, device: str = "cpu",
-                 prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB):
+                 prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB, static_kv: bool = False,
+                 cuda_graphs: bool | None = None):
         # The model, its KV cache, every step's inputs and the sampling all live on `device`; only the
         # chosen token ids and their logprobs come back to the host, once per step.
         self.device = torch.device(device)
@@ -107,7 +113,13 @@ class Engine:
         self._commands: collections.deque[tuple[Callable[[], Any], concurrent.futures.Future]] = collections.deque()
         self._waiting: collections.deque[_Seq] = collections.deque()
         self._running: list[_Seq] = []
-        self._kv: BatchKV | None = None
+        self._kv: BatchKV | StaticKV | None = None
+        # The static cache (buffers and captured steps) outlives batches; `_kv` is it while rows run.
+        self.static_kv = static_kv
+        self.cuda_graphs = static_kv and (self.device.type == "cuda" if cuda_graphs is None else cuda_graphs)
+        if self.cuda_graphs and self.device.type != "cuda":
+            raise ValueError(f"CUDA graphs need a CUDA device (the engine's is {self.device})")
+        self._static: StaticKV | None = None
         self.prefix_cache = PrefixCache(int(prefix_cache_mb * (1 << 20))) if prefix_cache_mb > 0 else None
         self.weight_loads = 0
         self._paused = False
@@ -229,6 +241,7 @@ class Engine:
         if "weights" in tags and self.device.type != "cpu":
             self.model.to("cpu")
             self.released_weights = True
+        self._static = None  # its buffers, and graphs bound to parameters that may move
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         return n
@@ -380,24 +393,50 @@ class Engine:
         if len(keep) < len(seqs):
             kv.select(keep)
         if self._kv is None or not self._running:
-            self._kv = kv
+            self._kv = self._static_kv().adopt(kv) if self.static_kv else kv
         else:
             self._kv.join(kv)
         self._running.extend(seqs[i] for i in keep)
 
     def _decode(self) -> None:
         kv = self._kv
-        ids = torch.tensor([[s.output[-1]] for s in self._running], dtype=torch.long, device=self.device)
-        positions = kv.next_positions()
-        mask = kv.grow_mask()
-        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                            **{self._cache_kw: kv.cache, "use_cache": True}).logits
+        if isinstance(kv, StaticKV):
+            logits = kv.decode([s.output[-1] for s in self._running])
+        else:
+            ids = torch.tensor([[s.output[-1]] for s in self._running], dtype=torch.long, device=self.device)
+            positions = kv.next_positions()
+            mask = kv.grow_mask()
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                **{self._cache_kw: kv.cache, "use_cache": True}).logits[:, -1, :]
+            kv.mask = mask
         self.num_forward_steps += 1
-        kv.mask = mask
-        finished = self._advance(self._running, logits[:, -1, :])
+        finished = self._advance(self._running, logits)
         if finished:
             self._cache_finished(finished)
             self._drop_rows(finished)
+
+    def _static_kv(self) -> StaticKV:
+        """The static cache, made on first use (and again after `release_memory` dropped it)."""
+        if self._static is None:
+            eager = getattr(self.config, "_attn_implementation", None) == "eager"
+            self._static = StaticKV(self._static_forward, buckets=decode_buckets(self.max_batch_size),
+                                    max_length=self.context_length, pad_id=self.pad_id, eager_mask=eager,
+                                    graphs=CudaGraphs() if self.cuda_graphs else None)
+        return self._static
+
+    def _static_forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: object
+                        ) -> torch.Tensor:
+        """The model's decode step over the static cache (what a CUDA graph captures): logits [b, 1, V]."""
+        return self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                          **{self._cache_kw: cache}).logits
+
+    def decode_info(self) -> dict[str, Any]:
+        """How decode steps run: the static cache's state and its captured graphs (for /server_info, the GPU check)."""
+        static = self._static
+        return {"static_kv": self.static_kv, "cuda_graphs": self.cuda_graphs,
+                "graphs_captured": static.captures if static else 0,
+                "capture_error": static.capture_error if static else None,
+                "slots": static.slots if static else 0, "capacity": static.capacity if static else 0}
 
     def _advance(self, seqs: list[_Seq], logits: torch.Tensor) -> set[int]:
         """Sample one token for each row; finish the rows that are done. Returns their indices."""

@@ -76,6 +76,7 @@ def engine_command(engine: EngineConfig, *, model_path: str, host: str, port: in
         "prefix_cache_mb": engine.prefix_cache_mb if engine.prefix_cache_mb != DEFAULT_PREFIX_CACHE_MB else None,
         # The CPU is the engine's default: the flag is written only for a GPU.
         "device": engine.device if engine.device != "cpu" else None,
+        "static_kv": "" if engine.static_kv else None,  # a bare flag
         "dist_timeout_s": engine.weight_sync_timeout_s,
         # rl360's engine reads the key file itself: the key is never on its command line.
         "api_key_file": api_key_file,

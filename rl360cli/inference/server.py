@@ -1,7 +1,8 @@
 """rl360's local inference server: a Hugging Face causal LM on CPU behind SGLang's native HTTP API.
 
     python -m rl360cli.inference.server --model PATH --host 127.0.0.1 --port 31001 \
-        [--api-key-file F | --api-key K] [--max-batch-size 32] [--max-wait-ms 5] [--weight-version 0]
+        [--api-key-file F | --api-key K] [--max-batch-size 32] [--max-wait-ms 5] [--weight-version 0] \
+        [--device cuda --static-kv]
 
 Endpoints, as SGLang 0.5.23 names and shapes them (see `protocol.py`; tests/inference/test_sglang_conformance.py
 checks them against SGLang's own sources):
@@ -111,6 +112,7 @@ class Handlers:
             "num_finished_requests": self.engine.num_finished_requests,
             "num_forward_steps": self.engine.num_forward_steps,
             "paused": self.engine.paused,
+            "decode": self.engine.decode_info(),
             "internal_states": [load],
             "version": "rl360-local",
             "uptime_s": time.time() - self.started,
@@ -380,6 +382,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--prefix-cache-mb", type=float, default=DEFAULT_PREFIX_CACHE_MB,
                    help="memory for the keys and values of prompt prefixes computed before (0: no prefix cache)")
+    p.add_argument("--static-kv", action="store_true",
+                   help="decode over a static KV cache, one shape per batch bucket: captured as CUDA graphs on a GPU")
+    p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false", default=None,
+                   help="with --static-kv on a GPU: run the decode step uncaptured (to measure what the graphs bring)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-requests", action="store_true", help="write an access log line per request")
     args = p.parse_args(argv)
@@ -414,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     engine = Engine.load(args.model, dtype=args.dtype, max_batch_size=args.max_batch_size,
                          max_wait_ms=args.max_wait_ms, weight_version=args.weight_version, seed=args.seed,
-                         device=args.device, prefix_cache_mb=args.prefix_cache_mb)
+                         device=args.device, prefix_cache_mb=args.prefix_cache_mb, static_kv=args.static_kv,
+                         cuda_graphs=args.cuda_graphs)
     engine.start()
     groups = UpdateGroups(timeout_s=args.dist_timeout_s)
     app = build_app(engine, groups, api_key=args.api_key, served_model_name=args.served_model_name or args.model)

@@ -85,6 +85,12 @@ class TrainerConfig:
     # values (a group's samples share their prompt; rl360cli/trainer/shared_prompts.py). false: the
     # plain forward pass, for a model whose cache cannot be gathered by rows.
     share_prompts: bool = True
+    # torch only: the number format of the forward and backward passes. `fp32`: float32 throughout (what a CPU
+    # needs). `bf16`: the forward under `torch.autocast(dtype=torch.bfloat16)` (matrix products in bf16, the
+    # backward in the dtypes the forward chose), the weights, gradients and AdamW state kept in float32, and
+    # on CUDA what autocast leaves in float32 on TF32 tensor cores. Its logprobs of the engine's tokens
+    # differ from float32 ones by bf16 rounding (docs/trainer.md, "Precision").
+    precision: Literal["fp32", "bf16"] = "fp32"
     checkpoint_every: int = 10
     # megatron only
     tensor_parallel: int = 1
@@ -104,6 +110,9 @@ class TrainerConfig:
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ValueError(f"betas must be two numbers in [0, 1) (got {list(self.betas)})")
         check_non_negative(self, "grad_clip", fix="0 turns clipping off")
+        if self.precision != "fp32" and self.kind == "megatron":
+            raise ValueError(f"precision {self.precision!r} is the torch trainer's; the megatron trainer runs in "
+                             "float32 (set precision = \"fp32\" or kind = \"torch\")")
         check_at_least(self, 1, "micro_batch_tokens", "num_epochs", "checkpoint_every", "tensor_parallel",
                        "pipeline_parallel", "sync_bucket_mb")
 

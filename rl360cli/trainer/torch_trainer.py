@@ -6,10 +6,15 @@ shared step loop (`rl360cli.trainer.step`: the GRPO loss of `rl360cli.rl.grpo`,
 AdamW with gradient clipping over micro-batches cut by a token budget).
 Checkpoints hold the model in Hugging Face format, the optimizer, and the
 loop's own state, so that a run resumes exactly where it stopped.
+
+`trainer.precision = "bf16"` runs each forward pass under bf16 autocast (the backward follows the
+forward's dtypes) with the weights and AdamW's state in float32; "fp32" (the default) computes in
+float32 throughout. Its logprobs' agreement with the engine's: tests/trainer/test_precision.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -39,6 +44,12 @@ class TorchTrainer:
         self.model.train()
         self.optimizer = self._new_optimizer()
         self.version = 0
+        if config.precision == "bf16" and self.device.type == "cuda":
+            # What autocast leaves in float32 (the optimizer's own math aside) runs on TF32 tensor cores.
+            # Process-wide: the trainer owns its process.
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+            torch.set_float32_matmul_precision("high")
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         """One policy update on `batch` (num_epochs passes); the policy version goes up by one."""
@@ -47,7 +58,7 @@ class TorchTrainer:
         stats = train_step(
             batch.split(max_tokens=self.config.micro_batch_tokens, keep_groups=share), grpo=self.grpo,
             num_epochs=self.config.num_epochs, optimizer=self.optimizer, lr=self.config.lr_at(self.version),
-            logprobs=(lambda micro: logprobs_sharing_prompts(self.model, micro)) if share
+            logprobs=(lambda micro: self._shared_logprobs(micro)) if share
             else (lambda micro: self.logprobs(micro.input_ids, micro.attention_mask)),
             clip_grads=lambda: float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)),
         )
@@ -57,9 +68,20 @@ class TorchTrainer:
     def logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """log pi(token t+1 | tokens <= t) at every position t, [B, T-1] (prediction-aligned)."""
         input_ids = input_ids.to(self.device)
-        logits = self.model(input_ids=input_ids, attention_mask=attention_mask.to(self.device)).logits
-        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        with self._autocast():
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask.to(self.device)).logits
+            logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
         return logp.gather(-1, input_ids[:, 1:, None])[..., 0]
+
+    def _shared_logprobs(self, micro) -> torch.Tensor:
+        with self._autocast():
+            return logprobs_sharing_prompts(self.model, micro)
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        """The forward pass's number format (`trainer.precision`); backward runs outside it, as autocast wants."""
+        if self.config.precision == "bf16":
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     def named_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The weights the engines need, by the names their models use."""

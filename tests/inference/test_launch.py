@@ -64,6 +64,11 @@ def test_local_engine_command_golden():
     no_cache = engine_command(dataclasses.replace(engine, prefix_cache_mb=0), model_path="/m", host="127.0.0.1",
                               port=1, weight_version=0, python="python3")
     assert no_cache.argv[no_cache.argv.index("--prefix-cache-mb") + 1] == "0"
+    # The static KV cache (CUDA graphs on a GPU) is a bare flag, written only when the recipe asks for it.
+    static = engine_command(dataclasses.replace(engine, static_kv=True, device="cuda"), model_path="/m",
+                            host="127.0.0.1", port=1, weight_version=0, python="python3")
+    assert static.argv[-9:] == ("--device", "cuda", "--num-threads", "1", "--static-kv", "--dist-timeout-s", "90",
+                                "--log-level", "info")
 
 
 def test_router_command_golden():
