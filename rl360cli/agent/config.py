@@ -45,6 +45,10 @@ class RolloutConfig:
         check_non_negative(self, "actor_max_restarts", "temperature")
         check_positive(self, "generate_timeout_s", "session_timeout_s", "actor_start_timeout_s")
         check_range(self, 0, 1, "top_p", low_open=True)
+        if self.top_p < 1:
+            raise ValueError(f"top_p {self.top_p:g} samples from a truncated distribution whose log-probabilities "
+                             "neither the engine reports nor the trainer computes: set top_p = 1.0 (lower "
+                             "temperature instead)")
         check_one_of(self, ("tool", "user", "ipython", "observation"), "observation_role")
 
 

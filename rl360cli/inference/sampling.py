@@ -1,11 +1,12 @@
 """Next-token sampling for a batch whose rows each carry their own sampling parameters.
 
-The logprob reported for a sampled token is `log_softmax(logits)[token]` of the
-model's raw logits, i.e. at temperature 1 and before any top-k / top-p / min-p
-cut: the policy's own log-probability, which is what the RL trainer recomputes
-from the same weights (they agree to float32 rounding). Temperature and the cuts
-shape only which token is drawn. This matches SGLang run with
-`SGLANG_RETURN_ORIGINAL_LOGPROB=1`, which rl360's SGLang launch command sets.
+The logprob reported for a sampled token is `log_softmax(logits / temperature)[token]`: its
+log-probability under the distribution it was drawn from, before any top-k / top-p / min-p cut (a
+greedy row's at temperature 1). That is SGLang's own convention (its sampler's default, without
+`SGLANG_RETURN_ORIGINAL_LOGPROB`), and what the RL trainer recomputes from the same weights at the
+recipe's temperature (they agree to float32 rounding: tests/trainer/test_temperature.py). The cuts
+shape only which token is drawn; a recipe refuses `top_p < 1`, whose truncated distribution neither
+side's logprobs describe.
 
 Rows with a `sampling_seed` draw from their own generator, so a request's
 tokens do not depend on what else is in the batch. Tested by tests/inference/test_engine.py.
@@ -23,13 +24,16 @@ from rl360cli.inference.protocol import SamplingParams
 def sample_next(logits: torch.Tensor, params: Sequence[SamplingParams],
                 generators: Sequence[torch.Generator | None], default_generator: torch.Generator,
                 banned: Sequence[Sequence[int]] = ()) -> tuple[list[int], list[float]]:
-    """Draw one token per row of `logits` [B, V]; return (token ids, their temperature-1 logprobs).
+    """Draw one token per row of `logits` [B, V]; return (token ids, their logprobs at each row's temperature).
 
     `banned[i]` lists token ids row i may not draw this step (stop tokens before `min_new_tokens`).
     """
     logits = logits.float()
     device = logits.device
-    logprobs = torch.log_softmax(logits, dim=-1)
+    # A greedy row's logprob is at temperature 1, as SGLang's; a sampled row's at its own temperature.
+    temps = torch.tensor([p.temperature if not p.greedy else 1.0 for p in params], dtype=logits.dtype,
+                         device=device).unsqueeze(1)
+    logprobs = torch.log_softmax(logits / temps, dim=-1)
     banned = [banned[i] if i < len(banned) else () for i in range(len(params))]
     # Rows are drawn in as few launches as the generators allow: all greedy rows in one argmax, all rows
     # on the engine's generator in one multinomial; only a row with its own seed draws alone. On a GPU a

@@ -9,7 +9,7 @@ of the node it runs on (`python`, the backend's: `Backend.python`).
     cmd = sglang_server_command(engine, model_path="/models/k2", host="10.0.0.5", port=31001,
                                 python="/shared/venv/bin/python")
     cmd.argv  # ("/shared/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/k2", ...)
-    cmd.env   # {"SGLANG_RETURN_ORIGINAL_LOGPROB": "1", ...}
+    cmd.env   # {"NCCL_SOCKET_IFNAME": ..., ...}
 
 With `api_key_file`, the command runs behind `rl360cli.inference.keyed_launch`,
 which puts the key from that file where the argv says `--api-key <api-key file>`

@@ -164,7 +164,8 @@ def _set_up_trainer(state: StateFile, run_id: str, run_dir: Path, recipe: Recipe
     with, first step)."""
     from rl360cli.loop.train_loop import latest_checkpoint
 
-    trainer = build_trainer(policy_dir, recipe.trainer, recipe.grpo, seed=recipe.run.seed)
+    trainer = build_trainer(policy_dir, recipe.trainer, recipe.grpo, seed=recipe.run.seed,
+                            temperature=recipe.rollout.temperature)
     start_step = 0
     checkpoint = latest_checkpoint(run_dir / "checkpoints") if resume else None
     if checkpoint is not None:
@@ -322,6 +323,7 @@ def follow_run(state_path: str, run_id: str) -> int:
     run_dir = Path(queries.run(StateFile(state_path).read(), run_id)["run_dir"])
     recipe = load_run_recipe(run_dir)
     MegatronTrainer(run_policy_dir(run_dir), recipe.trainer, recipe.grpo, seed=recipe.run.seed,
+                    temperature=recipe.rollout.temperature,
                     device=default_device()).serve()
     return 0
 

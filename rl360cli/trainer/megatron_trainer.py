@@ -79,6 +79,7 @@ from rl360cli.trainer.megatron_convert import (
     to_hf,
     to_megatron,
 )
+from rl360cli.trainer.protocol import logprob_temperature
 from rl360cli.trainer.step import train_step
 
 # Followers wait for the leader's next command while it generates rollouts: allow a long wait.
@@ -91,12 +92,13 @@ _TIED_COPY = "output_layer.weight"
 
 class MegatronTrainer:
     def __init__(self, model_dir: Path, config: TrainerConfig, grpo: GRPOConfig, *, seed: int = 0,
-                 device: str = "cpu"):
+                 device: str = "cpu", temperature: float = 1.0):
         import torch.distributed as dist
         from megatron.core import parallel_state as ps
 
         self.config = config
         self.grpo = grpo
+        self.temperature = logprob_temperature(temperature)
         self.model_dir = Path(model_dir)
         self.device = _init_distributed(device)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
@@ -356,7 +358,7 @@ class MegatronTrainer:
         """log p(ids[:, 1:]) from the last stage's vocabulary-split logits, [B, T-1]."""
         from megatron.core import tensor_parallel
 
-        logits = logits[:, :-1].float()  # [B, T-1, V/tp]
+        logits = logits[:, :-1].float() / self.temperature  # [B, T-1, V/tp], at the sampling temperature
         if self._vocab_pad is not None:
             logits = logits.masked_fill(self._vocab_pad, float("-inf"))
         return -tensor_parallel.vocab_parallel_cross_entropy(logits.contiguous(), ids[:, 1:].contiguous())

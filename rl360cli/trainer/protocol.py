@@ -53,3 +53,8 @@ class WeightSync(Protocol):
     def close(self) -> None:
         """Leave the group."""
 
+
+def logprob_temperature(sampling_temperature: float) -> float:
+    """What a trainer divides its logits by before the log-softmax: the rollouts' sampling temperature, at
+    which the engines report the behaviour policy's logprobs; temperature 0 (greedy) reports them at 1."""
+    return sampling_temperature if sampling_temperature > 0 else 1.0

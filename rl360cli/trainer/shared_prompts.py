@@ -36,10 +36,10 @@ def prompt_rows(micro: MicroBatch) -> tuple[torch.Tensor, torch.Tensor, list[tup
     return first, torch.tensor(rows, dtype=torch.long), list(index)
 
 
-def logprobs_sharing_prompts(model: torch.nn.Module, micro: MicroBatch) -> torch.Tensor:
+def logprobs_sharing_prompts(model: torch.nn.Module, micro: MicroBatch, *, temperature: float = 1.0) -> torch.Tensor:
     """log pi(token t+1 | tokens <= t) at every position t of `micro`, [B, T-1], as
-    `model(micro.input_ids, attention_mask=micro.attention_mask)` gives it, with each distinct prompt
-    run once. Positions past a sequence's end are 0."""
+    `model(micro.input_ids, attention_mask=micro.attention_mask)` gives it (its logits divided by
+    `temperature`), with each distinct prompt run once. Positions past a sequence's end are 0."""
     input_ids, lengths = micro.input_ids, micro.lengths
     width = input_ids.shape[1]
     prompt_lengths, prompt_of_row, prompts = prompt_rows(micro)
@@ -71,12 +71,12 @@ def logprobs_sharing_prompts(model: torch.nn.Module, micro: MicroBatch) -> torch
     targets = input_ids[:, 1:].to(device)
     in_prompt = min(prompt_width, width - 1)
     # Picked per row from the distinct prompts' logprobs, without a copy of them for every row.
-    prompt_logp = torch.log_softmax(out.logits[:, :in_prompt].float(), dim=-1)
+    prompt_logp = torch.log_softmax(out.logits[:, :in_prompt].float() / temperature, dim=-1)
     from_prompt = prompt_logp[prompt_of_row.to(device)[:, None], torch.arange(in_prompt, device=device)[None, :],
                               targets[:, :in_prompt]]
     from_prompt = torch.nn.functional.pad(from_prompt, (0, width - 1 - in_prompt))
     next_ids = input_ids.gather(1, (take + 1).clamp(max=width - 1)).to(device)  # own position j predicts these
-    own = torch.log_softmax(rest_logits.float(), dim=-1).gather(-1, next_ids[..., None])[..., 0]
+    own = torch.log_softmax(rest_logits.float() / temperature, dim=-1).gather(-1, next_ids[..., None])[..., 0]
     positions = torch.arange(width - 1)[None, :]
     from_own = own.gather(1, (positions - prompt_lengths[:, None]).clamp(0, rest_width - 1).to(device))
     logprobs = torch.where((positions < prompt_lengths[:, None]).to(device), from_prompt, from_own)

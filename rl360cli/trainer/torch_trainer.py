@@ -27,18 +27,20 @@ from rl360cli.rl.config import GRPOConfig
 from rl360cli.rl.train_batch import TrainBatch
 from rl360cli.trainer.config import TrainerConfig
 from rl360cli.trainer.fault_points import fault_point
+from rl360cli.trainer.protocol import logprob_temperature
 from rl360cli.trainer.shared_prompts import logprobs_sharing_prompts
 from rl360cli.trainer.step import train_step
 
 
 class TorchTrainer:
     def __init__(self, model_dir: Path, config: TrainerConfig, grpo: GRPOConfig, *, seed: int = 0,
-                 device: str = "cpu"):
+                 device: str = "cpu", temperature: float = 1.0):
         from transformers import AutoModelForCausalLM
 
         torch.manual_seed(seed)
         self.config = config
         self.grpo = grpo
+        self.temperature = logprob_temperature(temperature)
         self.device = torch.device(device)
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(self.device)
         self.model.train()
@@ -70,12 +72,12 @@ class TorchTrainer:
         input_ids = input_ids.to(self.device)
         with self._autocast():
             logits = self.model(input_ids=input_ids, attention_mask=attention_mask.to(self.device)).logits
-            logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+            logp = torch.log_softmax(logits[:, :-1].float() / self.temperature, dim=-1)
         return logp.gather(-1, input_ids[:, 1:, None])[..., 0]
 
     def _shared_logprobs(self, micro) -> torch.Tensor:
         with self._autocast():
-            return logprobs_sharing_prompts(self.model, micro)
+            return logprobs_sharing_prompts(self.model, micro, temperature=self.temperature)
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         """The forward pass's number format (`trainer.precision`); backward runs outside it, as autocast wants."""

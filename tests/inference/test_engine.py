@@ -41,11 +41,12 @@ def item(prompt, **params):
     return parse_generate(body)[0][0]
 
 
-def reference_logprobs(model, prompt, output):
-    """log_softmax of a plain, unbatched, uncached forward over prompt + output, at the output tokens."""
+def reference_logprobs(model, prompt, output, temperature: float = 1.0):
+    """log_softmax at `temperature` of a plain, unbatched, uncached forward over prompt + output, at the output
+    tokens."""
     with torch.no_grad():
         logits = model(torch.tensor([prompt + output])).logits[0].float()
-    lp = torch.log_softmax(logits, dim=-1)[len(prompt) - 1:-1]
+    lp = torch.log_softmax(logits / temperature, dim=-1)[len(prompt) - 1:-1]
     return lp.gather(1, torch.tensor(output).unsqueeze(1)).squeeze(1)
 
 
@@ -67,12 +68,18 @@ def test_batched_logprobs_equal_a_plain_forward_pass(engine, reference):
         assert torch.allclose(mine, reference_logprobs(reference, prompt, output), atol=1e-4, rtol=0)
 
 
-def test_logprobs_stay_at_temperature_one_whatever_the_sampling_temperature(engine, reference):
+def test_logprobs_are_at_the_sampling_temperature_before_the_cuts(engine, reference):
+    """SGLang's convention: the drawn token's log-probability under log_softmax(logits / temperature), the
+    distribution before top-k / top-p (which only choose what is drawn); a greedy request's at temperature 1."""
     prompt = [4, 5, 6]
     answer = engine.submit(item(prompt, max_new_tokens=12, ignore_eos=True, temperature=0.3, top_k=5,
                                 top_p=0.8)).result(timeout=60)
     mine = torch.tensor([e[0] for e in answer["meta_info"]["output_token_logprobs"]])
-    assert torch.allclose(mine, reference_logprobs(reference, prompt, answer["output_ids"]), atol=1e-4, rtol=0)
+    expected = reference_logprobs(reference, prompt, answer["output_ids"], temperature=0.3)
+    assert torch.allclose(mine, expected, atol=1e-4, rtol=0)
+    greedy = engine.submit(item(prompt, max_new_tokens=6, ignore_eos=True, temperature=0)).result(timeout=60)
+    mine = torch.tensor([e[0] for e in greedy["meta_info"]["output_token_logprobs"]])
+    assert torch.allclose(mine, reference_logprobs(reference, prompt, greedy["output_ids"]), atol=1e-4, rtol=0)
 
 
 def test_greedy_matches_hugging_face_generate(engine, reference):

@@ -37,7 +37,7 @@ def test_sglang_server_command_golden():
         "--weight-version 3 --api-key <api-key file> --trust-remote-code --context-length 32768 --enable-metrics "
         "--log-level warning"
     )
-    assert cmd.env == {"SGLANG_RETURN_ORIGINAL_LOGPROB": "1", "NCCL_SOCKET_IFNAME": "ib0"}
+    assert cmd.env == {"NCCL_SOCKET_IFNAME": "ib0"}
 
 
 def test_sglang_flags_without_a_value_are_left_out():
@@ -45,7 +45,7 @@ def test_sglang_flags_without_a_value_are_left_out():
     assert cmd.argv == ("python3", "-m", "sglang.launch_server", "--model-path", "/m", "--host", "h", "--port", "1",
                         "--tp-size", "1", "--max-running-requests", "32", "--weight-version", "0",
                         "--trust-remote-code", "--log-level", "info")
-    assert cmd.env == {"SGLANG_RETURN_ORIGINAL_LOGPROB": "1"}
+    assert cmd.env == {}
 
 
 def test_local_engine_command_golden():
