@@ -92,11 +92,11 @@ async def run_session(spec: SessionSpec, task: Task, *, endpoint: SessionEndpoin
         _cut(running)
         detail = (f"the session ran past its {rollout.session_timeout_s:g}s deadline ([rollout] session_timeout_s) "
                   f"after {record.num_turns} turns; cut, its sandbox stopped in the background")
-        return _trajectories(spec, record, harness, agent, reward=None, outcome=Outcome.INFRA_FAILURE,
+        return _trajectories(spec, task, record, harness, agent, reward=None, outcome=Outcome.INFRA_FAILURE,
                              cause=InfraCause.SESSION_TIMEOUT, timings=timings, metadata={
                                  "node": None, "injected": False, "retries": 0, "detail": detail})
     attempt: AttemptResult = running.result()
-    return _trajectories(spec, record, harness, agent, reward=attempt.reward, outcome=attempt.outcome,
+    return _trajectories(spec, task, record, harness, agent, reward=attempt.reward, outcome=attempt.outcome,
                          cause=attempt.cause, timings={**attempt.timings, **timings}, metadata={
                              "node": attempt.node, "detail": attempt.detail, "injected": attempt.injected,
                              "retries": attempt.retries, "pool_hit": attempt.pool_hit,
@@ -129,7 +129,13 @@ async def _run_harness(harness: Harness, session: Session, record: SessionRecord
             from e
 
 
-def _trajectories(spec: SessionSpec, record: SessionRecord, harness: Harness, agent: AgentConfig, *,
+def task_tags(task: Task) -> list[str]:
+    """The task's domain tags (`[metadata] tags`), for the step's figures per domain (rl360cli/loop/domains.py)."""
+    tags = task.metadata.get("tags")
+    return [str(tag) for tag in tags] if isinstance(tags, list) else []
+
+
+def _trajectories(spec: SessionSpec, task: Task, record: SessionRecord, harness: Harness, agent: AgentConfig, *,
                   reward: float | None, outcome: Outcome, cause: InfraCause | None, timings: dict[str, float],
                   metadata: dict[str, Any]) -> list[Trajectory]:
     """The session's segments as trajectories, with the attempt's outcome and the recipe's rules applied."""
@@ -147,7 +153,8 @@ def _trajectories(spec: SessionSpec, record: SessionRecord, harness: Harness, ag
             reward = max(0.0, reward - agent.format_penalty)
     if outcome is Outcome.INFRA_FAILURE:
         reward = None
-    common = {**metadata, "harness": agent.harness, "turns": getattr(harness, "turns", None) or record.turns,
+    common = {**metadata, "harness": agent.harness, "tags": task_tags(task),
+              "turns": getattr(harness, "turns", None) or record.turns,
               "session": {**record.stats(), "format_errors": format_errors}}
     if outcome is Outcome.INFRA_FAILURE:  # masked: its first segment stands for it, counted once
         samples = samples[:1]

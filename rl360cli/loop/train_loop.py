@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from rl360cli.errors import Rl360Error
 from rl360cli.loop.config import LoopConfig
+from rl360cli.loop.domains import domain_figures
 from rl360cli.loop.eval import Evaluation
 from rl360cli.loop.ledger import StepLedger, check_same_sampler, sampler_identity, step_entry
 from rl360cli.rl.batch import build_batch
@@ -143,6 +144,7 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
             waited_s=waited_s, train_s=train_s, busy_s=train_done - train_started, hidden_s=hidden_s,
             step_s=time.time() - step_started, version=trainer.version,
         )
+        last.update(domain_figures(trajectories, trained))
         last["steps_without_signal"] = ledger.steps_without_signal()
         if cancelled_at_end:
             last["groups_cancelled_at_end"] = len(cancelled_at_end)

@@ -77,9 +77,12 @@ def recorded_rows(tmp_path_factory) -> list[dict]:
 
 
 def with_eval(rows: list[dict]) -> list[dict]:
-    """`rows` with a held-out evaluation every third step and at the end."""
+    """`rows` with a held-out evaluation every third step and at the end, and the figures of two task domains
+    (as tasks with `[metadata] tags` give them)."""
     out = [dict(r) for r in rows]
     for row in out:
+        row["reward/domain/strings"] = 0.3 + 0.1 * row["step"]
+        row["reward/domain/parsing"] = 0.1 + 0.05 * row["step"]
         if (row["step"] + 1) % 3 == 0 or row["step"] + 1 == STEPS:
             row["eval/pass@1"] = 0.2 + 0.05 * row["step"]
             row["eval/pass@4"] = 0.5 + 0.05 * row["step"]
@@ -141,15 +144,16 @@ def test_report_of_a_finished_a_running_and_a_failed_run_renders_in_chromium(rec
     expected = {
         "smoke-finished": ("finished", "finished: step 6 of 6", set(c.name for c in CHARTS)),
         "smoke-failed": ("failed", "failed at step 4 of 6: RuntimeError: engine rollout/engine-0 went away",
-                         set(c.name for c in CHARTS) - {"eval"}),
-        "smoke-running": ("running", "running: step 3 of 6 done", set(c.name for c in CHARTS) - {"eval"}),
+                         set(c.name for c in CHARTS) - {"eval", "domains"}),
+        "smoke-running": ("running", "running: step 3 of 6 done",
+                          set(c.name for c in CHARTS) - {"eval", "domains"}),
     }
     reports = {"smoke-running": json.loads(run_cli("report", "--json", state=state_path, check=True).stdout),
                "smoke-failed": json.loads(run_cli("report", "smoke-failed", "--json", state=state_path,
                                                   check=True).stdout)}
     shown = run_cli("report", "smoke-finished", "--open", state=state_path, check=True).stdout.splitlines()
     finished_page = runs / "smoke-finished" / "report" / "report.html"
-    assert shown == ["run smoke-finished finished: step 6 of 6; 8 charts", finished_page.as_uri()]
+    assert shown == ["run smoke-finished finished: step 6 of 6; 9 charts", finished_page.as_uri()]
     for run_id, report in reports.items():
         status, detail, charts = expected[run_id]
         assert (report["run"], report["path"], report["status"], report["detail"]) == (
@@ -178,7 +182,7 @@ def test_report_of_a_finished_a_running_and_a_failed_run_renders_in_chromium(rec
     # The checks can fail: a chart whose PNG is gone is marked, and said, on the page.
     (finished_page.parent / "reward.png").unlink()
     dom, _ = open_in_chromium(finished_page, tmp_path)
-    assert 'data-images-loaded="7" data-images-total="8"' in dom and "this chart did not load: reward.png" in dom
+    assert 'data-images-loaded="8" data-images-total="9"' in dom and "this chart did not load: reward.png" in dom
 
 
 def test_a_blank_picture_is_told_from_a_chart(tmp_path):

@@ -99,10 +99,30 @@ def _draw_eval(ax, rows: list[dict]) -> str:
     return ""
 
 
+DOMAIN_PREFIX = "reward/domain/"
+
+
+def _domains(rows: list[dict]) -> list[str]:
+    return sorted({key[len(DOMAIN_PREFIX):] for r in rows for key in r if key.startswith(DOMAIN_PREFIX)})
+
+
+def _draw_domains(ax, rows: list[dict]) -> str:
+    x = _steps(rows)
+    for i, tag in enumerate(_domains(rows)):
+        ys = [r.get(DOMAIN_PREFIX + tag) for r in rows]
+        ax.plot(x, [float("nan") if y is None else y for y in ys], marker=".", linestyle=LINE_STYLES[i % 4],
+                label=tag)
+    ax.set_ylim(-0.02, 1.02)
+    return ""
+
+
 CHARTS: tuple[Chart, ...] = (
     Chart(name="reward", title="Reward and pass rate per step", ylabel="first-round mean", unit_interval=True,
           about="mean reward and share of passing attempts in each step's first generation round",
           lines=(("reward mean", "reward_mean"), ("pass rate", "pass_rate"))),
+    Chart(name="domains", title="Reward per task domain", ylabel="mean reward", unit_interval=True,
+          about="each tag's sessions (their tasks' [metadata] tags, or a calibration manifest's), all rounds",
+          draw=_draw_domains, is_recorded=lambda rows: bool(_domains(rows)), reads="reward/domain/<tag>"),
     Chart(name="eval", title="Held-out evaluation (pass@k)", ylabel="pass@k",
           about="unbiased pass@k on held-out tasks, never trained on",
           draw=_draw_eval, is_recorded=lambda rows: bool(eval_points(rows)), reads="eval/pass@1, eval/pass@k"),
