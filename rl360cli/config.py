@@ -129,6 +129,9 @@ class TasksConfig:
     path: str
     # Only these task folder names (all when empty).
     include: tuple[str, ...] = ()
+    # Only the tasks a manifest of `rl360 tasks calibrate` lists (relative to the recipe's folder): those
+    # the starting policy solves some of the time. Read at load into `include`; not with `include`.
+    manifest: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -182,6 +185,12 @@ def load_recipe(path: Path | str, *, base_dir: Path | str | None = None,
         raise _blame(e, path, data, overrides) from None
     base = Path(base_dir) if base_dir else path.parent
     tasks = dataclasses.replace(recipe.tasks, path=str((base / recipe.tasks.path).absolute()))
+    if tasks.manifest:
+        if tasks.include:
+            raise ConfigError(f"{path}: [tasks] has both include and manifest",
+                              "keep one: the manifest lists the tasks to include")
+        manifest = (base / tasks.manifest).absolute()
+        tasks = dataclasses.replace(tasks, manifest=str(manifest), include=read_manifest(manifest))
     run = dataclasses.replace(recipe.run, profile=str((base / recipe.run.profile).absolute()))
     model = recipe.model
     if model.kind == "huggingface" and model.path and not Path(model.path).is_absolute():
@@ -192,6 +201,38 @@ def load_recipe(path: Path | str, *, base_dir: Path | str | None = None,
     check_held_out(evaluation, tasks_path=tasks.path, tasks_include=tasks.include, where=str(path))
     return dataclasses.replace(recipe, run=run, tasks=tasks, model=model, eval=evaluation)
 
+
+
+# ----------------------------------------------------------------------------- task manifests
+
+MANIFEST_VERSION = 1
+
+
+def write_manifest(path: Path, pass_rates: dict[str, float], *, source: str, band: str, k: int, policy: str) -> None:
+    """A manifest of `rl360 tasks calibrate` (`[tasks] manifest` reads it): the chosen task folder names, with
+    their pass rates and how they were chosen."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"version": MANIFEST_VERSION, "source": source, "band": band, "k": k, "policy": policy,
+           "tasks": list(pass_rates), "pass_rates": pass_rates}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def read_manifest(path: Path) -> tuple[str, ...]:
+    """The task folder names a manifest lists; `ConfigError` naming the fix when it cannot be read."""
+    fix = f"make it again with `rl360 tasks calibrate ... --manifest {path}`, or remove [tasks] manifest"
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"task manifest {path}: no such file", fix) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"task manifest {path}: not readable JSON ({e})", fix) from None
+    tasks = doc.get("tasks") if isinstance(doc, dict) else None
+    if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+        raise ConfigError(f"task manifest {path}: expected an object with a list of task names under 'tasks'", fix)
+    if not tasks:
+        raise ConfigError(f"task manifest {path}: lists no task (no task's pass rate was in band {doc.get('band')})",
+                          "calibrate with a wider --band, or another policy")
+    return tuple(tasks)
 
 def _blame(error: ConfigError, path: Path, data: dict, overrides: Sequence[Override]) -> ConfigError:
     """The error of a recipe with overrides, said of the file when the file alone fails too, else of the

@@ -63,7 +63,7 @@ def render(report: StatusReport) -> None:
             reward = f"{last['reward_mean']:.3f}" if "reward_mean" in last else "-"
             infra = str(last.get("infra_failures", "-"))
             mark = " *" if rid == report.current_run else ""
-            row = [rid + mark, _styled(r.get("status")), f"{r.get('step', 0)}/{r.get('num_steps', '?')}",
+            row = [rid + mark, _styled(r.get("status")), _progress(r),
                    str(r.get("policy_version", "-")), reward, infra]
             if with_overrides:
                 row.append(" ".join(r.get("overrides") or []) or "-")
@@ -148,3 +148,10 @@ def _last_metrics(path: str | None) -> dict:
         return json.loads(lines[-1]) if lines else {}
     except (FileNotFoundError, json.JSONDecodeError, IndexError):
         return {}
+
+
+def _progress(run: dict) -> str:
+    """Steps done of the run's steps; a calibration run trains none."""
+    if run.get("calibrate"):
+        return f"calibration, k={run['calibrate']}"
+    return f"{run.get('step', 0)}/{run.get('num_steps', '?')}"

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import os
-import socket
 import sys
 import threading
 import time
@@ -29,16 +27,15 @@ import traceback
 from pathlib import Path
 
 from rl360cli.config import RUN_RECIPE, ClusterProfile, Recipe, load_profile, load_run_recipe, run_policy_dir
-from rl360cli.errors import RunFailed
-from rl360cli.images.config import RegistrySpec
 from rl360cli.inference.apikey import api_key_path, optional_api_key
 from rl360cli.inference.client import EngineClient, EngineError
-from rl360cli.inference.router import generations_in_flight
 from rl360cli.loop.samples import SAMPLES, TRAJECTORIES, SampleKeeper
 from rl360cli.metrics import MetricsLogger, drop_steps_from
 from rl360cli.ports import free_port
 from rl360cli.progress import GenerationProgress
+from rl360cli.run.calibrate import calibrate
 from rl360cli.run.rejoin import EngineRejoins
+from rl360cli.run.session_actors import close_actors, engine_urls, launch_ray_and_actors, log, wait_actors_ready
 from rl360cli.sandbox.task_loader import load_task_set
 from rl360cli.state import queries, transitions
 from rl360cli.state.schema import RunStatus, StateDoc, StateError
@@ -56,12 +53,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", required=True)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--ray-address", default=None, help="join this Ray cluster instead of starting one")
+    parser.add_argument("--calibrate", type=int, default=None, metavar="K",
+                        help="attempt each task K times on policy v0 and train nothing (run/calibrate.py)")
     args = parser.parse_args(argv)
     if int(os.environ.get("RANK", "0")) > 0:
         return follow_run(args.state, args.run)
     state = StateFile(args.state)
     try:
-        summary = run(state, args.run, resume=args.resume, ray_address=args.ray_address)
+        if args.calibrate:
+            summary = calibrate(state, args.run, k=args.calibrate, ray_address=args.ray_address)
+        else:
+            summary = run(state, args.run, resume=args.resume, ray_address=args.ray_address)
     except Exception as e:  # noqa: BLE001 — whatever ends the run is recorded, then the component fails
         if queries.run_was_stopped(state.read(), args.run):
             # `rl360 down` stopped the run and is stopping its engines: what that breaks here is no failure.
@@ -147,12 +149,7 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
         if rejoins is not None:
             rejoins.stop(timeout_s=5)
         metrics.close()
-        for actor in actors:
-            try:
-                ray.get(actor.close.remote(), timeout=30)
-            except Exception:  # noqa: BLE001 — closing is best effort; the supervisor ends what is left
-                pass
-        ray.shutdown()
+        close_actors(actors)
         broadcaster.close()
     return {"policy_version": trainer.version, "engine_versions": versions}
 
@@ -228,92 +225,6 @@ class Serialized:
         return in_turn
 
 
-def launch_ray_and_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_id: str, policy_dir: Path,
-                          router: str, node_images: dict[str, dict[str, str | None]], ray_address: str | None,
-                          api_key_file: str | None) -> list:
-    """Join the tiers' Ray cluster (or start a private one here) and launch the run's session actors;
-    `wait_actors_ready` waits for them."""
-    import ray
-
-    if ray_address:
-        # ray.init waits for a head that never answers without end (its `ray start` failed, say).
-        wait_for_ray_head(ray_address, recipe.rollout.actor_start_timeout_s)
-    # Ray reports usage to its makers unless told not to: a run talks to its own cluster only.
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    # "local" starts a private Ray instance even when another one runs on this machine.
-    ray.init(address=ray_address or "local", num_cpus=None if ray_address else max(2, os.cpu_count() or 2),
-             include_dashboard=False, log_to_driver=True, configure_logging=False)
-    return launch_session_actors(recipe, profile, run_id=run_id, policy_dir=policy_dir, router=router,
-                                 node_images=node_images, in_cluster=ray_address is not None,
-                                 api_key_file=api_key_file)
-
-
-def wait_for_ray_head(address: str, timeout_s: float) -> None:
-    """Return once the Ray head's GCS at `host:port` takes connections; `RunFailed` after `timeout_s`."""
-    host, _, port = address.rpartition(":")
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            socket.create_connection((host, int(port)), timeout=2).close()
-            return
-        except OSError as e:
-            if time.monotonic() > deadline:
-                raise RunFailed(f"the Ray head at {address} does not answer after {timeout_s:g}s ({e})",
-                                fix="see `rl360 logs` for service/ray-head") from None
-            time.sleep(0.5)
-
-
-def launch_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_id: str, policy_dir: Path,
-                          router: str, node_images: dict[str, dict[str, str | None]], in_cluster: bool,
-                          api_key_file: str | None = None) -> list:
-    """The run's Ray session actors, launched, each given its configuration as plain data."""
-    import ray
-
-    from rl360cli.rollout.session_actor import ActorSetup, SessionActor
-
-    remote_actor = ray.remote(SessionActor)
-    # In a Ray cluster across the tiers the actors go to the rollout tier's nodes, spread out.
-    placement = {"resources": {"tier_rollout": 0.001}, "scheduling_strategy": "SPREAD"} if in_cluster else {}
-    num_actors = recipe.rollout.num_session_actors
-    in_flight = generations_in_flight(recipe.engine, recipe.rollout.max_concurrent_sessions)
-    setup = ActorSetup(run_id=run_id, policy_dir=str(policy_dir), router_url=router, actor_index=0,
-                       tasks_path=recipe.tasks.path, tasks_include=recipe.tasks.include, rollout=recipe.rollout,
-                       agent=recipe.agent,
-                       eval_tasks_path=recipe.eval.path if recipe.eval.active else None,
-                       eval_tasks_include=recipe.eval.include,
-                       sandbox=recipe.sandbox, nodes=profile.nodes if profile else (), node_images=node_images,
-                       registry=profile.registry if profile else RegistrySpec(),
-                       # A local tier may be pinned to some CPUs: the actors and their sandboxes keep to them.
-                       cpu_list=profile.tiers["rollout"].cpu_list if profile else (), api_key_file=api_key_file,
-                       max_generate_connections=-(-in_flight // num_actors))
-    # A dead actor (its node lost, its process killed) is started again by Ray on the rollout tier,
-    # and the groups it held run again there: what they had generated died with it, none was trained.
-    # Its tasks are retried without a count of their own (-1): every call that finds it restarting
-    # counts as a retry, and three ran out while a lost Slurm node's actors came back (chaos bench).
-    return [remote_actor.options(num_cpus=0, max_concurrency=10_000,
-                                 max_restarts=recipe.rollout.actor_max_restarts, max_task_retries=-1, **placement)
-            .remote(dataclasses.replace(setup, actor_index=i))
-            for i in range(num_actors)]
-
-
-def wait_actors_ready(actors: list, recipe: Recipe, *, in_cluster: bool) -> None:
-    """Until every session actor is built; `RunFailed` past `[rollout] actor_start_timeout_s`."""
-    import ray
-
-    # Ray waits for resources without end: an actor no node can take (the rollout tier's Ray worker
-    # never joined) would hang the run's first step. Fail it here instead, naming what to look at.
-    started = time.monotonic()
-    timeout_s = recipe.rollout.actor_start_timeout_s
-    ready, waiting = ray.wait([a.ready.remote() for a in actors], num_returns=len(actors), timeout=timeout_s)
-    ray.get(ready)  # an actor whose constructor raised raises here, with its own error
-    if waiting:
-        where = "the rollout tier's Ray nodes (see `rl360 logs` for its ray-worker)" if in_cluster else "this machine"
-        raise RunFailed(f"{len(waiting)} of {len(actors)} session actors did not start within {timeout_s:g}s "
-                         f"on {where}", fix="check that the tier's Ray worker runs, or raise "
-                                            "[rollout] actor_start_timeout_s")
-    log(f"{len(actors)} session actors ready ({time.monotonic() - started:.1f}s after the trainer was)")
-
-
 def follow_run(state_path: str, run_id: str) -> int:
     """Ranks > 0 of the megatron trainer under torchrun: build this rank's shard of the run's trainer
     and run rank 0's commands on it until rank 0 closes it. Never touches the state file's records
@@ -326,19 +237,6 @@ def follow_run(state_path: str, run_id: str) -> int:
                     temperature=recipe.rollout.temperature,
                     device=default_device()).serve()
     return 0
-
-
-def engine_urls(doc: StateDoc, run_id: str) -> tuple[list[str], str]:
-    """The run's live engines (direct URLs, for the weight broadcast) and its router."""
-    engines, router = [], None
-    for rec in queries.live_components(doc, run=run_id).values():
-        if rec["kind"].startswith("engine"):
-            engines.append(rec["url"])
-        elif rec["kind"] == "router":
-            router = rec["url"]
-    if not engines or router is None:
-        raise RuntimeError(f"run {run_id} has no running engines or router; start them with `rl360 serve`")
-    return sorted(engines), router
 
 
 def run_engine_urls(doc: StateDoc, run_id: str) -> list[str]:
@@ -390,10 +288,6 @@ def end_run_patiently(state: StateFile, run_id: str, status: RunStatus, *, reaso
             if time.monotonic() >= deadline:
                 raise
             log(f"the run's end is not recorded yet ({e.problem}); trying again")
-
-
-def log(message: str) -> None:
-    print(f"[driver] {message}", flush=True)
 
 
 def _fmt(value) -> str:

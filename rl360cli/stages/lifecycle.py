@@ -33,10 +33,12 @@ from rl360cli.state import queries, transitions
 from rl360cli.state.schema import RUN_FINAL, RunRecord, RunStatus
 
 
-def start_run(ctx: Context, *, resume: bool = False, overrides: Sequence[Override] = ()) -> str:
+def start_run(ctx: Context, *, resume: bool = False, overrides: Sequence[Override] = (),
+              calibrate: int | None = None) -> str:
     """Create (or, with `resume`, reopen) the recipe's run; make it the current run. `ctx.recipe` is the
     recipe with `overrides` applied; a resumed run keeps its recipe file and the overrides it had, and
-    `overrides` add to them (then `ctx.recipe` becomes that recipe, which its trainer reads too)."""
+    `overrides` add to them (then `ctx.recipe` becomes that recipe, which its trainer reads too).
+    `calibrate`: a calibration run instead, that many samples per task on policy v0 (run/calibrate.py)."""
     recipe = ctx.need_recipe()
     doc = ctx.state.read()
     for run_id, run in queries.active_runs(doc).items():
@@ -59,7 +61,7 @@ def start_run(ctx: Context, *, resume: bool = False, overrides: Sequence[Overrid
     run_dir = ctx.run_dir
     transitions.start_run(ctx.state, ctx.run_id, name=recipe.run.name, recipe=str(ctx.recipe_path),
                           run_dir=str(run_dir), num_steps=recipe.loop.num_steps, resumed=resume,
-                          overrides=[o.text for o in overrides])
+                          overrides=[o.text for o in overrides], calibrate=calibrate)
     ctx.event("up", "start", f"run {ctx.run_id}", resume=resume, overrides=[o.text for o in overrides])
     ctx.say(f"run {ctx.run_id}: {run_dir}")
     return ctx.run_id

@@ -28,7 +28,7 @@ def applies(ctx: Context) -> bool:
 FIRST_TRAINING_NODE = "<training[0]>"
 
 
-def trainer_spec(ctx: Context, *, resume: bool = False) -> ComponentSpec:
+def trainer_spec(ctx: Context, *, resume: bool = False, calibrate: int | None = None) -> ComponentSpec:
     driver_args = ("--state", str(ctx.state.path.absolute()), "--run", ctx.run_id or "")
     if resume:
         driver_args += ("--resume",)
@@ -37,7 +37,10 @@ def trainer_spec(ctx: Context, *, resume: bool = False) -> ComponentSpec:
     # A synchronous loop updates while generation waits: on this machine the update has every core
     # (on 2 cores, 2 threads train local-smoke's batch in 2.2 s instead of 4).
     alone = not ctx.need_recipe().loop.overlap
-    if trainer.kind == "megatron" and not ctx.backend.on_this_machine:
+    if calibrate:  # no trainer is built: one process, whatever the trainer's kind
+        argv = python_argv(ctx, "rl360cli.run.driver", *driver_args, "--calibrate", str(calibrate))
+        env = thread_env(ctx, "training")
+    elif trainer.kind == "megatron" and not ctx.backend.on_this_machine:
 
         # One torchrun per training node (one Slurm task each, on every node of the tier), meeting at
         # the first node by torchrun's c10d rendezvous: world = TP x PP x DP over the tier's GPUs.
@@ -83,7 +86,7 @@ def plan(ctx: Context) -> list[Action]:
 def apply(ctx: Context, *, resume: bool = False) -> ComponentRecord:
     run = queries.run(ctx.state.read(), ctx.run_id)
     resume = resume or bool(run and run["resumed"])
-    spec = trainer_spec(ctx, resume=resume)
+    spec = trainer_spec(ctx, resume=resume, calibrate=run.get("calibrate") if run else None)
     ray = ctx.backend.ray_cluster(ctx.state.read(), run=ctx.run_id, token_path=ctx.run_dir / "ray" / "auth_token",
                                   port=ray_port(ctx))
     for ray_spec in ray.components:

@@ -152,6 +152,8 @@ def run_was_stopped(doc: StateDoc, run_id: str | None) -> bool:
 
 
 def last_run_of(doc: StateDoc, name: str) -> str | None:
-    """The id of the latest run of recipe `name` (None when there is none)."""
-    started = [(rec["started_at"], rid) for rid, rec in doc["runs"].items() if rec["name"] == name]
+    """The id of the latest training run of recipe `name` (None when there is none): calibration runs
+    (`rl360 tasks calibrate`) train nothing and are never resumed."""
+    started = [(rec["started_at"], rid) for rid, rec in doc["runs"].items()
+               if rec["name"] == name and not rec.get("calibrate")]
     return max(started)[1] if started else None

@@ -286,6 +286,7 @@ class RunRecord(TypedDict):
     policy_version: int
     status: RunStatus
     resumed: bool  # reopened with --resume
+    calibrate: NotRequired[int]  # a calibration run (`rl360 tasks calibrate`): samples per task, nothing trained
     overrides: NotRequired[list[str]]  # the `--set` overrides as typed, `--inject-failures` among them (stages/lifecycle.py)
     pid: NotRequired[int]  # the trainer's driver process (run/driver.py)
     reward_mean: NotRequired[float | None]  # of the last step (run/driver.py)

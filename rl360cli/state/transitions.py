@@ -30,14 +30,17 @@ _STOP_FIELDS = ("status", "reason", "ended_at")
 
 
 def start_run(state: StateFile, run_id: str, *, name: str, recipe: str, run_dir: str, num_steps: int,
-              resumed: bool, overrides: Sequence[str] = ()) -> None:
-    """Create run `run_id` (or reopen it, `resumed`) as `starting`, and make it the current run."""
+              resumed: bool, overrides: Sequence[str] = (), calibrate: int | None = None) -> None:
+    """Create run `run_id` (or reopen it, `resumed`) as `starting`, and make it the current run; `calibrate`:
+    a calibration run of that many samples per task."""
     with state.update() as doc:
         run = doc["runs"].setdefault(run_id, {
             "name": name, "recipe": recipe, "run_dir": run_dir, "metrics_path": f"{run_dir}/metrics.jsonl",
             "started_at": now_iso(), "step": 0, "policy_version": 0, "num_steps": num_steps,
         })
         run.update(status=RunStatus.STARTING, resumed=resumed, num_steps=num_steps, overrides=list(overrides))
+        if calibrate:
+            run["calibrate"] = calibrate
         doc["current_run"] = run_id
 
 
