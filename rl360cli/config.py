@@ -130,8 +130,11 @@ class TasksConfig:
     # Only these task folder names (all when empty).
     include: tuple[str, ...] = ()
     # Only the tasks a manifest of `rl360 tasks calibrate` lists (relative to the recipe's folder): those
-    # the starting policy solves some of the time. Read at load into `include`; not with `include`.
+    # the starting policy solves some of the time. Read at load into `include` (and `tags`); not with `include`.
     manifest: str = ""
+    # Domain tags by task folder name, in place of a task's `[metadata] tags`, for the figures per domain
+    # (reward/domain/<tag>); a manifest's fill in the tasks this table leaves out.
+    tags: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -190,7 +193,9 @@ def load_recipe(path: Path | str, *, base_dir: Path | str | None = None,
             raise ConfigError(f"{path}: [tasks] has both include and manifest",
                               "keep one: the manifest lists the tasks to include")
         manifest = (base / tasks.manifest).absolute()
-        tasks = dataclasses.replace(tasks, manifest=str(manifest), include=read_manifest(manifest))
+        listed = read_manifest(manifest)
+        tasks = dataclasses.replace(tasks, manifest=str(manifest), include=listed.tasks,
+                                    tags={**listed.tags, **tasks.tags})
     run = dataclasses.replace(recipe.run, profile=str((base / recipe.run.profile).absolute()))
     model = recipe.model
     if model.kind == "huggingface" and model.path and not Path(model.path).is_absolute():
@@ -208,17 +213,25 @@ def load_recipe(path: Path | str, *, base_dir: Path | str | None = None,
 MANIFEST_VERSION = 1
 
 
-def write_manifest(path: Path, pass_rates: dict[str, float], *, source: str, band: str, k: int, policy: str) -> None:
+@dataclass(frozen=True, slots=True)
+class TaskManifest:
+    tasks: tuple[str, ...]  # task folder names
+    tags: dict[str, tuple[str, ...]]  # domain tags by task, where the manifest gives them
+
+
+def write_manifest(path: Path, pass_rates: dict[str, float], *, tags: dict[str, Sequence[str]], source: str,
+                   band: str, k: int, policy: str) -> None:
     """A manifest of `rl360 tasks calibrate` (`[tasks] manifest` reads it): the chosen task folder names, with
-    their pass rates and how they were chosen."""
+    their pass rates, their domain tags (edit them to regroup the figures per domain) and how they were chosen."""
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"version": MANIFEST_VERSION, "source": source, "band": band, "k": k, "policy": policy,
-           "tasks": list(pass_rates), "pass_rates": pass_rates}
+           "tasks": list(pass_rates), "pass_rates": pass_rates, "tags": {t: list(tags.get(t, ())) for t in pass_rates}}
     path.write_text(json.dumps(doc, indent=1) + "\n")
 
 
-def read_manifest(path: Path) -> tuple[str, ...]:
-    """The task folder names a manifest lists; `ConfigError` naming the fix when it cannot be read."""
+def read_manifest(path: Path) -> TaskManifest:
+    """The task folder names a manifest lists, and their tags; `ConfigError` naming the fix when it cannot be
+    read."""
     fix = f"make it again with `rl360 tasks calibrate ... --manifest {path}`, or remove [tasks] manifest"
     try:
         doc = json.loads(path.read_text())
@@ -232,7 +245,11 @@ def read_manifest(path: Path) -> tuple[str, ...]:
     if not tasks:
         raise ConfigError(f"task manifest {path}: lists no task (no task's pass rate was in band {doc.get('band')})",
                           "calibrate with a wider --band, or another policy")
-    return tuple(tasks)
+    tags = doc.get("tags") or {}
+    if not isinstance(tags, dict) or not all(isinstance(v, list) and all(isinstance(t, str) for t in v)
+                                             for v in tags.values()):
+        raise ConfigError(f"task manifest {path}: 'tags' must map task names to lists of tags", fix)
+    return TaskManifest(tasks=tuple(tasks), tags={task: tuple(v) for task, v in tags.items()})
 
 def _blame(error: ConfigError, path: Path, data: dict, overrides: Sequence[Override]) -> ConfigError:
     """The error of a recipe with overrides, said of the file when the file alone fails too, else of the

@@ -58,6 +58,9 @@ class InfraCause(StrEnum):
     TITO_BREAK = "tito_break"
     """The harness rewrote its conversation's history, and the recipe masks such sessions
     (`[agent] on_tito_break = "mask"`) instead of training each segment."""
+    PROMPT_TOO_LONG = "prompt_too_long"
+    """The task's first prompt alone is past the session's token budget (`[rollout] max_total_tokens`): the
+    policy never saw the task, so there is nothing to score it on (a recipe and task set that do not fit)."""
     PROVIDER_ERROR = "provider_error"
     """The sandbox provider (Docker daemon, remote API) returned an error."""
     INJECTED = "injected"

@@ -224,6 +224,9 @@ class SessionEndpoint:
         budget = options.max_total_tokens - len(prepared.input_ids)
         if budget <= 0:
             record.budget_exhausted = True
+            if not record.segments:  # not one token generated: the task does not fit the recipe's budget
+                record.prompt_too_long = (f"the task's prompt holds {len(prepared.input_ids)} tokens, past the "
+                                          f"session's limit of {options.max_total_tokens}")
             raise RequestError(400, f"the conversation holds {len(prepared.input_ids)} tokens, the session's limit is "
                                f"{options.max_total_tokens}", code="context_length_exceeded")
         params = _sampling(body, options, budget)

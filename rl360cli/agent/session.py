@@ -142,7 +142,10 @@ def _trajectories(spec: SessionSpec, task: Task, record: SessionRecord, harness:
     samples = record.samples()
     format_errors = record.num_format_errors + getattr(harness, "format_errors", 0)
     if outcome is not Outcome.INFRA_FAILURE:
-        if not samples:
+        if not samples and record.prompt_too_long:
+            outcome, cause, reward = Outcome.INFRA_FAILURE, InfraCause.PROMPT_TOO_LONG, None
+            metadata["detail"] = f"{record.prompt_too_long}: raise [rollout] max_total_tokens, or leave the task out"
+        elif not samples:
             outcome, cause, reward = Outcome.INFRA_FAILURE, InfraCause.HARNESS_ERROR, None
             metadata["detail"] = "the harness made no request to the model: nothing to train on"
         elif record.num_tito_breaks and agent.on_tito_break == "mask":

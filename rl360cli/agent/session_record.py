@@ -112,6 +112,8 @@ class SessionRecord:
         # A request was refused because the conversation outgrew the session's token budget: the model's
         # doing, so a harness that then gives up has ended its episode, not failed.
         self.budget_exhausted = False
+        # The first request alone was past the budget: the policy never saw the task (what it said, else None).
+        self.prompt_too_long: str | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -64,6 +64,8 @@ class TaskFigures:
     passed: int  # valid ones with reward >= the pass threshold
     reward_mean: float | None  # over the valid ones
     infra_failures: dict[str, int] = field(default_factory=dict)  # cause -> count
+    tags: tuple[str, ...] = ()  # the task's domain tags, as its sessions carried them
+    infra_details: dict[str, str] = field(default_factory=dict)  # cause -> what its first failure said
 
     @property
     def pass_rate(self) -> float | None:
@@ -75,7 +77,8 @@ class TaskFigures:
     @classmethod
     def from_dict(cls, row: dict) -> TaskFigures:
         return cls(task=row["task"], samples=row["samples"], valid=row["valid"], passed=row["passed"],
-                   reward_mean=row["reward_mean"], infra_failures=dict(row.get("infra_failures") or {}))
+                   reward_mean=row["reward_mean"], infra_failures=dict(row.get("infra_failures") or {}),
+                   tags=tuple(row.get("tags") or ()), infra_details=dict(row.get("infra_details") or {}))
 
 
 def task_figures(trajectories: list[Trajectory], *, pass_threshold: float = 1.0) -> list[TaskFigures]:
@@ -87,12 +90,21 @@ def task_figures(trajectories: list[Trajectory], *, pass_threshold: float = 1.0)
     rows = []
     for task, attempts in sorted(sessions.items()):
         valid = [t for t in attempts if t.is_valid]
-        infra = Counter(t.cause.value if t.cause is not None else "unknown" for t in attempts if not t.is_valid)
+        failed = [t for t in attempts if not t.is_valid]
+        infra = Counter(_cause(t) for t in failed)
+        details = {}
+        for t in failed:
+            details.setdefault(_cause(t), str(t.metadata.get("detail") or ""))
         rows.append(TaskFigures(task=task, samples=len(attempts), valid=len(valid),
                                 passed=sum(t.reward >= pass_threshold for t in valid),
                                 reward_mean=sum(t.reward for t in valid) / len(valid) if valid else None,
-                                infra_failures=dict(infra)))
+                                infra_failures=dict(infra), tags=tuple(attempts[0].metadata.get("tags") or ()),
+                                infra_details=details))
     return rows
+
+
+def _cause(t: Trajectory) -> str:
+    return t.cause.value if t.cause is not None else "unknown"
 
 
 def in_band(rows: list[TaskFigures], band: Band) -> list[TaskFigures]:

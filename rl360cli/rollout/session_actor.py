@@ -42,6 +42,7 @@ from rl360cli.metrics import Level
 from rl360cli.nodes.config import NodeSpec
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.providers import make_provider
+from rl360cli.sandbox.task import Task
 from rl360cli.sandbox.task_loader import load_task_set
 from rl360cli.sandbox.waves import AdmissionController
 
@@ -61,6 +62,8 @@ class ActorSetup:
     # The run's task set (a Harbor dataset folder, and the task folders it uses; all when empty).
     tasks_path: str
     tasks_include: tuple[str, ...] = ()
+    # Domain tags by task, in place of the tasks' own `[metadata] tags` (`[tasks] tags`, or a manifest's).
+    tasks_tags: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # The held-out set of `[eval]` (rl360cli/loop/eval.py), attempted by the same sessions; None: none.
     eval_tasks_path: str | None = None
     eval_tasks_include: tuple[str, ...] = ()
@@ -97,7 +100,8 @@ class SessionActor:
                   "the groups it held run again", file=sys.stderr, flush=True)
         if setup.cpu_list:
             os.sched_setaffinity(0, set(setup.cpu_list))
-        self.tasks = {t.id: t for t in load_task_set(Path(setup.tasks_path), include=setup.tasks_include)}
+        self.tasks = {t.id: with_tags(t, setup.tasks_tags.get(t.id))
+                      for t in load_task_set(Path(setup.tasks_path), include=setup.tasks_include)}
         if setup.eval_tasks_path:  # its ids differ from the training set's (checked at recipe load)
             self.tasks.update((t.id, t) for t in load_task_set(Path(setup.eval_tasks_path),
                                                                include=setup.eval_tasks_include))
@@ -202,6 +206,11 @@ class SessionActor:
         await self.endpoint.close()
         await self.client.close()
         await self.provider.close()
+
+
+def with_tags(task: Task, tags: tuple[str, ...] | None) -> Task:
+    """`task` with its domain tags replaced by `tags` (None: as its task.toml has them)."""
+    return task if tags is None else dataclasses.replace(task, metadata={**task.metadata, "tags": list(tags)})
 
 
 class CountedClient:

@@ -81,7 +81,8 @@ def launch_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run
     num_actors = recipe.rollout.num_session_actors
     in_flight = generations_in_flight(recipe.engine, recipe.rollout.max_concurrent_sessions)
     setup = ActorSetup(run_id=run_id, policy_dir=str(policy_dir), router_url=router, actor_index=0,
-                       tasks_path=recipe.tasks.path, tasks_include=recipe.tasks.include, rollout=recipe.rollout,
+                       tasks_path=recipe.tasks.path, tasks_include=recipe.tasks.include,
+                       tasks_tags=recipe.tasks.tags, rollout=recipe.rollout,
                        agent=recipe.agent,
                        eval_tasks_path=recipe.eval.path if recipe.eval.active else None,
                        eval_tasks_include=recipe.eval.include,

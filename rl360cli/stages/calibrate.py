@@ -65,8 +65,8 @@ def calibrate(ctx: Context, *, k: int, band: Band, manifest: Path | None, overri
     about, rows = read_table(table)
     chosen = in_band(rows, band)
     manifest = manifest or ctx.run_dir / "manifest.json"
-    write_manifest(manifest, {r.task: r.pass_rate for r in chosen}, source=about["tasks_path"], band=str(band), k=k,
-                   policy=_policy(ctx.need_recipe().model))
+    write_manifest(manifest, {r.task: r.pass_rate for r in chosen}, tags={r.task: r.tags for r in chosen},
+                   source=about["tasks_path"], band=str(band), k=k, policy=_policy(ctx.need_recipe().model))
     return Calibration(run_id=ctx.run_id or "", status=status, reason=None, rows=rows, chosen=chosen,
                        manifest=manifest, seconds=about.get("seconds"))
 

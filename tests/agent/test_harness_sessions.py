@@ -18,7 +18,7 @@ import pytest
 
 from rl360cli.agent.builtin import BASH_TOOL as BUILTIN_BASH_TOOL
 from rl360cli.agent.builtin import BuiltinAgent, first_shell_block
-from rl360cli.agent.config import AgentConfig
+from rl360cli.agent.config import AgentConfig, RolloutConfig
 from rl360cli.agent.harnesses import python_harness
 from rl360cli.errors import Rl360Error
 from rl360cli.outcome import InfraCause, Outcome
@@ -179,6 +179,17 @@ def test_a_harness_that_crashes_is_a_masked_harness_error(served, engine, proces
     [trajectory] = attempt(served, broken, provider=process_provider())
     assert (trajectory.outcome, trajectory.cause) == (Outcome.INFRA_FAILURE, InfraCause.HARNESS_ERROR)
     assert "KeyError" in trajectory.metadata["detail"]
+
+
+def test_a_task_whose_prompt_alone_is_past_the_budget_is_masked_as_prompt_too_long(served, engine,
+                                                                                      process_provider):
+    """The model never saw the task: no verdict on it, and the line says which setting to raise."""
+    rollout = RolloutConfig(max_turns=4, max_new_tokens=8, max_total_tokens=16)
+    agent = AgentConfig(system_prompt="You solve tasks with bash. " * 4)
+    [trajectory] = attempt(served, builtin(agent, rollout), agent=agent, rollout=rollout, provider=process_provider())
+    assert (trajectory.outcome, trajectory.cause) == (Outcome.INFRA_FAILURE, InfraCause.PROMPT_TOO_LONG)
+    assert "past the session's limit of 16" in trajectory.metadata["detail"]
+    assert "max_total_tokens" in trajectory.metadata["detail"] and engine.requests == []
 
 
 def test_a_harness_past_its_timeout_is_a_masked_harness_timeout(served, engine, process_provider):

@@ -52,15 +52,25 @@ def test_a_bad_band_is_one_line_naming_the_form(text):
     assert "LOW:HIGH" in e.value.fix and "\n" not in str(e.value.problem)
 
 
-def test_the_recipe_trains_on_the_tasks_its_manifest_lists(tmp_path):
-    rows = task_figures([attempt("arith-03", 1.0, sample=0), attempt("arith-03", 0.0, sample=1),
-                         attempt("arith-07", 0.0, sample=0), attempt("arith-07", 1.0, sample=1)])
+def test_the_recipe_trains_on_the_tasks_its_manifest_lists_with_their_tags(tmp_path):
+    def tagged(task, reward, sample):
+        t = attempt(task, reward, sample=sample)
+        t.metadata["tags"] = ["math", task]
+        return t
+
+    rows = task_figures([tagged("arith-03", 1.0, 0), tagged("arith-03", 0.0, 1),
+                         tagged("arith-07", 0.0, 0), tagged("arith-07", 1.0, 1), tagged("arith-09", 1.0, 0)])
+    assert rows[0].tags == ("math", "arith-03")
+    chosen = in_band(rows, Band(0.2, 0.6))
     manifest = tmp_path / "manifest.json"
-    write_manifest(manifest, {r.task: r.pass_rate for r in in_band(rows, Band(0.2, 0.6))},
+    write_manifest(manifest, {r.task: r.pass_rate for r in chosen}, tags={r.task: r.tags for r in chosen},
                    source=str(REPO / "recipes/tasks/arith-32"), band="0.2:0.6", k=2, policy="tiny")
-    assert read_manifest(manifest) == ("arith-03", "arith-07")
-    recipe = load_recipe(LOCAL_SMOKE, overrides=[parse_override(f"tasks.manifest={manifest}")])
+    assert read_manifest(manifest).tasks == ("arith-03", "arith-07")
+    recipe = load_recipe(LOCAL_SMOKE, overrides=[parse_override(f"tasks.manifest={manifest}"),
+                                                 parse_override('tasks.tags={arith-07 = ["mine"]}')])
     assert recipe.tasks.include == ("arith-03", "arith-07") and recipe.tasks.manifest == str(manifest)
+    # the recipe's own [tasks.tags] win over the manifest's
+    assert recipe.tasks.tags == {"arith-03": ("math", "arith-03"), "arith-07": ("mine",)}
     assert json.loads(manifest.read_text())["pass_rates"] == {"arith-03": 0.5, "arith-07": 0.5}
 
 
@@ -78,6 +88,9 @@ def test_a_manifest_that_cannot_serve_is_a_one_line_error_naming_the_fix(tmp_pat
     with pytest.raises(ConfigError, match="lists no task") as e:
         load(f"tasks.manifest={tmp_path / 'empty.json'}")
     assert "--band" in e.value.fix
+    (tmp_path / "tags.json").write_text(json.dumps({"tasks": ["arith-01"], "tags": {"arith-01": "math"}}))
+    with pytest.raises(ConfigError, match="'tags' must map"):
+        load(f"tasks.manifest={tmp_path / 'tags.json'}")
     (tmp_path / "m.json").write_text(json.dumps({"tasks": ["arith-01"]}))
     with pytest.raises(ConfigError, match="both include and manifest"):
         load(f"tasks.manifest={tmp_path / 'm.json'}", 'tasks.include=["arith-02"]')
