@@ -116,7 +116,7 @@ def wait_actors_ready(actors: list, recipe: Recipe, *, in_cluster: bool) -> None
         raise RunFailed(f"{len(waiting)} of {len(actors)} session actors did not start within {timeout_s:g}s "
                          f"on {where}", fix="check that the tier's Ray worker runs, or raise "
                                             "[rollout] actor_start_timeout_s")
-    log(f"{len(actors)} session actors ready ({time.monotonic() - started:.1f}s after the trainer was)")
+    log(f"{len(actors)} session actors ready ({time.monotonic() - started:.1f}s waited for them)")
 
 
 def close_actors(actors: list) -> None:
