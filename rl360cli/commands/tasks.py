@@ -10,16 +10,17 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from rl360cli.commands.common import JsonFlag, ProfileOpt, RecipeOpt, SetOpt, context, out, overrides_of, print_json
 from rl360cli.errors import Rl360Error
 from rl360cli.logview import FINAL_RUN
 from rl360cli.loop.calibration import Band
-from rl360cli.sandbox.check import check_tasks
+from rl360cli.sandbox.check import CheckRow, check_tasks
 from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig
 from rl360cli.sandbox.providers import make_provider
-from rl360cli.sandbox.task_loader import load_task_set
+from rl360cli.sandbox.task_loader import TaskError, load_task_set
 from rl360cli.stages.calibrate import calibrate as run_calibration
 from rl360cli.stages.calibrate import calibration_overrides
 from rl360cli.state import queries
@@ -47,10 +48,19 @@ def check(
         raise Rl360Error(f"--provider {provider!r} is not known", "use process, docker or daytona")
     if concurrency < 1:
         raise Rl360Error(f"--concurrency must be at least 1 (got {concurrency})")
-    tasks = []
+    tasks, refused = [], {}
     for path in paths:
-        tasks += load_task_set(path, include=tuple(include or ()) if _is_set(path) else ())
-    ids = [t.id for t in tasks]
+        # A task rl360 refuses gets its own row; the others are checked all the same.
+        refused_here: dict[str, TaskError] = {}
+        try:
+            tasks += load_task_set(path, include=tuple(include or ()) if _is_set(path) else (), refused=refused_here)
+        except TaskError as e:
+            if not _is_set(path):
+                refused_here.setdefault(path.name, e)
+            elif not refused_here:  # the set itself is wrong (no such folder, no task in it, a bad --include)
+                raise
+        refused.update(refused_here)
+    ids = [t.id for t in tasks] + list(refused)
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
         raise Rl360Error(f"task ids appear twice: {', '.join(duplicates)}", "pass each task once")
@@ -73,7 +83,8 @@ def check(
             await sandboxes.close()
 
 
-    rows = asyncio.run(run())
+    rows = asyncio.run(run()) if tasks else []
+    rows = sorted(rows + [CheckRow.refused_row(name, e) for name, e in refused.items()], key=lambda r: r.task)
     failed = [r for r in rows if not r.passed]
     ctx.event("tasks", "check", f"{len(rows)} tasks", outcome="failed" if failed else "ok", provider=provider,
               failed=[r.task for r in failed])
@@ -84,8 +95,9 @@ def check(
                       title=f"tasks check ({provider})", title_justify="left")
         for r in rows:
             oracle = "-" if r.oracle is None else f"{r.oracle.reward:g}"
-            outcome = "[green]ok[/green]" if r.passed else "[red]" + "; ".join(r.problems) + "[/red]"
-            table.add_row(r.task, oracle, f"{r.noop.reward:g}", outcome, f"{r.seconds:.1f}")
+            noop = "-" if r.noop is None else f"{r.noop.reward:g}"
+            outcome = "[green]ok[/green]" if r.passed else "[red]" + escape("; ".join(r.problems)) + "[/red]"
+            table.add_row(r.task, oracle, noop, outcome, f"{r.seconds:.1f}")
         out.print(table)
         out.print(f"{len(rows) - len(failed)}/{len(rows)} tasks pass")
     if failed:

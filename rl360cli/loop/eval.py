@@ -38,7 +38,8 @@ class Evaluation:
         """The evaluation of `[eval]` (its task set read as the session actors read it), None when off."""
         if not config.active:
             return None
-        task_ids = tuple(t.id for t in load_task_set(Path(config.path), include=config.include))
+        # A held-out task rl360 refuses is left out, as the session actors leave it out.
+        task_ids = tuple(t.id for t in load_task_set(Path(config.path), include=config.include, refused={}))
         return cls(config, task_ids, pass_threshold)
 
     def due(self, step: int, num_steps: int) -> bool:

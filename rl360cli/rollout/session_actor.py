@@ -100,11 +100,12 @@ class SessionActor:
                   "the groups it held run again", file=sys.stderr, flush=True)
         if setup.cpu_list:
             os.sched_setaffinity(0, set(setup.cpu_list))
+        # A task rl360 refuses is left out, as the driver leaves it out of the steps (and says so).
         self.tasks = {t.id: with_tags(t, setup.tasks_tags.get(t.id))
-                      for t in load_task_set(Path(setup.tasks_path), include=setup.tasks_include)}
+                      for t in load_task_set(Path(setup.tasks_path), include=setup.tasks_include, refused={})}
         if setup.eval_tasks_path:  # its ids differ from the training set's (checked at recipe load)
             self.tasks.update((t.id, t) for t in load_task_set(Path(setup.eval_tasks_path),
-                                                               include=setup.eval_tasks_include))
+                                                               include=setup.eval_tasks_include, refused={}))
         self.tokenizer = AutoTokenizer.from_pretrained(setup.policy_dir)
         api_key = read_api_key(setup.api_key_file) if setup.api_key_file else None
         self.client = CountedClient(EngineClient(setup.router_url, api_key=api_key,

@@ -17,8 +17,8 @@ from pathlib import Path
 from rl360cli.config import load_profile, load_run_recipe, run_policy_dir
 from rl360cli.inference.apikey import api_key_path, optional_api_key
 from rl360cli.loop.calibration import CALIBRATION, task_figures, write_table
-from rl360cli.run.session_actors import close_actors, engine_urls, launch_ray_and_actors, log, wait_actors_ready
-from rl360cli.sandbox.task_loader import load_task_set
+from rl360cli.run.session_actors import (close_actors, engine_urls, launch_ray_and_actors, log, run_task_ids,
+                                         wait_actors_ready)
 from rl360cli.state import queries, transitions
 from rl360cli.state.store import StateFile
 
@@ -34,7 +34,7 @@ def calibrate(state: StateFile, run_id: str, *, k: int, ray_address: str | None)
     profile_path = queries.profile_path(doc)
     _, router = engine_urls(doc, run_id)
     api_key_file = str(api_key_path(run_dir)) if optional_api_key(run_dir) else None
-    task_ids = [t.id for t in load_task_set(Path(recipe.tasks.path), include=recipe.tasks.include)]
+    task_ids = run_task_ids(recipe.tasks.path, recipe.tasks.include)
     log(f"calibration {run_id}: {len(task_ids)} tasks x {k} samples through {router}")
     actors = launch_ray_and_actors(recipe, load_profile(profile_path) if profile_path else None, run_id=run_id,
                                    policy_dir=run_policy_dir(run_dir), router=router,

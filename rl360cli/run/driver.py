@@ -35,8 +35,8 @@ from rl360cli.ports import free_port
 from rl360cli.progress import GenerationProgress
 from rl360cli.run.calibrate import calibrate
 from rl360cli.run.rejoin import EngineRejoins
-from rl360cli.run.session_actors import close_actors, engine_urls, launch_ray_and_actors, log, wait_actors_ready
-from rl360cli.sandbox.task_loader import load_task_set
+from rl360cli.run.session_actors import (close_actors, engine_urls, launch_ray_and_actors, log, run_task_ids,
+                                         wait_actors_ready)
 from rl360cli.state import queries, transitions
 from rl360cli.state.schema import RunStatus, StateDoc, StateError
 from rl360cli.state.store import StateFile
@@ -109,7 +109,7 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     except BaseException:
         ray.shutdown()
         raise
-    task_ids = [t.id for t in load_task_set(Path(recipe.tasks.path), include=recipe.tasks.include)]
+    task_ids = run_task_ids(recipe.tasks.path, recipe.tasks.include)
     rollouts = Rollouts(actors, task_ids, num_tasks_per_step=recipe.loop.num_tasks_per_step,
                         num_samples_per_task=recipe.loop.num_samples_per_task,
                         max_generation_rounds=recipe.loop.max_generation_rounds, seed=recipe.run.seed,

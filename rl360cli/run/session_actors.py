@@ -15,6 +15,7 @@ from rl360cli.config import ClusterProfile, Recipe
 from rl360cli.errors import RunFailed
 from rl360cli.images.config import RegistrySpec
 from rl360cli.inference.router import generations_in_flight
+from rl360cli.sandbox.task_loader import TaskError, load_task_set
 from rl360cli.state import queries
 from rl360cli.state.schema import StateDoc
 
@@ -117,6 +118,16 @@ def wait_actors_ready(actors: list, recipe: Recipe, *, in_cluster: bool) -> None
                          f"on {where}", fix="check that the tier's Ray worker runs, or raise "
                                             "[rollout] actor_start_timeout_s")
     log(f"{len(actors)} session actors ready ({time.monotonic() - started:.1f}s waited for them)")
+
+
+def run_task_ids(tasks_path: str, include: tuple[str, ...]) -> list[str]:
+    """The ids of the run's tasks, as the session actors load them; a task rl360 refuses is said in the run's
+    log, one line each, and left out: it never stops the others."""
+    refused: dict[str, TaskError] = {}
+    tasks = load_task_set(Path(tasks_path), include=include, refused=refused)
+    for name, error in refused.items():
+        log(f"task {name} left out: {error.problem}" + (f" ({error.fix})" if error.fix else ""))
+    return [t.id for t in tasks]
 
 
 def close_actors(actors: list) -> None:

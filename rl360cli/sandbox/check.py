@@ -5,10 +5,11 @@ For each task, two attempts go through the verifier: the oracle (its
 `steps/<name>/solution/solve.sh`, the steps' rewards combined by Harbor's
 rule) must reach reward 1, and a no-op (an agent that does nothing) must not.
 A task without a solution fails the check; one that no node can hold (GPUs,
-MCP sidecars) fails it with the reason. Attempts run
+MCP sidecars) fails it with the reason, and so does one rl360 refuses to load
+(`refused_row`): its own row, the others checked all the same. Attempts run
 concurrently through the admission controller of the chosen provider.
 
-Test: tests/sandbox/test_check.py.
+Test: tests/sandbox/test_cli.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rl360cli.errors import Rl360Error
 from rl360cli.outcome import Outcome
 from rl360cli.sandbox.attempt import AttemptResult, noop_agent, oracle_agent, run_attempt
 from rl360cli.sandbox.task import Task
@@ -31,11 +33,20 @@ _ONE = 1 - 1e-9
 class CheckRow:
     task: str
     oracle: AttemptResult | None
-    noop: AttemptResult
+    noop: AttemptResult | None  # None only for a refused task
     seconds: float
+    # Why the task was refused at load (its one line, with the fix): nothing of it ran.
+    refused: str | None = None
+
+    @classmethod
+    def refused_row(cls, task: str, error: Rl360Error) -> CheckRow:
+        return cls(task=task, oracle=None, noop=None, seconds=0.0,
+                   refused=error.problem + (f"; {error.fix}" if error.fix else ""))
 
     @property
     def problems(self) -> list[str]:
+        if self.refused is not None or self.noop is None:
+            return [f"refused: {self.refused}"]
         out = []
         if self.oracle is None:
             out.append("no solution/solve.sh")
@@ -63,7 +74,7 @@ class CheckRow:
                     **({"steps": list(r.steps)} if r.steps else {})}
 
         return {"task": self.task, "passed": self.passed, "problems": self.problems, "seconds": round(self.seconds, 3),
-                "oracle": attempt(self.oracle), "noop": attempt(self.noop)}
+                "oracle": attempt(self.oracle), "noop": attempt(self.noop), "refused": self.refused}
 
 
 async def check_tasks(provider, tasks: Sequence[Task], *, run_id: str, concurrency: int = 4) -> list[CheckRow]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -339,18 +340,24 @@ def _words(value: Any, where: str) -> tuple[str, ...] | None:
 
 
 def _environment(value: Any, where: str) -> dict[str, str]:
+    """A service's environment. A name with no value (`- NAME`, or `NAME:` in a mapping) passes the variable of
+    the process that loads the task (a session actor, `rl360 tasks check`), as compose passes its shell's;
+    one that is not set there is left out, as compose leaves it out."""
     if value is None:
         return {}
     if isinstance(value, list):
-        out = {}
-        for item in value:
-            if not isinstance(item, str) or "=" not in item:
-                raise ComposeRefused(f"{where}: environment entries must be NAME=value (got {item!r})")
-            key, _, val = item.partition("=")
-            out[key] = val
-        return out
+        if not all(isinstance(item, str) for item in value):
+            raise ComposeRefused(f"{where}: environment entries must be NAME=value or NAME (got {value!r})")
+        pairs = [item.partition("=") for item in value]
+        value = {key: val if sep else None for key, sep, val in pairs}
     if isinstance(value, dict):
-        return {str(k): "" if v is None else str(v) for k, v in value.items()}
+        out = {}
+        for key, val in value.items():
+            if val is not None:
+                out[str(key)] = str(val)
+            elif str(key) in os.environ:
+                out[str(key)] = os.environ[str(key)]
+        return out
     raise ComposeRefused(f"{where}: environment must be a list or a mapping")
 
 

@@ -102,8 +102,12 @@ def load_task(path: Path | str) -> Task:
         raise TaskError(f"task {label}: {e.problem}", e.fix) from None
 
 
-def load_task_set(path: Path | str, include: tuple[str, ...] | list[str] = ()) -> list[Task]:
-    """Every task folder in `path` (or `path` itself when it is a task), sorted by id; `include` filters."""
+def load_task_set(path: Path | str, include: tuple[str, ...] | list[str] = (), *,
+                  refused: dict[str, TaskError] | None = None) -> list[Task]:
+    """Every task folder in `path` (or `path` itself when it is a task), sorted by id; `include` filters.
+    With a `refused` dict, a task that cannot be loaded goes there under its folder name and the others load
+    (one bad task of a published dataset never stops the rest); without one, it raises. A set left with no
+    task raises."""
     path = Path(path)
     if (path / "task.toml").exists():
         folders = [path]
@@ -121,7 +125,18 @@ def load_task_set(path: Path | str, include: tuple[str, ...] | list[str] = ()) -
     if not folders:
         raise TaskError(f"task set {path}: holds no task folder (none has a task.toml)",
                         "point [tasks] path at a Harbor dataset folder")
-    return [load_task(p) for p in folders]
+    if refused is None:
+        return [load_task(p) for p in folders]
+    tasks = []
+    for folder in folders:
+        try:
+            tasks.append(load_task(folder))
+        except TaskError as e:
+            refused[folder.name] = e
+    if not tasks:
+        first = next(iter(refused.values()))
+        raise TaskError(f"task set {path}: none of its {len(folders)} tasks loads ({first.problem})", first.fix)
+    return tasks
 
 
 # ----------------------------------------------------------------------------- building

@@ -90,10 +90,21 @@ def test_bad_input_is_one_line_naming_the_fix(cli, env, args, message):
     assert len(lines) == 1 and message in lines[0], proc.stderr
 
 
-def test_a_task_set_with_a_refused_task_is_an_error_naming_it(cli, env, tmp_path):
+def test_a_refused_task_gets_its_own_row_and_the_others_are_checked(cli, bwrap, env, tmp_path):
+    ok = "[ -f /app/done ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+    write_task(tmp_path / "set", "good", test_sh=ok, solve_sh="touch /app/done\n")
     write_task(tmp_path / "set", "windows", toml='[environment]\nos = "windows"\n')
-    proc = cli("tasks", "check", str(tmp_path / "set"), env=env)
-    assert proc.returncode == 1 and "task windows: Windows tasks need a Windows node" in proc.stderr
+    proc = cli("tasks", "check", str(tmp_path / "set"), "--json", env=env)
+    assert proc.returncode == 1
+    rows = {r["task"]: r for r in json.loads(proc.stdout)["tasks"]}
+    assert rows["good"]["passed"] and rows["good"]["oracle"]["reward"] == 1
+    assert not rows["windows"]["passed"] and rows["windows"]["oracle"] is None
+    assert rows["windows"]["problems"][0].startswith("refused: task windows: Windows tasks need a Windows node")
+    # A set none of whose tasks loads is one line, naming the first refusal.
+    only = cli("tasks", "check", str(tmp_path / "set"), "--include", "windows", env=env)
+    assert only.returncode == 1 and "windows: Windows tasks need a Windows node" in only.stdout + only.stderr
+    one = cli("tasks", "check", str(tmp_path / "set" / "windows"), "--json", env=env)
+    assert one.returncode == 1 and json.loads(one.stdout)["tasks"][0]["refused"].startswith("task windows")
 
 
 def test_a_process_fleet_is_launched_listed_stopped_and_recorded(cli, bwrap, env, state_path, sandbox_root):

@@ -108,6 +108,17 @@ def test_what_a_sidecar_cannot_be_is_refused_in_one_line(tmp_path, compose, mess
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_variable_named_without_a_value_passes_the_loaders_own_as_compose_does(tmp_path, monkeypatch):
+    """harbor-cookbook's computer-use-windows passes DAYTONA_API_KEY this way (valid compose)."""
+    monkeypatch.setenv("RL360_TEST_KEY", "from-the-shell")
+    monkeypatch.delenv("RL360_TEST_UNSET", raising=False)
+    listed = "services:\n  db:\n    image: busybox\n    environment: [RL360_TEST_KEY, RL360_TEST_UNSET, A=1]\n"
+    mapped = "services:\n  db:\n    image: busybox\n    environment:\n      RL360_TEST_KEY:\n      A: 1\n"
+    for compose in (listed, mapped):
+        [sidecar] = load_task(sidecar_task(tmp_path, compose)).sidecars
+        assert sidecar.environment == {"RL360_TEST_KEY": "from-the-shell", "A": "1"}
+
+
 def test_harbors_mcp_and_gpu_fixtures_load_and_are_refused_only_at_placement(tmp_path):
     need(HARBOR.is_dir(), f"Harbor's example tasks are not at {HARBOR}")
     mcp = load_task(complete(Path(shutil.copytree(HARBOR / "hello-mcp", tmp_path / "hello-mcp"))))

@@ -221,3 +221,23 @@ def test_the_image_tag_follows_the_environment_content(tmp_path):
     assert load_task(folder).image_ref == first
     (folder / "environment" / "a.txt").write_text("2")
     assert load_task(folder).image_ref != first
+
+
+def test_one_refused_task_of_a_set_is_left_out_and_said_and_the_others_load(tmp_path, capsys):
+    from rl360cli.run.session_actors import run_task_ids
+
+    write_task(tmp_path, "good")
+    write_task(tmp_path, "windows", toml='[environment]\nos = "windows"\n')
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "task.toml").write_text("[task\n")
+    with pytest.raises(TaskError, match="task broken: task.toml is not valid TOML"):
+        load_task_set(tmp_path)  # strict without a place to put refusals
+    refused: dict[str, TaskError] = {}
+    assert [t.id for t in load_task_set(tmp_path, refused=refused)] == ["good"]
+    assert sorted(refused) == ["broken", "windows"] and "Windows tasks need a Windows node" in refused["windows"].problem
+    # A run leaves them out and says so in its log, one line each.
+    assert run_task_ids(str(tmp_path), ()) == ["good"]
+    said = capsys.readouterr().out.splitlines()
+    assert len(said) == 2 and all(line.startswith("[driver] task ") and "left out" in line for line in said)
+    with pytest.raises(TaskError, match="none of its 1 tasks loads"):
+        load_task_set(tmp_path, include=("windows",), refused={})
