@@ -61,6 +61,10 @@ class InfraCause(StrEnum):
     PROMPT_TOO_LONG = "prompt_too_long"
     """The task's first prompt alone is past the session's token budget (`[rollout] max_total_tokens`): the
     policy never saw the task, so there is nothing to score it on (a recipe and task set that do not fit)."""
+    EGRESS = "egress"
+    """The sandbox's way out failed it: a host the profile's `[egress]` lets the task reach could not be reached
+    (the egress proxy found no answer, a broken one, or an address of the node's own networks), or the proxy
+    itself failed. A host off the allow-list is not this: trying it is the model's own doing."""
     PROVIDER_ERROR = "provider_error"
     """The sandbox provider (Docker daemon, remote API) returned an error."""
     INJECTED = "injected"

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rl360cli.egress.config import EgressConfig
+
 # A control call the proxy does not answer within this is a proxy that failed.
 CONTROL_TIMEOUT_S = 10.0
 
@@ -37,16 +39,18 @@ class EgressReport:
     cache_hits: int = 0
     # One line per denial or failure, in order (the first few): what the attempt's log says.
     lines: tuple[str, ...] = ()
+    # The first failure's line ("" without one).
+    failure: str = ""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EgressReport:
         return cls(bytes=dict(data.get("bytes") or {}), denied=dict(data.get("denied") or {}),
                    failed=dict(data.get("failed") or {}), cache_hits=int(data.get("cache_hits") or 0),
-                   lines=tuple(data.get("lines") or ()))
+                   lines=tuple(data.get("lines") or ()), failure=str(data.get("failure") or ""))
 
     def to_json(self) -> dict[str, Any]:
         return {"bytes": self.bytes, "denied": self.denied, "failed": self.failed, "cache_hits": self.cache_hits,
-                "lines": list(self.lines)}
+                "lines": list(self.lines), "failure": self.failure}
 
     @staticmethod
     def merged(reports: Iterable[EgressReport | None]) -> EgressReport | None:
@@ -59,7 +63,12 @@ class EgressReport:
             for name, counter in out.items():
                 counter.update(getattr(report, name))
         return EgressReport(**{k: dict(v) for k, v in out.items()}, cache_hits=sum(r.cache_hits for r in found),
-                            lines=tuple(line for r in found for line in r.lines))
+                            lines=tuple(line for r in found for line in r.lines),
+                            failure=next((r.failure for r in found if r.failure), ""))
+
+
+# The proxy's record in the state file (`tier/name`), which the `egress` stage writes.
+EGRESS_COMPONENT = "rollout/egress"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -71,6 +80,12 @@ class EgressRoute:
     control: str = ""
     # Where the proxy listens inside each sandbox ([egress] sandbox_port).
     port: int = 3128
+
+    @classmethod
+    def of(cls, config: EgressConfig, record: Mapping[str, Any] | None) -> EgressRoute:
+        """The route of a profile's `[egress]`, through the proxy `record` (its state-file record, if any)."""
+        control = str((record or {}).get("url") or "").removeprefix("unix://") if config.mode == "allow" else ""
+        return cls(mode=config.mode, control=control, port=config.sandbox_port)
 
     def proxy_env(self, *, no_proxy: Iterable[str] = ()) -> dict[str, str]:
         """The environment that points a sandbox's tools at the proxy (curl reads only the lowercase

@@ -45,7 +45,6 @@ import os
 import signal
 import socket
 import ssl
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,14 +78,18 @@ class Tally:
     failed: Counter = field(default_factory=Counter)
     cache_hits: int = 0
     lines: list[str] = field(default_factory=list)
+    # The first failure's line: what an attempt failed by its egress says.
+    failure: str = ""
 
-    def note(self, line: str) -> None:
+    def note(self, line: str, *, failed: bool) -> None:
         if len(self.lines) < MAX_LINES:
             self.lines.append(line)
+        if failed and not self.failure:
+            self.failure = line
 
     def to_json(self) -> dict:
         return {"bytes": dict(self.bytes), "denied": dict(self.denied), "failed": dict(self.failed),
-                "cache_hits": self.cache_hits, "lines": list(self.lines)}
+                "cache_hits": self.cache_hits, "lines": list(self.lines), "failure": self.failure}
 
 
 @dataclass
@@ -195,7 +198,7 @@ class EgressProxy:
     def _refused(self, e: Refused, tally: Tally) -> None:
         (tally.failed if e.failed else tally.denied)[e.host] += 1
         self.totals["failed" if e.failed else "denied"] += 1
-        tally.note(e.line)
+        tally.note(e.line, failed=e.failed)
 
     async def _tunnel(self, target: str, reader, writer, tally: Tally) -> None:
         host, _, port = target.rpartition(":")

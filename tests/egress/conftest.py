@@ -19,6 +19,9 @@ import pytest
 from rl360cli.egress.client import EgressRoute
 from rl360cli.egress.standin import InternetStandIn
 from tests.conftest import REPO, need
+# The real providers of the sandbox tests (bubblewrap, the dev Docker nodes), as they are there.
+from tests.sandbox.conftest import (bwrap, docker_node_specs, docker_provider, process_config,  # noqa: F401
+                                    process_provider, sandbox_root)
 
 FILES = {"/uv/install.sh": b"echo uv installed\n", "/pkg/big.bin": bytes(range(256)) * 4096,
          "/simple/index.html": b"<html>index</html>\n"}

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from rl360cli.egress.client import EgressRoute
 from rl360cli.outcome import Outcome
 from rl360cli.sandbox.attempt import run_attempt
 from rl360cli.sandbox.task_loader import load_task
@@ -138,13 +139,17 @@ def need_slirp() -> None:
     need(shutil.which("slirp4netns") is not None, "slirp4netns missing: apt-get install slirp4netns")
 
 
+# The profile's `[egress] mode = "open"`: a network task's process sandbox gets slirp4netns's NAT.
+OPEN = EgressRoute(mode="open")
+
+
 def test_a_network_task_cannot_reach_any_port_on_the_hosts_loopback(provider_of, kind, tmp_path):
     if kind == "process":
         need_slirp()
     hosts = "127.0.0.1 10.0.2.2" if kind == "process" else "127.0.0.1"  # 10.0.2.2 exists only inside slirp
     listener = Listener()
     try:
-        result, (seen,) = attempt(provider_of(), hostile_task(tmp_path, network_mode="public"),
+        result, (seen,) = attempt(provider_of(egress=OPEN), hostile_task(tmp_path, network_mode="public"),
                                   PROBE.format(port=listener.port, hosts=hosts))
     finally:
         listener.close()
@@ -168,15 +173,17 @@ def test_a_process_sandboxs_network_is_its_own_or_none(process_provider, tmp_pat
         finally:
             await sandbox.stop()
 
-    info, allowed = run(network_of(process_provider()))
+    info, allowed = run(network_of(process_provider(egress=OPEN)))
     assert info["network"] == "slirp4netns" and not info["network_denied"]
     assert allowed.output.split() == ["lo", "tap0"]
-    info, refused = run(network_of(process_provider(network="none")))
-    assert info["network"] == "none" and refused.output.split() == ["lo"]  # only a loopback of its own
+    for denied in (process_provider(egress=OPEN, network="none"), process_provider()):  # [egress] none: the default
+        info, refused = run(network_of(denied))
+        assert info["network"] == "none" and info["network_denied"]
+        assert refused.output.split() == ["lo"]  # only a loopback of its own
 
 
 def test_on_nodes_without_a_bridge_a_network_task_gets_none_and_is_told(docker_provider, tmp_path):
-    provider = docker_provider()
+    provider = docker_provider(egress=OPEN)
     task = hostile_task(tmp_path, network_mode="public")
 
     async def go():
