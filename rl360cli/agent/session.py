@@ -100,6 +100,7 @@ async def run_session(spec: SessionSpec, task: Task, *, endpoint: SessionEndpoin
                          cause=attempt.cause, timings={**attempt.timings, **timings}, metadata={
                              "node": attempt.node, "detail": attempt.detail, "injected": attempt.injected,
                              "retries": attempt.retries, "pool_hit": attempt.pool_hit,
+                             "egress": attempt.egress.to_json() if attempt.egress else None,
                              **({"steps": list(attempt.steps)} if attempt.steps else {})})
 
 
