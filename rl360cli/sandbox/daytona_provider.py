@@ -168,6 +168,13 @@ class DaytonaProvider(SandboxProvider):
         cpus, memory_mb = self.reservation(task)
         return daytona_resources(cpus, memory_mb, task.storage_mb)
 
+    def network_of(self, task) -> dict[str, Any]:
+        """A sandbox's network as its record says it: Daytona's own under `[egress] mode = "open"`, else none
+        (a task that wanted the internet is told: `network_denied`)."""
+        wanted = task.network and self.config.network == "task"
+        return {"network": "daytona" if wanted and self.egress_open else "none",
+                "network_denied": wanted and not self.egress_open}
+
     def snapshot_name(self, task) -> str:
         """One snapshot per image and reservation (a snapshot carries its sandboxes' resources)."""
         key = f"{task.image_ref}|{self.resources(task)}"
@@ -235,7 +242,7 @@ class DaytonaProvider(SandboxProvider):
         common: dict[str, Any] = dict(
             labels=sandbox_labels(labels, run_id=self.run_id, task=task, attempt_id=attempt_id),
             env_vars=env, os_user=self.settings.user,
-            network_block_all=not (task.network and self.config.network == "task" and self.egress_open),
+            network_block_all=self.network_of(task)["network"] == "none",
             auto_stop_interval=self.settings.auto_stop_minutes, auto_delete_interval=0)
         snapshot = self.snapshot_name(task)
         timeout = self.config.start_timeout_s
@@ -288,7 +295,7 @@ class DaytonaSandbox(Sandbox):
     def info(self) -> dict[str, Any]:
         return {"node": NODE, "provider": "daytona", "task": self.task.id, "attempt": self.attempt_id,
                 "sandbox_id": self.id, "snapshot": self.from_snapshot, "api_url": self.owner.settings.api_url,
-                "pid": None, "container_id": None}
+                "pid": None, "container_id": None, **self.owner.network_of(self.task)}
 
     # ------------------------------------------------------------------ exec
 

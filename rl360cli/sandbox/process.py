@@ -564,6 +564,8 @@ class ProcessSandbox(Sandbox):
             raise SandboxError(Event.START_FAILED, f"task {self.task.id} has sidecars: fleets of such tasks need "
                                "the docker provider", node=NODE)
         await self._release_network()  # a fleet member only waits: its namespace would die with this process
+        if self.network == "egress":  # nothing listens in it any more: its record says so
+            self.network = "none"
         iso = self.owner.isolation
         limits = self._limits(10**7)
         argv = iso.argv(self.fs, "exec sleep infinity", workdir=self.task.workdir, limits=limits, uid=self.uid,
