@@ -24,6 +24,8 @@ def egress_figures(trajectories: Sequence[Trajectory]) -> dict[str, int]:
         for report in reports:
             total.update(report.get(kind) or {})
         figures.update((f"egress/{kind}/{host}", n) for host, n in sorted(total.items()))
-    if reports:
+    # Only where something went through a proxy: a task that wanted the internet under `[egress] mode = "none"`
+    # has a report too (its one line), and a step of those has nothing to count.
+    if any(r.get(kind) for r in reports for kind in ("bytes", "denied", "failed", "cache_hits")):
         figures["egress/cache_hits"] = sum(int(r.get("cache_hits") or 0) for r in reports)
     return figures

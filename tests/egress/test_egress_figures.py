@@ -26,3 +26,6 @@ def test_bytes_denials_failures_per_host_and_cache_hits_add_up_over_the_step():
 
 def test_a_step_without_a_proxy_has_no_egress_figures():
     assert egress_figures([session(None, sample=0)]) == {}
+    # [egress] mode = "none": a task that wanted the internet has its one line, and nothing to count.
+    told = EgressReport(lines=("rl360 egress: the task wants the internet and its sandbox has none",))
+    assert egress_figures([session(told, sample=0), session(None, sample=1)]) == {}
