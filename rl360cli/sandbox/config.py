@@ -141,7 +141,8 @@ class SandboxConfig:
     # their own: pull_timeout_s, and the task's build_timeout_sec).
     start_timeout_s: float = 60.0
     pull_timeout_s: float = 600.0
-    # "task": a task that asks for a network (network_mode = "public") gets one; "none": no sandbox does.
+    # "task": a task that wants the internet (Harbor's rule) goes where the profile's [egress] lets it;
+    # "none": no sandbox gets a network, whatever [egress] says.
     network: Literal["task", "none"] = "task"
     # Docker: a read-only root for sandboxes without a network, the workdir, /tests, /logs and /solution
     # being volumes and /tmp, /run tmpfs (a task with a network may install packages: its root stays
