@@ -31,7 +31,11 @@ READY_TIMEOUT_S = 30.0
 
 
 def applies(ctx: Context) -> bool:
-    return ctx.profile.egress.mode == "allow"
+    """Under `[egress] mode = "allow"`, for sandboxes of this machine's (process, docker): Daytona's cloud and the
+    simulated provider reach no node's proxy, and `[sandbox] network = "none"` lets no sandbox out at all."""
+    recipe = ctx.recipe
+    return ctx.profile.egress.mode == "allow" and (recipe is None or (
+        recipe.sandbox.provider in ("process", "docker") and recipe.sandbox.network == "task"))
 
 
 def control_path(ctx: Context) -> Path:
