@@ -150,3 +150,37 @@ def test_n_sandboxes_fetching_one_file_cost_one_upstream_fetch(provider_of, prox
     assert all(r.outcome == Outcome.OK for r in results), [r.detail for r in results]
     assert outside.gets["/pkg/big.bin"] == 1
     assert sum(r.egress.cache_hits for r in results) == 5 and proxy.stats()["upstream_fetches"] == 1
+
+
+TUNNEL = """python3 - {proxy_port} {host} {port} <<'PY'
+import socket, sys
+proxy, host, port = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+s = socket.create_connection(("127.0.0.1", proxy), timeout=20)
+s.sendall(f"CONNECT {{host}}:{{port}} HTTP/1.1\\r\\nHost: {{host}}:{{port}}\\r\\n\\r\\n".encode())
+head = b""
+while b"\\r\\n\\r\\n" not in head:
+    head += s.recv(1)
+print(head.split(b"\\r\\n")[0].decode())
+if b" 200 " in head.split(b"\\r\\n")[0]:
+    s.sendall(f"GET /uv/install.sh HTTP/1.1\\r\\nHost: {{host}}\\r\\nConnection: close\\r\\n\\r\\n".encode())
+    answer = b""
+    while chunk := s.recv(65536):
+        answer += chunk
+    print(answer.split(b"\\r\\n\\r\\n", 1)[1].decode(), end="")
+PY"""
+
+
+def test_https_is_tunnelled_to_an_allowed_host_only(provider_of, proxy_of, outside, tmp_path):
+    """CONNECT, as a client sends it for an https:// URL (the stand-in speaks plain HTTP inside the tunnel: the proxy
+    never looks into it): to an allowed host, a tunnel whose bytes are counted; to one off the list, a 403."""
+    proxy = proxy_of('allow = ["files.example.test"]\n' + PINNED)
+    result, (tunnelled, refused) = attempt(
+        provider_of(proxy.route), network_task(tmp_path),
+        TUNNEL.format(proxy_port=proxy.route.port, host="files.example.test", port=outside.port),
+        TUNNEL.format(proxy_port=proxy.route.port, host="evil.example.test", port=outside.port))
+    assert tunnelled.output.split("\n", 1) == ["HTTP/1.1 200 Connection established",
+                                               FILES["/uv/install.sh"].decode()], tunnelled.output
+    assert refused.output.startswith("HTTP/1.1 403 Forbidden: rl360 egress: evil.example.test is not on"), refused.output
+    assert outside.gets["/uv/install.sh"] == 1 and result.egress.denied == {"evil.example.test": 1}
+    assert result.egress.bytes["files.example.test"] > len(FILES["/uv/install.sh"])  # both ways, headers included
+    assert result.egress.cache_hits == 0  # a tunnel's bytes are never cached
