@@ -56,7 +56,9 @@ def run(extra: list[str], *, cache: Path) -> dict:
         raise SystemExit(f"rl360 up {' '.join(extra)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     doc = json.loads((folder / "state.json").read_text())
     rows = [json.loads(line) for line in Path(doc["runs"][doc["current_run"]]["metrics_path"]).read_text().splitlines()]
-    return {"wall_s": wall_s, "rows": rows, "load": load, "policy_v0": policy_v0()}
+    # A step's row has its reward; an evaluation may have a row of its own (policy v0's, before the first step).
+    return {"wall_s": wall_s, "rows": [row for row in rows if "reward_mean" in row], "load": load,
+            "policy_v0": policy_v0(), "eval_rows": [row for row in rows if "reward_mean" not in row]}
 
 
 def worst_dip(rewards: list[float]) -> float:
