@@ -111,6 +111,7 @@ def seeds_section(results: dict[str, dict]) -> str:
         "timed (`bench/bench_local_smoke.py --seeds ...`), from policy v0 "
         f"{', '.join(policies)} (sha256 of recipes/models/local-smoke-v0/model.safetensors). "
         "None of these run seeds was used while tuning. "
+        "Steps are counted from 0, as metrics.jsonl's `step` (first step >= 0.90: 14 is the 15th step). "
         "Worst dip: the largest fall below the run's own best so far. Load: the 15-minute load average as the run "
         "ended (2 cores: above 2, other work shared them).",
         "",

@@ -49,7 +49,7 @@ def watch_run(ctx: Context, *, quiet: bool = False, poll_s: float = 1.0) -> int:
                                       sessions_per_step=sessions_per_step, generation=seen.generation))
             elif not quiet:
                 for row in seen.rows[shown:]:
-                    out.print(_line(row, seen.run), markup=False, highlight=False)
+                    out.print(row_line(row, seen.run), markup=False, highlight=False)
                     if (scale := scale_text(row)) is not None:
                         out.print(f"  scale: {scale}", markup=False, highlight=False)
                 shown = len(seen.rows)
@@ -70,7 +70,8 @@ def _fmt(value, spec: str = ".3f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _line(row: dict, run: dict) -> str:
+def row_line(row: dict, run: dict) -> str:
+    """One row of metrics.jsonl as the piped view prints it: a step's figures, or an evaluation's own row."""
     if not step_rows([row]):  # an evaluation's own row: policy v0's, before the first step
         return f"held-out eval {eval_when(row['step'] + 1)}:{_eval_text(row, ' ')}"
     causes = ", ".join(f"{k} {v}" for k, v in sorted(row.get("infra_failures_by_cause", {}).items())) or "none"
