@@ -32,8 +32,8 @@ SEED = 360
 NUM_BY_LENGTH = {1: 12, 2: 14, 3: 6}
 # The held-out set: tasks policy v0 never saw. Its build read a stream of 4,480 random programs of the
 # same family (140 warm-up steps of 32; recipes/models/local-smoke-v0/built.json), which held 11 of the 16
-# held-out tasks drawn before 2026-12-06 (all their one-step ones), so their pass@1 measured the warm-up,
-# not RL. Every one-step program of the family (44) is a training task (12) or in that stream (the
+# held-out tasks this set replaced on 2026-12-06 (the draws after the 32, all six one-step ones among
+# them), so their pass@1 measured the warm-up, not RL. Every one-step program of the family (44) is a training task (12) or in that stream (the
 # other 32), so the held-out tasks are new two- and three-step compositions of the same steps and
 # constants, in about the training set's 14:6 ratio of those, drawn from a seed of their own.
 HELDOUT_NUM_BY_LENGTH = {2: 11, 3: 5}
