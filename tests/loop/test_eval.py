@@ -266,7 +266,7 @@ def test_the_loop_evaluates_at_the_right_steps_and_trains_on_none_of_it(model_di
     # the version its row reports.
     before = rows[BEFORE_TRAINING_STEP]
     assert before["eval/step"] == -1 and before["eval/policy_version"] == 0 and "reward_mean" not in before
-    assert list(rows)[0] == BEFORE_TRAINING_STEP and rollouts.eval_steps[0] == BEFORE_TRAINING_STEP
+    assert next(iter(rows)) == BEFORE_TRAINING_STEP and rollouts.eval_steps[0] == BEFORE_TRAINING_STEP
     assert rollouts.eval_versions == [0] + [rows[s]["policy_version"] for s in (1, 3, 4)] == [0, 2, 4, 5]
     # 4 samples per task, task i passes i of them: pass@1 = mean(i/4), pass@2 = mean(1 - C(4-i,2)/C(4,2)).
     assert rows[1]["eval/pass@1"] == pytest.approx(sum(min(i, 4) / 4 for i in range(5)) / 5)
