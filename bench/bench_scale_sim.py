@@ -409,13 +409,20 @@ def main() -> int:
         results.append(result)
     if args.no_write:
         return 0
-    load = os.getloadavg()
+    write_section("Scale simulation", section(results, args, load=os.getloadavg()[0]))
+    return 1 if any(r.get("broken_invariants") for r in results) else 0
+
+
+def section(results: list[dict], args: argparse.Namespace, *, load: float) -> str:
+    """The `## Scale simulation` section's text for `results` (the prior rows first)."""
     lines = [
-        f"`bench/bench_scale_sim.py --sessions {' '.join(str(r['sessions']) for r in results)} --steps {args.steps} "
-        f"--latency-scale {args.latency_scale:g}` on {os.cpu_count()} cores "
+        f"`bench/bench_scale_sim.py --sessions {' '.join(map(str, args.sessions))} --steps {args.steps} "
+        f"--latency-scale {args.latency_scale:g}{''.join(f' --set {setting}' for setting in args.extra)}"
+        f"{f' --prior {args.prior}' if args.prior else ''}` on {os.cpu_count()} cores "
         f"({platform.processor() or platform.machine()}), "
-        f"load average {load[0]:.1f} at the end (the machine is shared). recipes/scale-sim.toml on the stand-ins "
-        "(simulated nodes, 96 simulated engines behind the real sglang-router, simulated trainer), 2 session "
+        f"load average {load:.1f} at the end (the machine is shared"
+        f"{'; the rows of `--prior` ran before, one after the other' if args.prior else ''}). recipes/scale-sim.toml "
+        "on the stand-ins (simulated nodes, 96 simulated engines behind the real sglang-router, simulated trainer), 2 session "
         "actors, every session of a step allowed in flight; one run per row. Orchestration = the driver and "
         "everything under it (Ray GCS, raylet, the session actors), sampled every second; the actors' CPU is "
         "their own count in metrics.jsonl, per 1,000 sessions ended; \"at peak\" = the seconds with at least "
@@ -427,7 +434,9 @@ def main() -> int:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        label = f"{r['sessions']:,}" + (f", {r['label']}" if r.get("label") else "")
+        per_step = r["samples"] // r["steps"]
+        label = (f"{per_step:,}" + (f" ({r['sessions']:,} allowed at once)" if r["sessions"] != per_step else "")
+                 + (f", {r['label']}" if r.get("label") else ""))
         actors = f"{r['actor_cpu_s_per_1k']:.2f}" if r.get("actor_cpu_s_per_1k") is not None else "—"
         lines.append(f"| {label} | {r['in_flight_max']:,} | {r['turns_per_s']:.0f} "
                      f"| {r['turns_per_s_at_peak']:,.0f} ({r['seconds_at_peak']}) | {r['router_rps']:.0f} "
@@ -438,8 +447,7 @@ def main() -> int:
     if profiled:
         lines += ["", f"py-spy, the busiest session actor at {profiled[0]['sessions']:,} sessions (self time):", "",
                   "```", profiled[0]["profile"], "```"]
-    write_section("Scale simulation", "\n".join(lines))
-    return 1 if any(r.get("broken_invariants") for r in results) else 0
+    return "\n".join(lines)
 
 
 def invariants_line(results: list[dict]) -> str:
