@@ -236,6 +236,7 @@ class SessionEndpoint:
                                f"{options.max_total_tokens}", code="context_length_exceeded")
         params = _sampling(body, options, budget)
         started = time.monotonic()
+        record.num_requests += 1
         try:
             result = await self.client.generate(prepared.input_ids, params, timeout_s=options.generate_timeout_s)
         except EngineError as e:

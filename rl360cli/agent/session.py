@@ -79,7 +79,7 @@ async def run_session(spec: SessionSpec, task: Task, *, endpoint: SessionEndpoin
 
     began = time.monotonic()
     running = asyncio.ensure_future(run_attempt(provider, task, attempt_agent, attempt_id=spec.attempt_id,
-                                                labels=labels))
+                                                labels=labels, timeout_multiplier=agent.timeout_multiplier))
     try:
         done, _ = await asyncio.wait({running}, timeout=rollout.session_timeout_s)
     except asyncio.CancelledError:  # the session itself is cancelled (a carried group, the run's end):
@@ -145,6 +145,11 @@ def _trajectories(spec: SessionSpec, task: Task, record: SessionRecord, harness:
         if not samples and record.prompt_too_long:
             outcome, cause, reward = Outcome.INFRA_FAILURE, InfraCause.PROMPT_TOO_LONG, None
             metadata["detail"] = f"{record.prompt_too_long}: raise [rollout] max_total_tokens, or leave the task out"
+        elif not samples and record.num_requests:
+            outcome, cause, reward = Outcome.INFRA_FAILURE, InfraCause.NO_REPLY_IN_BUDGET, None
+            metadata["detail"] = (f"{metadata.get('detail') or 'the attempt ended'} before the model's first reply "
+                                  f"({record.generate_s:.0f}s waiting on the engine): fewer sessions in flight, "
+                                  "more engines, or a larger [agent] timeout_multiplier")
         elif not samples:
             outcome, cause, reward = Outcome.INFRA_FAILURE, InfraCause.HARNESS_ERROR, None
             metadata["detail"] = "the harness made no request to the model: nothing to train on"

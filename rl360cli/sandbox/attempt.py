@@ -113,8 +113,11 @@ class AttemptResult:
 
 async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, attempt_id: str,
                       labels: Mapping[str, str] | None = None, node: str | None = None,
-                      agent_timeout_s: float | None = None, verifier_timeout_s: float | None = None) -> AttemptResult:
-    """Run one attempt end to end; never raises for an infrastructure failure (it is in the result)."""
+                      timeout_multiplier: float = 1.0) -> AttemptResult:
+    """Run one attempt end to end; never raises for an infrastructure failure (it is in the result).
+
+    `timeout_multiplier` scales the task's agent and verifier budgets (and each step's), as Harbor's
+    `--timeout-multiplier` does: a slower engine or node than the task's author timed against."""
     observed: list[Observed] = []
     timings: dict[str, float] = {}
     commands: list[dict[str, Any]] = []
@@ -143,12 +146,12 @@ async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, at
             verifier = _VerifierStarter(provider, attempt_id, dict(labels or {}))
             if task.steps:
                 rewards, verifier_output, injected_here = await _run_steps(
-                    sandbox, task, agent, verifier, observed, timings, commands, step_results)
+                    sandbox, task, agent, verifier, observed, timings, commands, step_results, timeout_multiplier)
                 injected |= injected_here
             else:
                 with _timed(timings, "agent"):
                     injected |= await _run_agent(agent, _Recorder(sandbox, observed, commands), observed,
-                                                 agent_timeout_s or task.agent_timeout_s)
+                                                 task.agent_timeout_s * timeout_multiplier)
                 if not _infra(observed):
                     async def release() -> None:
                         nonlocal sandbox
@@ -156,7 +159,7 @@ async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, at
                         await _stop(held)
 
                     rewards, verifier_output = await _verify(sandbox, task, observed, timings,
-                                                             verifier_timeout_s or task.verifier_timeout_s,
+                                                             task.verifier_timeout_s * timeout_multiplier,
                                                              verifier=verifier, release=release)
         except InfraError as e:
             observed.append(e.observed())
@@ -186,7 +189,7 @@ async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, at
 
 async def _run_steps(sandbox: Sandbox, task: Task, agent: Agent, verifier: _VerifierStarter,
                      observed: list[Observed], timings: dict[str, float], commands: list[dict[str, Any]],
-                     step_results: list[dict[str, Any]]) -> tuple[dict[str, float], str, bool]:
+                     step_results: list[dict[str, Any]], timeout_multiplier: float) -> tuple[dict[str, float], str, bool]:
     """Run a multi-step task's steps in order in `sandbox`; the task's rewards by Harbor's rule."""
     injected = False
     per_step: list[dict[str, float]] = []
@@ -207,10 +210,11 @@ async def _run_steps(sandbox: Sandbox, task: Task, agent: Agent, verifier: _Veri
                 await _healthcheck(sandbox, task, step.healthcheck)
         with _timed(timings, "agent"):
             injected |= await _run_agent(lambda box, step=step: agent(box, step), recorder, observed,
-                                         step.agent_timeout_s)
+                                         step.agent_timeout_s * timeout_multiplier)
         if _infra(observed):
             break
-        rewards, output = await _verify(sandbox, task, observed, timings, step.verifier_timeout_s,
+        rewards, output = await _verify(sandbox, task, observed, timings,
+                                        step.verifier_timeout_s * timeout_multiplier,
                                         verifier=verifier, step=step)
         if _infra(observed):
             break

@@ -192,6 +192,19 @@ def test_a_task_whose_prompt_alone_is_past_the_budget_is_masked_as_prompt_too_lo
     assert "max_total_tokens" in trajectory.metadata["detail"] and engine.requests == []
 
 
+def test_an_agent_budget_spent_waiting_for_the_first_reply_is_masked_and_timeout_multiplier_scales_it(
+        served, engine, process_provider):
+    """An engine too slow for the task's budget leaves nothing to train on or score: masked, with the fix
+    named. hello-world's agent budget is 60 s; a multiplier of 0.025 makes it 1.5 s, shorter than the reply."""
+    engine.delay_s = 3.0
+    engine.say(call(HELLO))
+    agent = AgentConfig(timeout_multiplier=0.025)
+    [trajectory] = attempt(served, builtin(agent), agent=agent, provider=process_provider())
+    assert (trajectory.outcome, trajectory.cause) == (Outcome.INFRA_FAILURE, InfraCause.NO_REPLY_IN_BUDGET)
+    detail = trajectory.metadata["detail"]
+    assert "1.5s budget" in detail and "timeout_multiplier" in detail and len(engine.requests) == 1
+
+
 def test_a_harness_past_its_timeout_is_a_masked_harness_timeout(served, engine, process_provider):
     async def stuck(session):
         import asyncio
