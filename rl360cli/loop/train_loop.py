@@ -46,6 +46,7 @@ from rl360cli.loop.domains import domain_figures
 from rl360cli.loop.eval import Evaluation
 from rl360cli.loop.ledger import StepLedger, check_same_sampler, sampler_identity, step_entry
 from rl360cli.metrics import BEFORE_TRAINING_STEP
+from rl360cli.procinfo import peak_rss_mb
 from rl360cli.rl.batch import build_batch
 from rl360cli.rl.config import GRPOConfig
 from rl360cli.rl.trajectory import Trajectory
@@ -258,7 +259,10 @@ def step_metrics(trajectories: list[Trajectory], batch: dict, gen: GenerationRep
         "wait_for_generation_s": waited_s,
         "train_s": train_s,
         "weight_sync_s": sync.seconds if sync is not None else None,
+        "weight_sync_bytes": sync.bytes if sync is not None else None,
         "weight_sync_failed_engines": list(sync.failed) if sync is not None else [],
+        # The loop's own process, where the torch trainer (and megatron's rank 0) holds the policy.
+        "trainer_peak_rss_mb": peak_rss_mb(),
         "overlap_ratio": hidden_s / busy_s if hidden_s is not None and busy_s > 0 else None,
         "step_s": step_s,
         "tokens_per_s": generated_tokens / step_s if step_s > 0 else None,
