@@ -75,7 +75,10 @@ async def run_session(spec: SessionSpec, task: Task, *, endpoint: SessionEndpoin
             base_url=handle.base_url, api_key=handle.token, model=options.model, sandbox=SyncSandbox(view, loop),
             async_sandbox=view, log=log, config=agent.harness_config,
             complete=functools.partial(endpoint.complete, handle.token))
-        await _run_harness(harness, session, handle.record, agent.harness_timeout_s)
+        try:
+            await _run_harness(harness, session, handle.record, agent.harness_timeout_s)
+        finally:
+            await view.close()  # its persistent shell, with all it started, ends before the verifier
 
     began = time.monotonic()
     running = asyncio.ensure_future(run_attempt(provider, task, attempt_agent, attempt_id=spec.attempt_id,

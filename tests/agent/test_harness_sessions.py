@@ -233,6 +233,38 @@ def rewriting_harness(session):
         {"role": "user", "content": "Summary: the file is written. Say if anything is left."}])
 
 
+def terminal_harness(session):
+    """Terminus-style: every tool call runs in the session's one persistent shell, as typed in a terminal;
+    what the last command printed, and the one-off exec's view of the same variable, go back as results."""
+    import openai
+
+    client = openai.OpenAI(base_url=session.base_url, api_key=session.api_key, max_retries=0)
+    messages = [{"role": "user", "content": session.task.instruction}]
+    for _ in range(4):
+        reply = client.chat.completions.create(model=session.model, messages=messages, tools=[BUILTIN_BASH_TOOL])
+        message = reply.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            return
+        for tool_call in message.tool_calls:
+            command = json.loads(tool_call.function.arguments)["command"]
+            result = session.sandbox.shell(command, timeout_s=30)
+            fresh = session.sandbox.exec('echo "[${GREETING:-unset}]"', timeout_s=30).output.strip()
+            messages.append({"role": "tool", "tool_call_id": tool_call.id,
+                             "content": f"{result.output}(a fresh shell sees {fresh})"})
+
+
+def test_a_terminal_harness_keeps_its_shell_state_across_commands(served, engine, process_provider):
+    engine.say(call("mkdir -p /tmp/elsewhere && cd /tmp/elsewhere && export GREETING='Hello, world!'"))
+    engine.say(call('cd /app && printf "%s\\n" "$GREETING" > hello.txt && pwd'))
+    engine.say("It is written.")
+    [trajectory] = attempt(served, terminal_harness, provider=process_provider())
+    assert (trajectory.outcome, trajectory.reward) == (Outcome.OK, 1.0), trajectory.metadata.get("detail")
+    last_prompt = served.tokenizer.decode(engine.requests[-1]["input_ids"])
+    assert "/app\n(a fresh shell sees [unset])" in last_prompt  # one-off execs stay fresh beside it
+    assert_tokens_are_the_engines(trajectory, engine)
+
+
 @pytest.mark.parametrize("policy", ["segments", "mask"])
 def test_a_rewritten_history_trains_as_segments_or_is_masked(served, engine, process_provider, policy):
     engine.say(call(HELLO))
