@@ -150,8 +150,8 @@ async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, at
                 injected |= injected_here
             else:
                 with _timed(timings, "agent"):
-                    injected |= await _run_agent(agent, _Recorder(sandbox, observed, commands), observed,
-                                                 task.agent_timeout_s * timeout_multiplier)
+                    recorder = _Recorder(sandbox, observed, commands, user=task.agent_user)
+                    injected |= await _run_agent(agent, recorder, observed, task.agent_timeout_s * timeout_multiplier)
                 if not _infra(observed):
                     async def release() -> None:
                         nonlocal sandbox
@@ -208,6 +208,7 @@ async def _run_steps(sandbox: Sandbox, task: Task, agent: Agent, verifier: _Veri
         if step.healthcheck is not None:
             with _timed(timings, "healthcheck"):
                 await _healthcheck(sandbox, task, step.healthcheck)
+        recorder.user = step.agent_user  # the step's own, else the task's (task_loader.py)
         with _timed(timings, "agent"):
             injected |= await _run_agent(lambda box, step=step: agent(box, step), recorder, observed,
                                          step.agent_timeout_s * timeout_multiplier)
@@ -260,8 +261,12 @@ NUL_REFUSAL = "rl360: the command holds a NUL byte, which no shell command line 
 class _Recorder(Sandbox):
     """The sandbox as the agent sees it: notes each command's timeout, limit or provider failure."""
 
-    def __init__(self, inner: Sandbox, observed: list[Observed], commands: list[dict[str, Any]]):
+    def __init__(self, inner: Sandbox, observed: list[Observed], commands: list[dict[str, Any]], *,
+                 user: str | None = None):
         self.inner = inner
+        # Who the agent's commands run as unless a command says (`[agent] user`, a step's own): where the
+        # provider runs commands as users (docker; a process sandbox has one uid).
+        self.user = user
         self.observed = observed
         self.commands = commands
         self.id, self.node, self.provider = inner.id, inner.node, inner.provider
@@ -282,7 +287,7 @@ class _Recorder(Sandbox):
             result = ExecResult(exit_code=NUL_EXIT_CODE, output=NUL_REFUSAL)
         else:
             try:
-                result = await self.inner.exec(command, timeout_s=timeout_s, env=env, user=user)
+                result = await self.inner.exec(command, timeout_s=timeout_s, env=env, user=user or self.user)
             except InfraError as e:
                 self._failed(e)
                 raise
@@ -489,7 +494,7 @@ def oracle_agent(task: Task) -> Agent:
         await sandbox.upload(folder, "/solution")
         await sandbox.exec('exec "$(command -v bash || echo sh)" /solution/solve.sh',
                            timeout_s=task.agent_timeout_s if step is None else step.agent_timeout_s,
-                           env=env, user=None if step is None else step.agent_user)
+                           env=env, user=task.agent_user if step is None else step.agent_user)
 
     return oracle
 
