@@ -59,6 +59,9 @@ class TaskInfo:
     step_index: int = 0
     # Where commands run in the sandbox unless told otherwise.
     workdir: str = "/app"
+    # The task's `[environment] skills_dir`: a folder in the sandbox of skills for the agent, which Harbor
+    # copies to its agent's skills folder; a harness that reads skills looks there (None: the task has none).
+    skills_dir: str | None = None
 
 
 class AsyncSandbox:

@@ -71,7 +71,8 @@ async def run_session(spec: SessionSpec, task: Task, *, endpoint: SessionEndpoin
         session = Session(
             task=TaskInfo(id=task.id, instruction=step.instruction if step is not None else task.instruction,
                           metadata=dict(task.metadata), step=step.name if step is not None else None,
-                          step_index=step.index if step is not None else 0, workdir=task.workdir),
+                          step_index=step.index if step is not None else 0, workdir=task.workdir,
+                          skills_dir=task.skills_dir),
             base_url=handle.base_url, api_key=handle.token, model=options.model, sandbox=SyncSandbox(view, loop),
             async_sandbox=view, log=log, config=agent.harness_config,
             complete=functools.partial(endpoint.complete, handle.token))
@@ -103,6 +104,7 @@ async def run_session(spec: SessionSpec, task: Task, *, endpoint: SessionEndpoin
                          cause=attempt.cause, timings={**attempt.timings, **timings}, metadata={
                              "node": attempt.node, "detail": attempt.detail, "injected": attempt.injected,
                              "retries": attempt.retries, "pool_hit": attempt.pool_hit,
+                             **({"rewards": dict(attempt.rewards)} if len(attempt.rewards) > 1 else {}),
                              **({"steps": list(attempt.steps)} if attempt.steps else {})})
 
 

@@ -173,6 +173,24 @@ def test_a_users_openai_harness_runs_and_imports_nothing_of_rl360(served, engine
     assert_tokens_are_the_engines(trajectory, engine)
 
 
+def test_a_verifiers_several_metrics_reach_the_trajectory_and_the_skills_folder_the_harness(
+        served, engine, process_provider):
+    seen = []
+
+    def harness(session):
+        import openai
+
+        seen.append(session.task.skills_dir)
+        openai.OpenAI(base_url=session.base_url, api_key=session.api_key, max_retries=0).chat.completions.create(
+            model=session.model, messages=[{"role": "user", "content": session.task.instruction}])
+        session.sandbox.exec("printf '%s\\n' 2 3 5 7 > primes.txt", timeout_s=30)  # 4 of the 10 lines
+
+    engine.say("Writing four of them.")
+    [trajectory] = attempt(served, harness, task="reward-json", provider=process_provider())
+    assert trajectory.reward == 0.4 and seen == [None]
+    assert trajectory.metadata["rewards"] == {"reward": 0.4, "correct_lines": 4.0, "file_exists": 1.0}
+
+
 def test_a_harness_that_crashes_is_a_masked_harness_error(served, engine, process_provider):
     def broken(session):
         raise KeyError("the harness's own bug")
