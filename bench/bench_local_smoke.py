@@ -56,7 +56,9 @@ def run(extra: list[str], *, cache: Path) -> dict:
         raise SystemExit(f"rl360 up {' '.join(extra)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     doc = json.loads((folder / "state.json").read_text())
     rows = [json.loads(line) for line in Path(doc["runs"][doc["current_run"]]["metrics_path"]).read_text().splitlines()]
-    return {"wall_s": wall_s, "rows": rows, "load": load, "policy_v0": policy_v0()}
+    # A step's row has its reward; an evaluation may have a row of its own (policy v0's, before the first step).
+    return {"wall_s": wall_s, "rows": [row for row in rows if "reward_mean" in row], "load": load,
+            "policy_v0": policy_v0(), "eval_rows": [row for row in rows if "reward_mean" not in row]}
 
 
 def worst_dip(rewards: list[float]) -> float:
@@ -109,6 +111,7 @@ def seeds_section(results: dict[str, dict]) -> str:
         "timed (`bench/bench_local_smoke.py --seeds ...`), from policy v0 "
         f"{', '.join(policies)} (sha256 of recipes/models/local-smoke-v0/model.safetensors). "
         "None of these run seeds was used while tuning. "
+        "Steps are counted from 0, as metrics.jsonl's `step` (first step >= 0.90: 14 is the 15th step). "
         "Worst dip: the largest fall below the run's own best so far. Load: the 15-minute load average as the run "
         "ended (2 cores: above 2, other work shared them).",
         "",

@@ -1,7 +1,7 @@
 """Benchmark of the rollout tier at scale: recipes/scale-sim.toml through `rl360 up` at 1,024 / 4,096 / 8,192 sessions.
 
     .venv/bin/python bench/bench_scale_sim.py [--sessions 1024 4096 8192] [--steps 2] [--latency-scale 1.0] \
-        [--py-spy /path/to/py-spy] [--no-write]
+        [--py-spy /path/to/py-spy] [--label TEXT] [--prior rows.jsonl] [--no-write]
 
 Each size is one run of the real loop on the stand-ins (simulated nodes, engines and trainer; see the
 recipe): 32 tasks x sessions/32 samples a step, all of a step's sessions allowed in flight at once,
@@ -17,7 +17,14 @@ measured apart (the router's CPU as well). Figures per run:
   whole machine's busy cores in those seconds (2.0 on 2 cores: the rate is what the CPU allows);
 - router requests per second: /generate requests the simulated engines answered over the same time;
 - orchestration CPU seconds per 1,000 sessions, and peak RSS per 1,000 sessions in flight;
+- the session actors' own CPU seconds per 1,000 sessions (their `actor_cpu_s` in metrics.jsonl: every
+  session's agent, endpoint, engine requests and sandbox calls, without the actors' start);
 - step wall time (mean of the steps).
+
+Each run is checked against the invariants tests/loop/test_scale_sim.py checks at CI size (every sample
+through build_batch, the weight sync on every engine, pulls within the cap, no node over its reservations,
+the gauges against the providers' ledgers, every drawn failure masked under its cause, nothing left
+running after `rl360 down`); a run that breaks one fails the benchmark.
 
 With `--py-spy` (pip install py-spy; it needs ptrace) the busiest session actor is sampled for 20 s (GIL held only)
 in the middle of the largest run and its top functions are printed. Rewrites the
@@ -27,6 +34,7 @@ in the middle of the largest run and its top functions are printed. Rewrites the
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
 import json
 import os
@@ -48,6 +56,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.machine_cpu import machine_jiffies  # noqa: E402
 from bench.report import write_section  # noqa: E402
+from tests.loop.test_scale_sim import expected_masked  # noqa: E402 - the test's own account of the failures
 
 RECIPE = REPO / "recipes" / "scale-sim.toml"
 # The recipe's latencies, which `--latency-scale` multiplies.
@@ -217,6 +226,56 @@ def py_spy_top(py_spy: str, state_path: Path, seconds: int = 20) -> str:
     return "\n".join(f"{100 * c / total:5.1f}%  {frame}" for frame, c in top)
 
 
+def broken_invariants(doc: dict, rows: list[dict], ledgers: list[dict], *, steps: int, samples: int,
+                      max_in_flight: int, pull_cap: int, max_infra_retries: int) -> list[str]:
+    """What of tests/loop/test_scale_sim.py's invariants a run broke (at any scale); empty when all held."""
+    problems = []
+    run = doc["runs"][doc["current_run"]]
+    if run["status"] != "finished" or run["policy_version"] != steps:
+        problems.append(f"the run ended {run['status']} at version {run['policy_version']}")
+    if len(rows) != steps or not all(row["samples"] == samples == row["batch"]["total"] and row["batch"]["kept"] > 0
+                                     for row in rows):
+        problems.append("not every sample of every step went through build_batch")
+    if any(row["weight_sync_failed_engines"] for row in rows) or set(run["engine_versions"].values()) != {steps}:
+        problems.append("the weight sync missed an engine")
+    if sum(ledger["pull_cap"] for ledger in ledgers) > pull_cap or not all(
+            0 < ledger["max_pulls_in_flight"] <= ledger["pull_cap"] for ledger in ledgers):
+        problems.append("pulls in flight went over the cap")
+    nodes = [name for ledger in ledgers for name in ledger["nodes"]]
+    if len(nodes) != len(set(nodes)):
+        problems.append("two actors shared a node")
+    for ledger in ledgers:
+        for name, node in ledger["nodes"].items():
+            if node["overcommits"] or node["peak_cpus"] > node["cpus"] or node["peak_mb"] > node["memory_mb"]:
+                problems.append(f"node {name} went over its reservations")
+    if max(row["sessions_in_flight_max"] for row in rows) > max_in_flight:
+        problems.append("more sessions in flight than allowed")
+    if sum(row["sandbox_starts"] + row["sandbox_failed_starts"] for row in rows) != sum(
+            ledger["starts"] for ledger in ledgers):
+        problems.append("the gauges' sandbox starts differ from the providers' ledgers")
+    if not all(row["pull_cap"] == pull_cap and 0 <= row["pulls_in_flight_max"] <= pull_cap for row in rows):
+        problems.append("the gauges' pulls in flight went over the cap")
+    if not all(row["router_rps_source"] == "router" for row in rows):
+        problems.append("the router's own request counter could not be read")
+    if round(sum(row["router_requests_per_s"] * row["gauge_interval_s"] for row in rows)) != round(
+            sum(row["actor_requests_per_s"] * row["gauge_interval_s"] for row in rows)):
+        problems.append("the router's request count differs from the actors'")
+    masked: collections.Counter = collections.Counter()
+    for row in rows:
+        masked.update(row["infra_failures_by_cause"])
+    expected = expected_masked(ledgers, max_infra_retries=max_infra_retries)
+    if masked != expected:
+        problems.append(f"masked infra failures {dict(masked)} differ from the drawn ones that ended attempts "
+                        f"{dict(expected)}")
+    return problems
+
+
+def setting_value(settings: list[str], recipe: dict, key: str) -> int:
+    """`key` of the run: its last `--set` (later settings win, as in `rl360 up`), else the recipe's."""
+    given = [setting.split("=", 1)[1] for setting in settings if setting.split("=", 1)[0] == key]
+    return int(given[-1]) if given else functools.reduce(lambda table, name: table[name], key.split("."), recipe)
+
+
 def one_run(sessions: int, *, steps: int, latency_scale: float, py_spy: str | None, workdir: Path,
             extra: tuple[str, ...] = ()) -> dict:
     base = free_base_port()
@@ -267,6 +326,17 @@ def one_run(sessions: int, *, steps: int, latency_scale: float, py_spy: str | No
         subprocess.run([sys.executable, "-m", "rl360cli", "down"], cwd=workdir, env=env, capture_output=True,
                        timeout=300)
     found = [json.loads(p.read_text()) for p in ledgers.glob("ledger-*.json")]
+    recipe = tomllib.loads(RECIPE.read_text())
+
+    def value(key: str) -> int:
+        return setting_value(settings, recipe, key)
+    problems = broken_invariants(
+        doc, rows, found, steps=steps, samples=value("loop.num_tasks_per_step") * value("loop.num_samples_per_task"),
+        max_in_flight=value("rollout.max_concurrent_sessions"), pull_cap=value("sandbox.simulated.max_concurrent_pulls"),
+        max_infra_retries=value("sandbox.max_infra_retries"))
+    if json.loads(state.read_text())["components"]:
+        problems.append("`rl360 down` left components running")
+    actor_cpu = [row.get("actor_cpu_s") for row in rows]
     in_flight = sum(ledger["max_live"] for ledger in found)
     agent_turns = sum(ledger["execs"] - ledger["verifier_execs"] for ledger in found)
     run_s = sum(row["step_s"] for row in rows)
@@ -282,10 +352,13 @@ def one_run(sessions: int, *, steps: int, latency_scale: float, py_spy: str | No
         "generation_s_each": [round(row["generation_s"], 1) for row in rows],
         "cpu_s": orchestration.cpu_s,
         "cpu_s_per_1k": orchestration.cpu_s / (sum(row["samples"] for row in rows) / 1000),
+        "actor_cpu_s_per_1k": (sum(actor_cpu) / (sum(row["sessions_done"] for row in rows) / 1000)
+                               if None not in actor_cpu else None),
         "rss_mb": orchestration.peak_rss / 2**20,
         "rss_mb_per_1k_in_flight": orchestration.peak_rss / 2**20 / (in_flight / 1000),
         "engines_cpu_s": engines.cpu_s, "router_cpu_s": router.cpu_s, "up_wall_s": wall,
-        "infra": [row["infra_failures_by_cause"] for row in rows], "profile": profile_text,
+        "infra": [row["infra_failures_by_cause"] for row in rows], "broken_invariants": problems,
+        "profile": profile_text,
     }
 
 
@@ -297,6 +370,7 @@ def main() -> int:
     parser.add_argument("--py-spy", default=None)
     parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                         help="a further recipe setting for every run (e.g. sandbox.cpus=0.25: more sandboxes a node)")
+    parser.add_argument("--label", default="", help="what the table's rows of this run say after the sessions")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--prior", type=Path, default=None,
                         help="rows measured earlier (the JSON lines this prints), put first in the table")
@@ -309,36 +383,67 @@ def main() -> int:
         spy = args.py_spy if sessions == max(args.sessions) else None
         result = one_run(sessions, steps=args.steps, latency_scale=args.latency_scale, py_spy=spy, workdir=workdir,
                          extra=tuple(args.extra))
+        result["label"] = args.label
         print(json.dumps({k: v for k, v in result.items() if k != "profile"}), flush=True)
+        for problem in result["broken_invariants"]:
+            print(f"broken invariant at {sessions} sessions: {problem}", flush=True)
         if result["profile"]:
             print(result["profile"], flush=True)
         results.append(result)
     if args.no_write:
         return 0
-    load = os.getloadavg()
+    write_section("Scale simulation", section(results, args, load=os.getloadavg()[0]))
+    return 1 if any(r.get("broken_invariants") for r in results) else 0
+
+
+def section(results: list[dict], args: argparse.Namespace, *, load: float) -> str:
+    """The `## Scale simulation` section's text for `results` (the prior rows first)."""
     lines = [
-        f"`bench/bench_scale_sim.py --sessions {' '.join(str(r['sessions']) for r in results)} --steps {args.steps} "
-        f"--latency-scale {args.latency_scale:g}` on {os.cpu_count()} cores "
+        f"`bench/bench_scale_sim.py --sessions {' '.join(map(str, args.sessions))} --steps {args.steps} "
+        f"--latency-scale {args.latency_scale:g}{''.join(f' --set {setting}' for setting in args.extra)}"
+        f"{f' --prior {args.prior}' if args.prior else ''}` on {os.cpu_count()} cores "
         f"({platform.processor() or platform.machine()}), "
-        f"load average {load[0]:.1f} at the end (the machine is shared). recipes/scale-sim.toml on the stand-ins "
-        "(simulated nodes, 96 simulated engines behind the real sglang-router, simulated trainer), 2 session "
+        f"load average {load:.1f} at the end (the machine is shared"
+        f"{'; the rows of `--prior` ran before, one after the other' if args.prior else ''}). recipes/scale-sim.toml "
+        "on the stand-ins (simulated nodes, 96 simulated engines behind the real sglang-router, simulated trainer), 2 session "
         "actors, every session of a step allowed in flight; one run per row. Orchestration = the driver and "
-        "everything under it (Ray GCS, raylet, the session actors), sampled every second.",
+        "everything under it (Ray GCS, raylet, the session actors), sampled every second; the actors' CPU is "
+        "their own count in metrics.jsonl, per 1,000 sessions ended; \"at peak\" = the seconds with at least "
+        "95% of the run's most sessions in flight. " + invariants_line(results),
         "",
-        "| sessions/step | in flight (max) | agent turns/s | router req/s | step wall (s) | orch. CPU s / 1k sessions "
-        "| orch. RSS MB / 1k in flight | engines CPU s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| sessions/step | in flight (max) | agent turns/s | turns/s at peak (seconds) | router req/s | step wall (s) "
+        "| orch. CPU s / 1k sessions | actors' CPU s / 1k sessions | orch. RSS MB / 1k in flight "
+        "| engines / router CPU s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        lines.append(f"| {r['sessions']:,} | {r['in_flight_max']:,} | {r['turns_per_s']:.0f} | {r['router_rps']:.0f} "
+        per_step = r["samples"] // r["steps"]
+        label = (f"{per_step:,}" + (f" ({r['sessions']:,} allowed at once)" if r["sessions"] != per_step else "")
+                 + (f", {r['label']}" if r.get("label") else ""))
+        actors = f"{r['actor_cpu_s_per_1k']:.2f}" if r.get("actor_cpu_s_per_1k") is not None else "—"
+        lines.append(f"| {label} | {r['in_flight_max']:,} | {r['turns_per_s']:.0f} "
+                     f"| {r['turns_per_s_at_peak']:,.0f} ({r['seconds_at_peak']}) | {r['router_rps']:.0f} "
                      f"| {r['step_s']:.1f} ({', '.join(map(str, r['step_s_each']))}) | {r['cpu_s_per_1k']:.1f} "
-                     f"| {r['rss_mb_per_1k_in_flight']:.0f} | {r['engines_cpu_s']:.0f} |")
+                     f"| {actors} | {r['rss_mb_per_1k_in_flight']:.0f} "
+                     f"| {r['engines_cpu_s']:.0f} / {r['router_cpu_s']:.0f} |")
     profiled = [r for r in results if r["profile"]]
     if profiled:
         lines += ["", f"py-spy, the busiest session actor at {profiled[0]['sessions']:,} sessions (self time):", "",
                   "```", profiled[0]["profile"], "```"]
-    write_section("Scale simulation", "\n".join(lines))
-    return 0
+    return "\n".join(lines)
+
+
+def invariants_line(results: list[dict]) -> str:
+    """What the rows say of tests/loop/test_scale_sim.py's invariants (rows from before the check say nothing)."""
+    checked = [r for r in results if "broken_invariants" in r]
+    broken = [f"{r['sessions']:,}: {'; '.join(r['broken_invariants'])}" for r in checked if r["broken_invariants"]]
+    if not checked:
+        return ""
+    if broken:
+        return "Invariants of tests/loop/test_scale_sim.py broken: " + " / ".join(broken) + "."
+    return ("Every row but the earlier ones held the invariants of tests/loop/test_scale_sim.py (checked by the "
+            "bench since 2026-12-06)." if len(checked) < len(results) else
+            "Every run held the invariants of tests/loop/test_scale_sim.py (checked by the bench).")
 
 
 if __name__ == "__main__":

@@ -310,7 +310,8 @@ def run_rl360(recipe_copy: Path, recipe, *, seed: int, steps: int | None, extra:
         raise SystemExit(f"rl360 up failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     doc = json.loads((folder / "state.json").read_text())
     metrics = Path(doc["runs"][doc["current_run"]]["metrics_path"])
-    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    # The steps' rows: policy v0's held-out evaluation (before the clock starts) has a row of its own.
+    rows = [row for line in metrics.read_text().splitlines() if "samples" in (row := json.loads(line))]
     from rl360cli.config import run_policy_dir
 
     policy = run_policy_dir(metrics.parent)

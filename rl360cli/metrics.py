@@ -19,6 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+# The step of the row that holds policy v0's held-out evaluation, before the first step (rl360cli/loop/eval.py):
+# one before the 0-based step 0, so "after step k" reads the same for every row (the report and the live view
+# show it as step 0, "before training"). W&B's steps start at 0: there it goes to the run's summary instead,
+# under `before_training/` (`eval/pass@1` -> `before_training/eval/pass@1`).
+BEFORE_TRAINING_STEP = -1
 
 class MetricsLogger:
     def __init__(self, run_dir: Path, *, run_name: str, project: str, config: dict, use_wandb: bool = True):
@@ -33,7 +38,11 @@ class MetricsLogger:
         with open(self.path, "a") as f:
             f.write(json.dumps(row, default=float) + "\n")
         if self._wandb is not None:
-            self._wandb.log({k: v for k, v in _flatten(values).items() if isinstance(v, (int, float))}, step=step)
+            numbers = {k: v for k, v in _flatten(values).items() if isinstance(v, (int, float))}
+            if step < 0:  # W&B drops a step below its first (0), with a warning
+                self._wandb.summary.update({f"before_training/{k}": v for k, v in numbers.items()})
+            else:
+                self._wandb.log(numbers, step=step)
 
     def close(self) -> None:
         if self._wandb is not None:

@@ -61,6 +61,10 @@ class InfraCause(StrEnum):
     PROMPT_TOO_LONG = "prompt_too_long"
     """The task's first prompt alone is past the session's token budget (`[rollout] max_total_tokens`): the
     policy never saw the task, so there is nothing to score it on (a recipe and task set that do not fit)."""
+    NO_REPLY_IN_BUDGET = "no_reply_in_budget"
+    """The agent's budget ran out while the model's first reply was still being generated: not one token to
+    train on or score. The engines serve more sessions than the tasks' budgets allow for (fewer sessions in
+    flight, more engines, or a larger `[agent] timeout_multiplier`)."""
     EGRESS = "egress"
     """The sandbox's way out failed it: a host the profile's `[egress]` lets the task reach could not be reached
     (the egress proxy found no answer, a broken one, or an address of the node's own networks), or the proxy

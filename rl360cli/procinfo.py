@@ -80,3 +80,15 @@ def family(root_pid: int, pgid: int | None = None) -> list[int]:
     if pgid:
         found.update(p.pid for p in procs if p.pgid == pgid)
     return sorted(found)
+
+
+def peak_rss_mb(pid: int | str = "self") -> float | None:
+    """The process's peak resident memory so far (VmHWM) in MiB; None where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -11,9 +11,9 @@ bytes. This script is how that folder was made; `built.json` beside the weights 
 settings, the task set's digest, the machine and each file's sha256 (tests/recipes/test_recipes.py
 checks the folder against it).
 
-The warm-up skips the instructions of the 32 training tasks, not those of `[eval]`'s held-out set:
-its stream of random programs holds about 10 of those 16 (docs/recipes.md says what skipping them too
-did to the policy).
+The warm-up skips the instructions of the 32 training tasks; `[eval]`'s held-out set is chosen outside
+everything this build reads (recipes/tasks/generate_arith.py `programs_policy_v0_saw` reproduces it
+from built.json), so rebuilding with other settings calls for regenerating that set too.
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
 """Write the arith-32 task set: 32 Harbor tasks, each a small function of x described in words; and
-arith-heldout, 16 more of the same family that are none of the 32 (local-smoke's `[eval]` set).
+arith-heldout, 16 more of the same family that neither the 32 nor policy v0's build ever held
+(local-smoke's `[eval]` set).
 
     .venv/bin/python recipes/tasks/generate_arith.py            # (re)write recipes/tasks/arith-32
     .venv/bin/python recipes/tasks/generate_arith.py --check    # exit 1 if the committed tasks differ
     .venv/bin/python recipes/tasks/generate_arith.py --heldout [--check]   # the same for arith-heldout
 
-Deterministic: the programs come from a fixed seed (the held-out ones are the draws after the 32,
-kept only when they differ as functions from all 32), so the committed folders are exactly what
-this script writes (tests/demo/test_arith.py checks it). Each task folder holds
+Deterministic: the programs come from fixed seeds, so the committed folders are exactly what this
+script writes (tests/demo/test_arith.py checks it). The held-out programs are kept only when they
+differ as functions from all 32 and from every program policy v0's build read (`programs_policy_v0_saw`:
+its warm-up stream and its tokenizer's corpus, reproduced from recipes/models/local-smoke-v0/built.json). Each task folder holds
 task.toml, instruction.md, tests/test.sh (the verifier: evaluates /app/answer.py as one Python
 expression on ten inputs and writes /logs/verifier/reward.txt) and solution/solve.sh (the oracle).
 The verifier's logic is `rl360cli.demo.arith.check_answer`, copied in as source.
@@ -17,17 +19,29 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import itertools
+import json
 import random
 import sys
 from pathlib import Path
 
-from rl360cli.demo import arith
+from rl360cli.demo import arith, warmup
 
 SEED = 360
 # Tasks of one, two and three steps.
 NUM_BY_LENGTH = {1: 12, 2: 14, 3: 6}
-# The held-out set: about the same mix of lengths, half the size.
-HELDOUT_NUM_BY_LENGTH = {1: 6, 2: 7, 3: 3}
+# The held-out set: tasks policy v0 never saw. Its build read a stream of 4,480 random programs of the
+# same family (140 warm-up steps of 32; recipes/models/local-smoke-v0/built.json), which held 11 of the 16
+# held-out tasks this set replaced on 2026-12-06 (the draws after the 32, all six one-step ones among
+# them), so their pass@1 measured the warm-up, not RL. Every one-step program of the family (44) is a training task (12) or in that stream (the
+# other 32), so the held-out tasks are new two- and three-step compositions of the same steps and
+# constants, in about the training set's 14:6 ratio of those, drawn from a seed of their own.
+HELDOUT_NUM_BY_LENGTH = {2: 11, 3: 5}
+HELDOUT_SEED = "heldout-360"
+# The policy whose build the held-out set must stay outside, and the record of its settings.
+POLICY_V0_RECORD = Path(__file__).resolve().parents[1] / "models" / "local-smoke-v0" / "built.json"
+# The instruction's own example (x*2-5) must not be an answer.
+EXAMPLE = arith.parse_program("mul 2, sub 5")
 IMAGE = "127.0.0.1:5000/rl360/python:3.11"
 DEFAULT_OUT = Path(__file__).resolve().parent / "arith-32"
 HELDOUT_OUT = Path(__file__).resolve().parent / "arith-heldout"
@@ -118,19 +132,34 @@ echo '{expression}' > answer.py
 
 def programs() -> list[arith.Program]:
     """The 32 programs, distinct as functions on the verifier's inputs."""
-    return _draw_sets()[0]
+    return _draw(random.Random(SEED), {outputs(EXAMPLE)}, NUM_BY_LENGTH)
 
 
 def heldout_programs() -> list[arith.Program]:
-    """The 16 held-out programs: drawn after the 32 from the same generator, distinct from them all."""
-    return _draw_sets()[1]
+    """The 16 held-out programs: as functions on the verifier's inputs, none is one of the 32, one of
+    another, the instruction's example, or any program policy v0's build read."""
+    seen = {outputs(p) for p in [*programs(), *programs_policy_v0_saw()]} | {outputs(EXAMPLE)}
+    return _draw(random.Random(HELDOUT_SEED), seen, HELDOUT_NUM_BY_LENGTH)
 
 
-def _draw_sets() -> tuple[list[arith.Program], list[arith.Program]]:
-    rng = random.Random(SEED)
-    # The instruction's own example (x*2-5) must not be an answer.
-    seen = {tuple(y for _, y in arith.cases(arith.parse_program("mul 2, sub 5")))}
-    return _draw(rng, seen, NUM_BY_LENGTH), _draw(rng, seen, HELDOUT_NUM_BY_LENGTH)
+def programs_policy_v0_saw(record: Path = POLICY_V0_RECORD) -> list[arith.Program]:
+    """Every program policy v0's build read, as `built.json` records its settings: the warm-up's stream
+    (`warmup_steps` x `warmup_batch_size` conversations, the training tasks' instructions skipped) and
+    the tokenizer's corpus, both from the build's seed (rl360cli/demo/tiny_policy.py builds with them)."""
+    built = json.loads(record.read_text())
+    model, seed = built["model"], built["seed"]
+    if model["warmup_seed"] not in (None, seed):
+        raise ValueError(f"{record}: warmup_seed {model['warmup_seed']} is not the build's seed {seed}")
+    tasks = record.parents[2] / built["tasks"]["path"]  # relative to recipes/, as the builder records it
+    exclude = [p.read_text() for p in sorted(tasks.glob("*/instruction.md"))]
+    stream = warmup.example_programs(seed, exclude)
+    warmed = [program for program, _ in itertools.islice(stream, model["warmup_steps"] * model["warmup_batch_size"])]
+    return [*warmed, *warmup.corpus_programs(seed)]
+
+
+def outputs(program: arith.Program) -> tuple[int, ...]:
+    """The program's outputs on the verifier's inputs: two programs with the same are the same task."""
+    return tuple(y for _, y in arith.cases(program))
 
 
 def _draw(rng: random.Random, seen: set, num_by_length: dict[int, int]) -> list[arith.Program]:
@@ -139,10 +168,9 @@ def _draw(rng: random.Random, seen: set, num_by_length: dict[int, int]) -> list[
         taken = 0
         while taken < count:
             program = arith.random_program(rng, length)
-            outputs = tuple(y for _, y in arith.cases(program))
-            if outputs in seen:
+            if outputs(program) in seen:
                 continue
-            seen.add(outputs)
+            seen.add(outputs(program))
             chosen.append(program)
             taken += 1
     return chosen

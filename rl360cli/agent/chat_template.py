@@ -22,6 +22,7 @@ cut at its token limit gets the whole separator. Tested by tests/agent/test_chat
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +30,10 @@ from typing import Any
 MARKER = "\u2063rl360-turn\u2063"
 # OpenAI's newer name for the system role; chat templates know "system".
 _ROLE_ALIASES = {"developer": "system"}
+# Prompts kept, tokenized, per template: a group's sessions start from the same messages (a session actor
+# starts thousands of sessions of a few dozen groups at once). A reference prompt is ~2k tokens: 256 of them
+# hold ~20 MB as Python ints at most.
+NUM_CACHED_PROMPTS = 256
 
 
 class TemplateError(ValueError):
@@ -100,6 +105,7 @@ class ChatTemplate:
             raise TemplateError("the tokenizer has no chat template")
         self.tokenizer = tokenizer
         self._end_of_turn: dict[str, tuple[str, list[int]]] = {}
+        self._prompts: OrderedDict[str, tuple[int, ...]] = OrderedDict()
 
     def render(self, messages: list[dict], *, tools: list[dict] | None = None,
                template_kwargs: Mapping[str, Any] | None = None, add_generation_prompt: bool = True) -> str:
@@ -108,8 +114,23 @@ class ChatTemplate:
 
     def prompt_ids(self, messages: list[dict], *, tools: list[dict] | None = None,
                    template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
-        """The messages and a generation prompt, tokenized: what a new segment starts from."""
-        return self.encode(self.render(messages, tools=tools, template_kwargs=template_kwargs))
+        """The messages and a generation prompt, tokenized: what a new segment starts from. The same messages,
+        tools and arguments (as JSON, key order and all: a template's `tojson` keeps it) with the same template
+        are rendered once; the last `NUM_CACHED_PROMPTS` are kept."""
+        try:
+            key = json.dumps([self.tokenizer.chat_template, messages, tools, dict(template_kwargs or {})],
+                             ensure_ascii=False)
+        except (TypeError, ValueError):  # values that are no JSON: rendered each time
+            return self.encode(self.render(messages, tools=tools, template_kwargs=template_kwargs))
+        ids = self._prompts.get(key)
+        if ids is None:
+            ids = tuple(self.encode(self.render(messages, tools=tools, template_kwargs=template_kwargs)))
+            self._prompts[key] = ids
+            if len(self._prompts) > NUM_CACHED_PROMPTS:
+                self._prompts.popitem(last=False)
+        else:
+            self._prompts.move_to_end(key)
+        return list(ids)
 
     def encode(self, text: str) -> list[int]:
         # No BOS or other added tokens: a template that wants a BOS writes it (as apply_chat_template does).

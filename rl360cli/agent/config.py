@@ -87,6 +87,9 @@ class AgentConfig:
     on_tito_break: Literal["segments", "mask"] = "segments"
     # Seconds a harness may run for one step of a task (0: the task's agent budget); past it: `harness_timeout`.
     harness_timeout_s: float = 0.0
+    # Scales every task's agent and verifier budgets (Harbor's `--timeout-multiplier`): tasks timed against a
+    # fast API model given to a CPU engine, or to engines shared by many sessions, need more.
+    timeout_multiplier: float = 1.0
     # The harness's own settings (`[agent.harness_config]`): mini-swe-agent's are merged over its package's
     # config file (e.g. `[agent.harness_config.model] action_regex = ...`); a user's harness reads them as
     # `session.config`.
@@ -101,6 +104,7 @@ class AgentConfig:
         check_one_of(self, ("", *TOOL_PARSER_NAMES), "tool_parser")
         check_one_of(self, ("", *REASONING_PARSER_NAMES), "reasoning_parser")
         check_non_negative(self, "format_penalty", "max_tool_failures", "harness_timeout_s")
+        check_positive(self, "timeout_multiplier")
 
 
 def _is_python_harness(spec: str) -> bool:

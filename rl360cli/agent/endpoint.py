@@ -46,6 +46,11 @@ from rl360cli.inference.client import EngineClient, EngineError, GenerateResult
 
 # Conversations carry long tool outputs; aiohttp's default request limit is 1 MiB.
 MAX_REQUEST_BYTES = 64 << 20
+# Connections the kernel holds for the endpoint until its event loop accepts them. Every session of an actor
+# (thousands) may open one at once while the loop is busy; at aiohttp's default of 128 the queue overflows and
+# the kernel drops connections (httpx's ReadError / openai's APIConnectionError at 1,000 sessions, seen in
+# bench/bench_endpoint.py). Linux caps it at net.core.somaxconn.
+LISTEN_BACKLOG = 65535
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -129,7 +134,7 @@ class SessionEndpoint:
                         web.post("/v1/chat/completions", self._chat), web.get("/v1/models", self._models)])
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
+        await web.TCPSite(self._runner, self.host, self.port, backlog=LISTEN_BACKLOG).start()
         self.port = self._runner.addresses[0][1]  # the free port the OS gave, when port 0 was asked
 
     async def close(self) -> None:
@@ -231,6 +236,7 @@ class SessionEndpoint:
                                f"{options.max_total_tokens}", code="context_length_exceeded")
         params = _sampling(body, options, budget)
         started = time.monotonic()
+        record.num_requests += 1
         try:
             result = await self.client.generate(prepared.input_ids, params, timeout_s=options.generate_timeout_s)
         except EngineError as e:

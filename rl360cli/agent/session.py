@@ -71,15 +71,19 @@ async def run_session(spec: SessionSpec, task: Task, *, endpoint: SessionEndpoin
         session = Session(
             task=TaskInfo(id=task.id, instruction=step.instruction if step is not None else task.instruction,
                           metadata=dict(task.metadata), step=step.name if step is not None else None,
-                          step_index=step.index if step is not None else 0, workdir=task.workdir),
+                          step_index=step.index if step is not None else 0, workdir=task.workdir,
+                          skills_dir=task.skills_dir),
             base_url=handle.base_url, api_key=handle.token, model=options.model, sandbox=SyncSandbox(view, loop),
             async_sandbox=view, log=log, config=agent.harness_config,
             complete=functools.partial(endpoint.complete, handle.token))
-        await _run_harness(harness, session, handle.record, agent.harness_timeout_s)
+        try:
+            await _run_harness(harness, session, handle.record, agent.harness_timeout_s)
+        finally:
+            await view.close()  # its persistent shell, with all it started, ends before the verifier
 
     began = time.monotonic()
     running = asyncio.ensure_future(run_attempt(provider, task, attempt_agent, attempt_id=spec.attempt_id,
-                                                labels=labels))
+                                                labels=labels, timeout_multiplier=agent.timeout_multiplier))
     try:
         done, _ = await asyncio.wait({running}, timeout=rollout.session_timeout_s)
     except asyncio.CancelledError:  # the session itself is cancelled (a carried group, the run's end):
@@ -100,6 +104,7 @@ async def run_session(spec: SessionSpec, task: Task, *, endpoint: SessionEndpoin
                          cause=attempt.cause, timings={**attempt.timings, **timings}, metadata={
                              "node": attempt.node, "detail": attempt.detail, "injected": attempt.injected,
                              "retries": attempt.retries, "pool_hit": attempt.pool_hit,
+                             **({"rewards": dict(attempt.rewards)} if len(attempt.rewards) > 1 else {}),
                              "egress": attempt.egress.to_json() if attempt.egress else None,
                              **({"steps": list(attempt.steps)} if attempt.steps else {})})
 
@@ -146,6 +151,11 @@ def _trajectories(spec: SessionSpec, task: Task, record: SessionRecord, harness:
         if not samples and record.prompt_too_long:
             outcome, cause, reward = Outcome.INFRA_FAILURE, InfraCause.PROMPT_TOO_LONG, None
             metadata["detail"] = f"{record.prompt_too_long}: raise [rollout] max_total_tokens, or leave the task out"
+        elif not samples and record.num_requests:
+            outcome, cause, reward = Outcome.INFRA_FAILURE, InfraCause.NO_REPLY_IN_BUDGET, None
+            metadata["detail"] = (f"{metadata.get('detail') or 'the attempt ended'} before the model's first reply "
+                                  f"({record.generate_s:.0f}s waiting on the engine): fewer sessions in flight, "
+                                  "more engines, or a larger [agent] timeout_multiplier")
         elif not samples:
             outcome, cause, reward = Outcome.INFRA_FAILURE, InfraCause.HARNESS_ERROR, None
             metadata["detail"] = "the harness made no request to the model: nothing to train on"

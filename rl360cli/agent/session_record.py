@@ -107,7 +107,8 @@ class SessionRecord:
         # One entry per turn, for a trajectory's metadata: segment, tokens, finish reason, version, the tools
         # called, format error.
         self.turns: list[dict[str, Any]] = []
-        # Seconds spent waiting for the engine.
+        # Requests sent to the engine (answered or not) and seconds spent waiting for it.
+        self.num_requests = 0
         self.generate_s = 0.0
         # A request was refused because the conversation outgrew the session's token budget: the model's
         # doing, so a harness that then gives up has ended its episode, not failed.

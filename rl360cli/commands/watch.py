@@ -28,7 +28,8 @@ from rl360cli.commands.common import err, out
 from rl360cli.logview import FINAL_RUN
 from rl360cli.stages.base import Context
 from rl360cli.stages.lifecycle import follow
-from rl360cli.stages.report.series import RunProgress, duration, eval_values, run_progress, step_rows
+from rl360cli.stages.report.series import (RunProgress, duration, eval_points, eval_values, eval_when, eval_words,
+                                           run_progress, step_rows)
 from rl360cli.state.schema import RunStatus
 
 
@@ -48,7 +49,7 @@ def watch_run(ctx: Context, *, quiet: bool = False, poll_s: float = 1.0) -> int:
                                       sessions_per_step=sessions_per_step, generation=seen.generation))
             elif not quiet:
                 for row in seen.rows[shown:]:
-                    out.print(_line(row, seen.run), markup=False, highlight=False)
+                    out.print(row_line(row, seen.run), markup=False, highlight=False)
                     if (scale := scale_text(row)) is not None:
                         out.print(f"  scale: {scale}", markup=False, highlight=False)
                 shown = len(seen.rows)
@@ -69,7 +70,10 @@ def _fmt(value, spec: str = ".3f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _line(row: dict, run: dict) -> str:
+def row_line(row: dict, run: dict) -> str:
+    """One row of metrics.jsonl as the piped view prints it: a step's figures, or an evaluation's own row."""
+    if not step_rows([row]):  # an evaluation's own row: policy v0's, before the first step
+        return f"held-out eval {eval_when(row['step'] + 1)}:{_eval_text(row, ' ')}"
     causes = ", ".join(f"{k} {v}" for k, v in sorted(row.get("infra_failures_by_cause", {}).items())) or "none"
     return (f"step {row['step'] + 1}/{run.get('num_steps', '?')}  reward {_fmt(row.get('reward_mean'))}  "
             f"pass {_fmt(row.get('pass_rate'))}  infra {causes}  tok/s {_fmt(row.get('tokens_per_s'), '.0f')}  "
@@ -132,9 +136,8 @@ def progress_view(progress: RunProgress) -> Group:
         else:
             first = f": {progress.sessions_total} sessions in its first round" if progress.sessions_total else ""
             lines.append(Text(f"step {progress.current_step} generating{since}{first}", style="dim"))
-    if progress.latest_eval is not None:
-        step, found = progress.latest_eval
-        lines.append(Text(f"held-out eval at step {step}: " + "  ".join(f"{k} {v:.3f}" for k, v in found.items())))
+    if (held_out := eval_words(progress)) is not None:
+        lines.append(Text(f"held-out eval {held_out}"))
     return Group(*lines)
 
 
@@ -171,6 +174,12 @@ def _summary(run_id: str, run: dict, rows: list[dict], elapsed: float) -> Text:
     if rewards:
         text.append(f"; reward {rewards[0]:.3f} → {rewards[-1]:.3f} (best {max(rewards):.3f})")
     text.append(f"; infra failures masked: {infra}")
+    if evals := eval_points(rows):
+        pass1 = [(step, found["pass@1"]) for step, found in evals if "pass@1" in found]
+        if pass1:
+            text.append(f"; held-out pass@1 {pass1[0][1]:.3f} ({eval_when(pass1[0][0])})")
+        if len(pass1) > 1:
+            text.append(f" → {pass1[-1][1]:.3f} ({eval_when(pass1[-1][0])})")
     if run.get("overrides"):
         text.append(f"; --set {' '.join(run['overrides'])}")
     if run.get("reason"):

@@ -26,6 +26,9 @@ from rl360cli.agent.conversation import ConversationTokens, format_observation
 from rl360cli.demo import arith
 
 RAMP_STEPS = 20
+# Random programs in the tokenizer's training corpus.
+CORPUS_PROGRAMS = 2000
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class WarmupReport:
@@ -48,19 +51,26 @@ def conversation(tokenizer: Any, instruction: str, expr: str) -> tuple[list[int]
     return conv.token_ids, conv.loss_mask
 
 
-def synthetic_corpus(seed: int, num_programs: int = 2000) -> Iterator[str]:
-    """Texts of random arith conversations (instruction, replies, observation) for tokenizer training."""
+def corpus_programs(seed: int, num_programs: int = CORPUS_PROGRAMS) -> Iterator[arith.Program]:
+    """The random programs whose texts `synthetic_corpus` writes, in order."""
     rng = random.Random(f"corpus-{seed}")
     for _ in range(num_programs):
-        program = arith.random_program(rng)
+        yield arith.random_program(rng)
+
+
+def synthetic_corpus(seed: int, num_programs: int = CORPUS_PROGRAMS) -> Iterator[str]:
+    """Texts of random arith conversations (instruction, replies, observation) for tokenizer training."""
+    for program in corpus_programs(seed, num_programs):
         yield arith.instruction(program)
         yield arith.action(arith.expression(program))
         yield arith.SUBMIT
         yield format_observation(0, "")
 
 
-def examples(tokenizer: Any, seed: int, exclude: Iterable[str] = ()) -> Iterator[tuple[list[int], list[int]]]:
-    """An endless stream of training conversations of random programs, skipping `exclude`d instructions.
+def example_programs(seed: int, exclude: Iterable[str] = ()) -> Iterator[tuple[arith.Program, str]]:
+    """The endless stream `examples` trains on: (random program, its instruction as shown), skipping
+    `exclude`d instructions. A warm-up of N steps of B conversations reads its first N x B; the
+    held-out set of recipes/tasks/generate_arith.py is chosen outside them.
 
     The instruction comes with and without its final newline, so the model does not depend on
     whether the loop strips instruction.md.
@@ -74,6 +84,12 @@ def examples(tokenizer: Any, seed: int, exclude: Iterable[str] = ()) -> Iterator
             continue
         if rng.random() < 0.5:
             text = text.rstrip("\n")
+        yield program, text
+
+
+def examples(tokenizer: Any, seed: int, exclude: Iterable[str] = ()) -> Iterator[tuple[list[int], list[int]]]:
+    """An endless stream of training conversations of `example_programs`: token ids and loss mask."""
+    for program, text in example_programs(seed, exclude):
         yield conversation(tokenizer, text, arith.expression(program))
 
 

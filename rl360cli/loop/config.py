@@ -59,7 +59,8 @@ class LoopConfig:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EvalConfig:
     """Evaluation during training (`[eval]`): `num_samples_per_task` attempts at each task of a held-out
-    set, through the run's engines and sandboxes, every `every` steps and after the last; never trained on."""
+    set, through the run's engines and sandboxes, before the first step, every `every` steps and after the
+    last; never trained on."""
 
     # A Harbor dataset that shares no task with `[tasks]` (checked at load: `check_held_out`);
     # empty: no evaluation. Relative to the recipe's folder, like `[tasks] path`.
@@ -71,6 +72,9 @@ class EvalConfig:
     # Samples per task; pass@k is estimated from them without bias (k <= num_samples_per_task).
     num_samples_per_task: int = 4
     k: int = 4
+    # Also before the first step: policy v0's figures, the ones training is measured against, in a row of
+    # their own (step -1 in metrics.jsonl). A resumed run has that row already and skips it.
+    at_start: bool = True
     # false keeps the table but runs no evaluation.
     enabled: bool = True
 
@@ -90,6 +94,10 @@ class EvalConfig:
         if not self.active:
             return False
         return step + 1 == num_steps or (self.every > 0 and (step + 1) % self.every == 0)
+
+    def due_at_start(self, start_step: int) -> bool:
+        """Whether policy v0 is evaluated before the first step: only by a run that starts at step 0."""
+        return self.active and self.at_start and start_step == 0
 
 
 def check_held_out(evaluation: EvalConfig, *, tasks_path: str, tasks_include: tuple[str, ...], where: str) -> None:

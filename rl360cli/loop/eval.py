@@ -1,5 +1,6 @@
 """Evaluation during training: held-out tasks (`[eval]`), attempted through the run's own engines and
-sandboxes after every `every`-th step and after the last, scored by unbiased pass@1 and pass@k.
+sandboxes before the first step (`at_start`), after every `every`-th step and after the last, scored by
+unbiased pass@1 and pass@k.
 
     evaluation = Evaluation.from_config(recipe.eval, pass_threshold=recipe.grpo.pass_threshold)  # None: off
     figures = evaluation.run(rollouts, step=step, policy_version=trainer.version)
@@ -7,7 +8,9 @@ sandboxes after every `every`-th step and after the last, scored by unbiased pas
 
 The train loop (train_loop.py) calls it after a step's update and weight sync, so every sample comes
 from the policy that step produced, and puts the figures into that step's metrics row (metrics.jsonl,
-W&B, the live view). The samples never reach `build_batch`, the ledger or samples.jsonl: nothing is
+W&B, the live view). Before the first step it evaluates policy v0 alone on the engines (step 0 is
+submitted after it) and logs a row of its own, step `BEFORE_TRAINING_STEP` (-1; the report and the
+live view show it as "before training"). The samples never reach `build_batch`, the ledger or samples.jsonl: nothing is
 trained on them. A sample whose infrastructure failed has no verdict: it is left out of its task's n
 and counted in `eval/infra_failures` (by cause); a task with fewer than k valid samples is left out
 of pass@k (`eval/tasks_short_of_k`), one with none out of pass@1 too.
@@ -44,6 +47,9 @@ class Evaluation:
 
     def due(self, step: int, num_steps: int) -> bool:
         return self.config.due(step, num_steps)
+
+    def due_at_start(self, start_step: int) -> bool:
+        return self.config.due_at_start(start_step)
 
     def run(self, rollouts, *, step: int, policy_version: int) -> dict:
         """Attempt every held-out task `num_samples_per_task` times on the engines' current policy and

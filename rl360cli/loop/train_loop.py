@@ -1,5 +1,6 @@
 """The overlapped RL loop: generate step k+1 while training on step k, then broadcast the weights.
 
+    if [eval] at_start: evaluation.run(rollouts)               # policy v0, a row of its own (step -1)
     generation = rollouts.submit(first step)
     for each step:
         trajectories = rollouts.collect(generation)            # wait for this step's groups (its quota)
@@ -45,6 +46,8 @@ from rl360cli.loop.domains import domain_figures
 from rl360cli.loop.egress_figures import egress_figures
 from rl360cli.loop.eval import Evaluation
 from rl360cli.loop.ledger import StepLedger, check_same_sampler, sampler_identity, step_entry
+from rl360cli.metrics import BEFORE_TRAINING_STEP
+from rl360cli.procinfo import peak_rss_mb
 from rl360cli.rl.batch import build_batch
 from rl360cli.rl.config import GRPOConfig
 from rl360cli.rl.trajectory import Trajectory
@@ -102,6 +105,11 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
     sampler = sampler_identity(seed=rollouts.seed, task_ids=list(rollouts.task_ids))
     ledger = parts.ledger()
     ledger.restore(resumed_ledger(parts.checkpoint_dir, start_step, sampler, ledger) if start_step else [])
+    if parts.evaluation is not None and parts.evaluation.due_at_start(start_step):
+        # Policy v0 before any update, alone on the engines (step 0 is submitted after it): the figures the
+        # later evaluations are measured against, in a row of their own. Nothing of it is trained on.
+        parts.log(BEFORE_TRAINING_STEP, parts.evaluation.run(rollouts, step=BEFORE_TRAINING_STEP,
+                                                             policy_version=trainer.version))
     gauges = StepGauges(rollouts.actors) if parts.scale_figures else None  # the first interval starts here
     generation: Generation | None = (rollouts.submit(start_step, policy_version=trainer.version)
                                      if start_step < num_steps else None)
@@ -253,7 +261,10 @@ def step_metrics(trajectories: list[Trajectory], batch: dict, gen: GenerationRep
         "wait_for_generation_s": waited_s,
         "train_s": train_s,
         "weight_sync_s": sync.seconds if sync is not None else None,
+        "weight_sync_bytes": sync.bytes if sync is not None else None,
         "weight_sync_failed_engines": list(sync.failed) if sync is not None else [],
+        # The loop's own process, where the torch trainer (and megatron's rank 0) holds the policy.
+        "trainer_peak_rss_mb": peak_rss_mb(),
         "overlap_ratio": hidden_s / busy_s if hidden_s is not None and busy_s > 0 else None,
         "step_s": step_s,
         "tokens_per_s": generated_tokens / step_s if step_s > 0 else None,

@@ -28,8 +28,9 @@ at all may a group be cancelled that would just have stayed within the bound.)
 waits for every group, as without carry-over.
 
 `submit_eval(step, task_ids, n)` / `collect_eval(handle)` send held-out tasks (rl360cli/loop/eval.py)
-to the same actors, one group of `n` attempts each, group ids `eval{step}-{task}`: no filtering, no
-further rounds, no carry-over, and nothing of it goes to the trainer.
+to the same actors, one group of `n` attempts each, group ids `eval{step}-{task}` (`eval-before-{task}`
+before the first step): no filtering, no further rounds, no carry-over, and nothing of it goes to
+the trainer.
 
 Test: tests/loop/test_carry_over.py (real Ray actors); benchmark: bench/bench_long_tail.py.
 """
@@ -269,10 +270,12 @@ class Rollouts:
         return [g.group_id for g in carried]
 
     def submit_eval(self, step: int, task_ids: list[str], num_samples: int) -> Generation:
-        """One group of `num_samples` attempts at each held-out task, after `step`; returns at once."""
+        """One group of `num_samples` attempts at each held-out task, after `step` (before the first for a
+        negative one); returns at once."""
         generation = Generation(step=step)
+        label = f"eval{step}" if step >= 0 else "eval-before"
         for task_id in task_ids:
-            self._send(generation, task_id, f"eval{step}-{task_id}", num_samples)
+            self._send(generation, task_id, f"{label}-{task_id}", num_samples)
         return generation
 
     def collect_eval(self, generation: Generation) -> list[Trajectory]:

@@ -30,7 +30,7 @@ from rl360cli.config import RUN_RECIPE, ClusterProfile, Recipe, load_profile, lo
 from rl360cli.inference.apikey import api_key_path, optional_api_key
 from rl360cli.inference.client import EngineClient, EngineError
 from rl360cli.loop.samples import SAMPLES, TRAJECTORIES, SampleKeeper
-from rl360cli.metrics import MetricsLogger, drop_steps_from
+from rl360cli.metrics import BEFORE_TRAINING_STEP, MetricsLogger, drop_steps_from
 from rl360cli.ports import free_port
 from rl360cli.progress import GenerationProgress
 from rl360cli.run.calibrate import calibrate
@@ -169,8 +169,10 @@ def _set_up_trainer(state: StateFile, run_id: str, run_dir: Path, recipe: Recipe
         start_step = trainer.load_checkpoint(checkpoint)["next_step"]
         log(f"resumed from {checkpoint} at step {start_step}, policy version {trainer.version}")
     if resume:  # the steps from `start_step` on run again: their rows from before would repeat
+        # From step 0, policy v0's evaluation runs again too (`[eval] at_start`): its row goes with them.
+        first = start_step if start_step > 0 else BEFORE_TRAINING_STEP
         for name in ("metrics.jsonl", SAMPLES, TRAJECTORIES):
-            drop_steps_from(run_dir / name, start_step)
+            drop_steps_from(run_dir / name, first)
 
     # The profile's weight-sync port if it is free here, else any free port (two runs on one
     # machine must not meet in each other's process group).

@@ -117,8 +117,11 @@ class AttemptResult:
 
 async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, attempt_id: str,
                       labels: Mapping[str, str] | None = None, node: str | None = None,
-                      agent_timeout_s: float | None = None, verifier_timeout_s: float | None = None) -> AttemptResult:
-    """Run one attempt end to end; never raises for an infrastructure failure (it is in the result)."""
+                      timeout_multiplier: float = 1.0) -> AttemptResult:
+    """Run one attempt end to end; never raises for an infrastructure failure (it is in the result).
+
+    `timeout_multiplier` scales the task's agent and verifier budgets (and each step's), as Harbor's
+    `--timeout-multiplier` does: a slower engine or node than the task's author timed against."""
     observed: list[Observed] = []
     timings: dict[str, float] = {}
     commands: list[dict[str, Any]] = []
@@ -148,12 +151,12 @@ async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, at
                     await _healthcheck(sandbox, task)
             if task.steps:
                 rewards, verifier_output, injected_here = await _run_steps(
-                    sandbox, task, agent, verifier, observed, timings, commands, step_results)
+                    sandbox, task, agent, verifier, observed, timings, commands, step_results, timeout_multiplier)
                 injected |= injected_here
             else:
                 with _timed(timings, "agent"):
-                    injected |= await _run_agent(agent, _Recorder(sandbox, observed, commands), observed,
-                                                 agent_timeout_s or task.agent_timeout_s)
+                    recorder = _Recorder(sandbox, observed, commands, user=task.agent_user)
+                    injected |= await _run_agent(agent, recorder, observed, task.agent_timeout_s * timeout_multiplier)
                 if not _infra(observed):
                     async def release() -> None:
                         nonlocal sandbox
@@ -161,7 +164,7 @@ async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, at
                         await _stop(held)
 
                     rewards, verifier_output = await _verify(sandbox, task, observed, timings,
-                                                             verifier_timeout_s or task.verifier_timeout_s,
+                                                             task.verifier_timeout_s * timeout_multiplier,
                                                              verifier=verifier, release=release)
         except InfraError as e:
             observed.append(e.observed())
@@ -206,7 +209,7 @@ def _egress_of(sandboxes: list[Sandbox], observed: list[Observed]) -> EgressRepo
 
 async def _run_steps(sandbox: Sandbox, task: Task, agent: Agent, verifier: _VerifierStarter,
                      observed: list[Observed], timings: dict[str, float], commands: list[dict[str, Any]],
-                     step_results: list[dict[str, Any]]) -> tuple[dict[str, float], str, bool]:
+                     step_results: list[dict[str, Any]], timeout_multiplier: float) -> tuple[dict[str, float], str, bool]:
     """Run a multi-step task's steps in order in `sandbox`; the task's rewards by Harbor's rule."""
     injected = False
     per_step: list[dict[str, float]] = []
@@ -225,12 +228,14 @@ async def _run_steps(sandbox: Sandbox, task: Task, agent: Agent, verifier: _Veri
         if step.healthcheck is not None:
             with _timed(timings, "healthcheck"):
                 await _healthcheck(sandbox, task, step.healthcheck)
+        recorder.user = step.agent_user  # the step's own, else the task's (task_loader.py)
         with _timed(timings, "agent"):
             injected |= await _run_agent(lambda box, step=step: agent(box, step), recorder, observed,
-                                         step.agent_timeout_s)
+                                         step.agent_timeout_s * timeout_multiplier)
         if _infra(observed):
             break
-        rewards, output = await _verify(sandbox, task, observed, timings, step.verifier_timeout_s,
+        rewards, output = await _verify(sandbox, task, observed, timings,
+                                        step.verifier_timeout_s * timeout_multiplier,
                                         verifier=verifier, step=step)
         if _infra(observed):
             break
@@ -276,8 +281,12 @@ NUL_REFUSAL = "rl360: the command holds a NUL byte, which no shell command line 
 class _Recorder(Sandbox):
     """The sandbox as the agent sees it: notes each command's timeout, limit or provider failure."""
 
-    def __init__(self, inner: Sandbox, observed: list[Observed], commands: list[dict[str, Any]]):
+    def __init__(self, inner: Sandbox, observed: list[Observed], commands: list[dict[str, Any]], *,
+                 user: str | None = None):
         self.inner = inner
+        # Who the agent's commands run as unless a command says (`[agent] user`, a step's own): where the
+        # provider runs commands as users (docker; a process sandbox has one uid).
+        self.user = user
         self.observed = observed
         self.commands = commands
         self.id, self.node, self.provider = inner.id, inner.node, inner.provider
@@ -298,7 +307,7 @@ class _Recorder(Sandbox):
             result = ExecResult(exit_code=NUL_EXIT_CODE, output=NUL_REFUSAL)
         else:
             try:
-                result = await self.inner.exec(command, timeout_s=timeout_s, env=env, user=user)
+                result = await self.inner.exec(command, timeout_s=timeout_s, env=env, user=user or self.user)
             except InfraError as e:
                 self._failed(e)
                 raise
@@ -510,7 +519,7 @@ def oracle_agent(task: Task) -> Agent:
         await sandbox.upload(folder, "/solution")
         await sandbox.exec('exec "$(command -v bash || echo sh)" /solution/solve.sh',
                            timeout_s=task.agent_timeout_s if step is None else step.agent_timeout_s,
-                           env=env, user=None if step is None else step.agent_user)
+                           env=env, user=task.agent_user if step is None else step.agent_user)
 
     return oracle
 

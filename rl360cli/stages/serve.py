@@ -164,6 +164,10 @@ def apply(ctx: Context) -> list[dict]:
     with _quiet_transformers():
         prepare_policy(recipe.model, tasks_dir=Path(recipe.tasks.path), out_dir=policy_dir(ctx),
                        seed=recipe.policy_seed)
+        if recipe.trainer.lora is not None:  # before any engine starts: a target the policy lacks ends here
+            from rl360cli.trainer.lora import check_targets_of_folder
+
+            check_targets_of_folder(policy_dir(ctx), recipe.trainer.lora.target_modules)
     ctx.event(NAME, "prepare", "policy v0", path=str(policy_dir(ctx)))
     # Before any engine starts: each one reads it as it starts. An existing key is kept (engines may run).
     key = read_api_key(create_api_key(ctx.run_dir))

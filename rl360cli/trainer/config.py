@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rl360cli.configload import check_at_least, check_non_negative, check_positive, check_range
+from rl360cli.configload import check_at_least, check_integer, check_non_negative, check_positive, check_range
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -60,6 +60,33 @@ class SimulatedTrainerConfig:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class LoraConfig:
+    """`[trainer.lora]`: train a low-rank adapter instead of every weight (the torch trainer; docs/trainer.md,
+    "LoRA"). Each targeted linear layer's weight W stays frozen; the layer computes x W^T + (alpha / rank) x A^T B^T
+    with A [rank, in] and B [out, rank] trained (B starts at zero, so policy v0 is unchanged). The engines get
+    each targeted weight merged, W + (alpha / rank) B A, and nothing else."""
+
+    # The adapter's rank r: A and B hold r x (in + out) numbers per targeted layer.
+    rank: int
+    # The adapter's scale is alpha / rank (peft's `lora_alpha`).
+    alpha: float
+    # Linear layers to adapt, by the last part of their module name (`q_proj` adapts every layer's
+    # `model.layers.N.self_attn.q_proj`) or a longer suffix of it; each must name a linear layer of the policy,
+    # checked when the policy is prepared (`rl360 serve`) and when the trainer loads it.
+    target_modules: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        check_integer(self, "rank")
+        check_at_least(self, 1, "rank")
+        check_positive(self, "alpha", fix="the adapter's scale is alpha / rank")
+        if not self.target_modules or not all(isinstance(m, str) and m.strip() for m in self.target_modules):
+            raise ValueError(f"target_modules must name at least one linear layer (got {list(self.target_modules)}); "
+                             'for example target_modules = ["q_proj", "v_proj"]')
+        if len(set(self.target_modules)) != len(self.target_modules):
+            raise ValueError(f"target_modules names a layer twice (got {list(self.target_modules)})")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class TrainerConfig:
     # `torch`: any Hugging Face causal LM on CPU or one GPU; `megatron`: megatron-core with TP/PP/DP;
     # `simulated`: a stand-in that takes each batch in a set time and only bumps the policy version.
@@ -92,6 +119,8 @@ class TrainerConfig:
     # differ from float32 ones by bf16 rounding (docs/trainer.md, "Precision").
     precision: Literal["fp32", "bf16"] = "fp32"
     checkpoint_every: int = 10
+    # torch only: train a LoRA adapter of these layers, the rest frozen (unset: every weight is trained).
+    lora: LoraConfig | None = None
     # megatron only
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
@@ -113,6 +142,9 @@ class TrainerConfig:
         if self.precision != "fp32" and self.kind == "megatron":
             raise ValueError(f"precision {self.precision!r} is the torch trainer's; the megatron trainer runs in "
                              "float32 (set precision = \"fp32\" or kind = \"torch\")")
+        if self.lora is not None and self.kind == "megatron":
+            raise ValueError("lora is the torch trainer's; the megatron trainer trains every weight "
+                             "(remove [trainer.lora] or set kind = \"torch\")")
         check_at_least(self, 1, "micro_batch_tokens", "num_epochs", "checkpoint_every", "tensor_parallel",
                        "pipeline_parallel", "sync_bucket_mb")
 

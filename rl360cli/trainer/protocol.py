@@ -29,7 +29,8 @@ class Trainer(Protocol):
         """One policy update on `batch`; returns `rl360cli.trainer.step.STAT_KEYS`."""
 
     def named_tensors(self) -> Iterator[tuple[str, Any]]:
-        """The full weights under their Hugging Face names (what the engines load)."""
+        """What the engines load, under Hugging Face names: every weight that may differ from policy v0 (all of
+        them; with the torch trainer's `lora`, the targeted ones with the adapter merged in)."""
 
     def save_checkpoint(self, path: Path, loop_state: dict) -> None:
         """Write the model, the optimizer and `loop_state` to `path` (atomically: a folder renamed in)."""

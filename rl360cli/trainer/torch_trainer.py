@@ -10,6 +10,10 @@ loop's own state, so that a run resumes exactly where it stopped.
 `trainer.precision = "bf16"` runs each forward pass under bf16 autocast (the backward follows the
 forward's dtypes) with the weights and AdamW's state in float32; "fp32" (the default) computes in
 float32 throughout. Its logprobs' agreement with the engine's: tests/trainer/test_precision.py.
+
+`trainer.lora` trains a LoRA adapter on frozen weights (rl360cli/trainer/lora.py): AdamW and gradient
+clipping over the adapter alone, checkpoints of the adapter (peft's format) instead of the model, and
+`named_tensors()` the targeted weights with the adapter merged in, all the engines need beside policy v0.
 """
 
 from __future__ import annotations
@@ -23,13 +27,18 @@ from pathlib import Path
 
 import torch
 
+from rl360cli.errors import Rl360Error
 from rl360cli.rl.config import GRPOConfig
 from rl360cli.rl.train_batch import TrainBatch
 from rl360cli.trainer.config import TrainerConfig
 from rl360cli.trainer.fault_points import fault_point
+from rl360cli.trainer.lora import add_adapter, load_adapter, merged_weights, save_adapter
 from rl360cli.trainer.protocol import logprob_temperature
 from rl360cli.trainer.shared_prompts import logprobs_sharing_prompts
 from rl360cli.trainer.step import train_step
+
+
+ADAPTER_DIR = "adapter"  # a LoRA checkpoint's adapter, where a full one has `model`
 
 
 class TorchTrainer:
@@ -43,6 +52,8 @@ class TorchTrainer:
         self.temperature = logprob_temperature(temperature)
         self.device = torch.device(device)
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(self.device)
+        if config.lora is not None:  # after the seed: the adapter's A is drawn from it
+            add_adapter(self.model, config.lora)
         self.model.train()
         self.optimizer = self._new_optimizer()
         self.version = 0
@@ -62,7 +73,7 @@ class TorchTrainer:
             num_epochs=self.config.num_epochs, optimizer=self.optimizer, lr=self.config.lr_at(self.version),
             logprobs=(lambda micro: self._shared_logprobs(micro)) if share
             else (lambda micro: self.logprobs(micro.input_ids, micro.attention_mask)),
-            clip_grads=lambda: float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)),
+            clip_grads=lambda: float(torch.nn.utils.clip_grad_norm_(self.trained_parameters(), clip)),
         )
         self.version += 1
         return stats
@@ -86,26 +97,38 @@ class TorchTrainer:
         return contextlib.nullcontext()
 
     def named_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """The weights the engines need, by the names their models use."""
+        """The weights the engines need, by the names their models use: every weight, or with `lora` the
+        targeted ones with the adapter merged in (the others are policy v0's, which every engine holds)."""
+        if self.config.lora is not None:
+            yield from merged_weights(self.model)
+            return
         for name, param in self.model.named_parameters():
             yield name, param.detach()
+
+    def trained_parameters(self) -> list[torch.nn.Parameter]:
+        """What the optimizer updates: every weight, or with `lora` the adapter's A and B."""
+        return [param for param in self.model.parameters() if param.requires_grad]
 
     def close(self) -> None:
         """Nothing to release: the torch trainer is this one process."""
 
     def _new_optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.model.parameters(), lr=self.config.lr, betas=tuple(self.config.betas),
+        return torch.optim.AdamW(self.trained_parameters(), lr=self.config.lr, betas=tuple(self.config.betas),
                                  weight_decay=self.config.weight_decay)
 
     # ------------------------------------------------------------------ checkpoints
 
     def save_checkpoint(self, path: Path, loop_state: dict) -> None:
-        """Model, optimizer, RNG and `loop_state` in a staging folder, fsynced, then renamed in: a
-        crash leaves either the old checkpoint set or the new one, never a folder that looks whole."""
+        """Model (with `lora`: the adapter alone, in `adapter/`), optimizer, RNG and `loop_state` in a staging
+        folder, fsynced, then renamed in: a crash leaves either the old checkpoint set or the new one, never a
+        folder that looks whole."""
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)  # what an earlier crash left half-written
         tmp.mkdir(parents=True)
-        self.model.save_pretrained(tmp / "model")
+        if self.config.lora is not None:
+            save_adapter(self.model, tmp / ADAPTER_DIR)
+        else:
+            self.model.save_pretrained(tmp / "model")
         torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
         (tmp / "loop_state.json").write_text(json.dumps({**loop_state, "version": self.version}))
@@ -119,7 +142,15 @@ class TorchTrainer:
     def load_checkpoint(self, path: Path) -> dict:
         from transformers import AutoModelForCausalLM
 
-        self.model = AutoModelForCausalLM.from_pretrained(path / "model", dtype=torch.float32).to(self.device)
+        has_adapter = (path / ADAPTER_DIR).is_dir()
+        if has_adapter != (self.config.lora is not None):
+            raise Rl360Error(f"checkpoint {path} holds " + ("a LoRA adapter; the recipe trains every weight" if has_adapter
+                             else "a whole model; the recipe trains a LoRA adapter ([trainer.lora])"),
+                             fix="resume with [trainer.lora] as the run started, or start a new run")
+        if self.config.lora is not None:  # the base weights are policy v0's, frozen: only the adapter comes back
+            load_adapter(self.model, self.config.lora, path / ADAPTER_DIR)
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(path / "model", dtype=torch.float32).to(self.device)
         self.model.train()
         self.optimizer = self._new_optimizer()
         self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))

@@ -38,6 +38,8 @@ class ScriptedEngine:
         self.outputs: list[list[int]] = []
         self.version = 0
         self.fail_with: int | None = None
+        # Seconds each request waits before it is answered (an engine shared by many sessions).
+        self.delay_s = 0.0
         self._runner: web.AppRunner | None = None
 
     def say(self, text: str, *, cut: bool = False) -> None:
@@ -62,6 +64,7 @@ class ScriptedEngine:
     async def _generate(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.requests.append(body)
+        await asyncio.sleep(self.delay_s)
         if self.fail_with is not None:
             return web.Response(status=self.fail_with, text="CUDA error: an illegal memory access was encountered")
         text, cut = self.script.popleft()

@@ -49,6 +49,7 @@ def engine(served):
     served.engine.requests.clear()
     served.engine.outputs.clear()
     served.engine.fail_with = None
+    served.engine.delay_s = 0.0
     return served.engine
 
 

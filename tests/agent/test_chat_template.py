@@ -157,3 +157,27 @@ def test_appends_need_an_assistant_turn_before_them():
 @pytest.mark.parametrize("completion,covered", [([5, 2], 1), ([5, 2, 198], 2), ([5, 6], 0), ([], 0), ([198], 0)])
 def test_covered_prefix(completion, covered):
     assert covered_prefix(completion, [2, 198]) == covered
+
+
+def test_a_prompt_is_rendered_once_per_messages_tools_and_template(monkeypatch):
+    """A group's sessions start from the same messages: the endpoint renders and tokenizes each prompt once."""
+    tok = tokenizer_named("qwen2.5-instruct")
+    template = ChatTemplate(tok)
+    renders = []
+    render = template.render
+    monkeypatch.setattr(template, "render", lambda *a, **k: renders.append(1) or render(*a, **k))
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Fix test_a.py."}]
+    first = template.prompt_ids(messages, tools=[BASH_TOOL])
+    first.append(-1)  # a caller's list is its own
+    again = template.prompt_ids([dict(m) for m in messages], tools=[BASH_TOOL])
+    assert again == first[:-1] == tok.encode(render(messages, tools=[BASH_TOOL]), add_special_tokens=False)
+    assert len(renders) == 1
+    # Other tools, the same tools' keys in another order (a template's `tojson` keeps the order), other
+    # arguments, another template: rendered again.
+    reordered = {"function": BASH_TOOL["function"], "type": "function"}
+    template.prompt_ids(messages, tools=[reordered])
+    template.prompt_ids(messages)
+    template.prompt_ids(messages, template_kwargs={"add_vision_id": True})
+    tok.chat_template = tokenizer_named("qwen3").chat_template
+    assert template.prompt_ids(messages) == tok.encode(render(messages), add_special_tokens=False)
+    assert len(renders) == 5

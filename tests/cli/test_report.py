@@ -4,8 +4,9 @@ progress, rendered from the same recorded steps.
 The metrics are real: `train_loop` runs six steps with the real torch trainer on a tiny Llama and logs
 through the real `MetricsLogger`, on the loop tests' stand-ins (tests/loop/loop_standins.py) for what
 needs a cluster; `InfraFailingRolloutsStandIn` adds the infra failures and sandbox start times that
-real sandboxes report. The held-out evaluation (`eval/pass@1`, `eval/pass@4`) is not written by the
-loop yet: the test adds it to the finished run's rows in the format `stages/report/series.py` reads.
+real sandboxes report. The held-out evaluation (`eval/pass@1`, `eval/pass@4`; tests/loop/test_eval.py
+runs it in the loop) is added to the finished run's rows as the loop writes it: policy v0's in a row of
+its own before the first step (step -1), the others in the rows of the steps they follow.
 
 Each page is opened in Debian's Chromium (`cluster/dev/test.sh` installs it; missing, the test fails
 in CI and is skipped elsewhere); the page's own script marks every image loaded or not, read back
@@ -24,16 +25,16 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from rl360cli.commands.watch import live_view
+from rl360cli.commands.watch import live_view, row_line
 from rl360cli.config import load_profile
 from rl360cli.errors import Rl360Error
 from rl360cli.loop.train_loop import train_loop
-from rl360cli.metrics import MetricsLogger, read_metrics
+from rl360cli.metrics import BEFORE_TRAINING_STEP, MetricsLogger, read_metrics
 from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.stages.base import Context
 from rl360cli.stages.report.build import write_report
 from rl360cli.stages.report.charts import CHARTS
-from rl360cli.stages.report.series import read_rows, run_progress
+from rl360cli.stages.report.series import read_rows, run_progress, step_rows
 from rl360cli.state.store import StateFile
 from tests.conftest import REPO, need, run_cli
 from tests.loop.loop_standins import SyntheticRolloutsStandIn, loop_parts, make_tiny_model, tiny_trainer
@@ -77,8 +78,8 @@ def recorded_rows(tmp_path_factory) -> list[dict]:
 
 
 def with_eval(rows: list[dict]) -> list[dict]:
-    """`rows` with a held-out evaluation every third step and at the end, and the figures of two task domains
-    (as tasks with `[metadata] tags` give them)."""
+    """`rows` with a held-out evaluation before the first step (a row of its own), every third step and at
+    the end, and the figures of two task domains (as tasks with `[metadata] tags` give them)."""
     out = [dict(r) for r in rows]
     for row in out:
         row["reward/domain/strings"] = 0.3 + 0.1 * row["step"]
@@ -86,7 +87,9 @@ def with_eval(rows: list[dict]) -> list[dict]:
         if (row["step"] + 1) % 3 == 0 or row["step"] + 1 == STEPS:
             row["eval/pass@1"] = 0.2 + 0.05 * row["step"]
             row["eval/pass@4"] = 0.5 + 0.05 * row["step"]
-    return out
+    before = {"step": BEFORE_TRAINING_STEP, "time": rows[0]["time"] - rows[0]["step_s"] - 1.0, "eval/step": -1,
+              "eval/pass@1": 0.15, "eval/pass@4": 0.4, "eval/k": 4}
+    return [before, *out]
 
 
 def make_run(state: StateFile, run_root: Path, run_id: str, rows: list[dict], *, lead_s: float = 20.0,
@@ -103,7 +106,8 @@ def make_run(state: StateFile, run_root: Path, run_id: str, rows: list[dict], *,
             "name": run_id, "recipe": str(REPO / "recipes" / "local-smoke.toml"), "run_dir": str(run_dir),
             "metrics_path": str(run_dir / "metrics.jsonl"),
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started)) + ".000+00:00",
-            "num_steps": STEPS, "step": len(rows), "policy_version": len(rows), "resumed": False, **record,
+            "num_steps": STEPS, "step": len(step_rows(rows)), "policy_version": len(step_rows(rows)), "resumed": False,
+            **record,
         }
     return run_dir
 
@@ -176,7 +180,9 @@ def test_report_of_a_finished_a_running_and_a_failed_run_renders_in_chromium(rec
         for chart in charts:
             assert_not_blank(page.parent / f"{chart}.png")
     finished = finished_page.read_text()
-    assert "step 6: pass@1 0.450, pass@4 0.750" in finished  # the latest eval, in the summary
+    # Policy v0's evaluation and the latest, in the summary; the chart says where v0's point is.
+    assert "before training: pass@1 0.150, pass@4 0.400; after step 6: pass@1 0.450, pass@4 0.750" in finished
+    assert "step 0: before training (policy v0), pass@1 0.150, pass@4 0.400" in finished
     assert "5 masked (oom_node 3, sandbox_start 2)" in finished
 
     # The checks can fail: a chart whose PNG is gone is marked, and said, on the page.
@@ -231,7 +237,7 @@ def test_progress_eta_is_the_steps_left_at_the_recent_pace_less_the_current_step
 
 
 def test_live_view_shows_progress_eta_the_generating_step_and_the_latest_eval(recorded_rows):
-    rows = with_eval(recorded_rows)[:3]
+    rows = with_eval(recorded_rows)[:4]  # policy v0's evaluation and three steps
     run = {"status": "running", "num_steps": STEPS, "step": 3,
            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(rows[0]["time"] - 20)) + "+00:00"}
     console = Console(record=True, width=160, color_system=None)
@@ -239,7 +245,8 @@ def test_live_view_shows_progress_eta_the_generating_step_and_the_latest_eval(re
     text = console.export_text()
     assert re.search(r"━+\s+3/6 steps\s+elapsed 2\ds\s+ETA \ds", text), text
     assert "step 4 generating for 1s: 16 sessions in its first round" in text
-    assert "held-out eval at step 3: pass@1 0.300  pass@4 0.600" in text
+    assert ("held-out eval before training: pass@1 0.150, pass@4 0.400; after step 3: pass@1 0.300, pass@4 0.600"
+            in text)
     assert text.count("/6 ") >= 3  # the steps' table is still there
 
     # The loop's generation.json (0-based step 3 is the view's step 4) gets a bar of the sessions done;
@@ -254,6 +261,11 @@ def test_live_view_shows_progress_eta_the_generating_step_and_the_latest_eval(re
                           generation={**generation, "step": 2}))
     text = stale.export_text()
     assert "5/18 sessions" not in text and "16 sessions in its first round" in text, text
+
+    # Piped, one line a row: policy v0's evaluation has its own.
+    assert row_line(rows[0], run) == "held-out eval before training: pass@1 0.150 pass@4 0.400"
+    assert row_line(rows[3], run).startswith("step 3/6  reward ") and row_line(rows[3], run).endswith(
+        "eval pass@1 0.300 pass@4 0.600")
 
     ended = Console(record=True, width=160, color_system=None)
     ended.print(live_view("smoke", {**run, "status": "failed"}, rows, 21.0, now=rows[-1]["time"] + 1.0))

@@ -37,5 +37,7 @@ def test_a_mixed_batch_draws_what_each_row_draws_alone():
     assert batched[0][0] != int(logits[0].argmax())  # a banned id is never drawn, greedy rows too
     assert batched[0][4] == int(logits[4].argmax())
     assert batched[0][5] not in (3, 4)
-    expected = torch.log_softmax(logits, dim=-1)[torch.arange(6), torch.tensor(batched[0])]
-    assert torch.allclose(torch.tensor(batched[1]), expected)  # temperature-1 logprobs of what was drawn
+    # Each row's logprob is at its own temperature (a greedy row's at 1), before the top-k / top-p cut.
+    temps = torch.tensor([1.0, 1.0, 0.7, 1.0, 1.0, 1.3]).unsqueeze(1)
+    expected = torch.log_softmax(logits / temps, dim=-1)[torch.arange(6), torch.tensor(batched[0])]
+    assert torch.allclose(torch.tensor(batched[1]), expected)

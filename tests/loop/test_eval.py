@@ -1,6 +1,7 @@
 """Evaluation during training on held-out tasks (`[eval]`, rl360cli/loop/eval.py): the table is checked
-at load time, the figures are unbiased pass@1/pass@k with infra failures left out of n, they land in
-the rows of the steps they follow, and no eval sample ever reaches the trainer.
+at load time, local-smoke's held-out set is outside everything its policy v0 was built from, the figures
+are unbiased pass@1/pass@k with infra failures left out of n, they land in a row of their own before the
+first step (policy v0) and in the rows of the steps they follow, and no eval sample ever reaches the trainer.
 
 The loop tests run `train_loop` in this process on the real torch trainer with the stand-in rollouts of
 tests/loop/loop_standins.py; the CI-sized local-smoke (tests/loop/test_learning.py) evaluates for real
@@ -11,8 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import itertools
+import json
+import re
 import shutil
 import textwrap
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -24,9 +29,10 @@ from rl360cli.loop.config import EvalConfig
 from rl360cli.loop.eval import Evaluation, eval_metrics
 from rl360cli.loop.ledger import read_ledger
 from rl360cli.loop.train_loop import train_loop
+from rl360cli.metrics import BEFORE_TRAINING_STEP
 from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.rl.trajectory import Trajectory
-from rl360cli.demo import arith
+from rl360cli.demo import arith, warmup
 from tests.conftest import REPO
 from tests.loop.conftest import TASKS
 from tests.loop.loop_standins import (
@@ -39,6 +45,7 @@ from tests.loop.loop_standins import (
 )
 
 HELDOUT = REPO / "recipes" / "tasks" / "arith-heldout"
+POLICY_V0 = REPO / "recipes" / "models" / "local-smoke-v0"
 EVAL_KEYS = {"eval/pass@1", "eval/pass@k", "eval/k", "eval/step", "eval/infra_failures",
              "eval/infra_failures_by_cause", "eval/num_tasks"}
 
@@ -108,6 +115,11 @@ def test_due_after_every_nth_step_and_after_the_last():
     assert due(4, 10) == [3, 7, 9]
     assert due(0, 5) == [4]
     assert not EvalConfig(path="x", enabled=False).due(4, 5) and not EvalConfig().due(4, 5)
+    # Before the first step too, by default, but only for a run that starts there (a resumed one has its row).
+    assert EvalConfig(path="x").due_at_start(0) and not EvalConfig(path="x").due_at_start(3)
+    assert not EvalConfig(path="x", at_start=False).due_at_start(0)
+    assert not EvalConfig(path="x", enabled=False).due_at_start(0) and not EvalConfig().due_at_start(0)
+    assert load_recipe(REPO / "recipes" / "local-smoke.toml").eval.at_start
 
 
 def test_the_held_out_set_is_what_the_generator_writes():
@@ -120,6 +132,59 @@ def test_the_held_out_set_is_what_the_generator_writes():
     # None of the 16 is one of the 32 as a function on the verifier's inputs.
     outputs = {tuple(y for _, y in arith.cases(p)) for p in generator.programs()}
     assert not outputs & {tuple(y for _, y in arith.cases(p)) for p in generator.heldout_programs()}
+
+
+def test_no_held_out_task_is_a_training_task_or_in_what_policy_v0_was_built_from():
+    """local-smoke's held-out set, read from its folder, against policy v0's warm-up stream reproduced here
+    from built.json (the first warmup_steps x warmup_batch_size programs of `warmup.example_programs`, the
+    stream `warmup.examples` trains on, from the build's seed, the training tasks skipped) and its
+    tokenizer's corpus: no held-out canonical answer, described program or function is in either, and no
+    held-out task is one of the 32 (instruction or function)."""
+    built = json.loads((POLICY_V0 / "built.json").read_text())
+    model, seed = built["model"], built["seed"]
+    assert model["warmup_seed"] in (None, seed)
+    assert REPO / "recipes" / built["tasks"]["path"] == TASKS
+    training = {p.parent.name: p.read_text() for p in sorted(TASKS.glob("*/instruction.md"))}
+    num_examples = model["warmup_steps"] * model["warmup_batch_size"]
+    stream = [program for program, _ in itertools.islice(warmup.example_programs(seed, training.values()), num_examples)]
+    corpus = list(warmup.corpus_programs(seed))
+    assert len(stream) == num_examples == 140 * 32 and len(corpus) == warmup.CORPUS_PROGRAMS
+
+    def outputs(program):
+        return tuple(y for _, y in arith.cases(program))
+
+    def program_of(folder: Path):
+        return arith.parse_program(tomllib.loads((folder / "task.toml").read_text())["metadata"]["program"])
+
+    seen_answers = {arith.expression(p) for p in stream + corpus}
+    seen_descriptions = {arith.describe(p) for p in stream + corpus}
+    seen_functions = {outputs(p) for p in stream + corpus}
+    training_functions = {outputs(program_of(TASKS / name)) for name in training}
+    held = sorted(p for p in HELDOUT.iterdir() if (p / "task.toml").is_file())
+    assert len(held) == 16
+    for folder in held:
+        answer = re.fullmatch(r"echo '(.+)' > answer\.py", (folder / "solution" / "solve.sh").read_text().splitlines()[-1])
+        instruction = (folder / "instruction.md").read_text()
+        description = instruction.removeprefix(arith.TASK_PREFIX).split(".\n", 1)[0]
+        program = program_of(folder)
+        assert answer and answer.group(1) == arith.expression(program) and instruction == arith.instruction(program)
+        assert answer.group(1) not in seen_answers, folder.name
+        assert description not in seen_descriptions, folder.name
+        assert outputs(program) not in seen_functions, folder.name  # not even under another name
+        assert instruction not in training.values() and outputs(program) not in training_functions, folder.name
+    # The reproduction is what the build read: its tokenizer, retrained from this corpus and the training
+    # instructions, is the committed one, and `examples` is the stream's conversations.
+    from transformers import AutoTokenizer
+
+    from rl360cli.demo import tokenizer as tiny_tokenizer
+
+    committed = AutoTokenizer.from_pretrained(POLICY_V0)
+    retrained = tiny_tokenizer.train_tokenizer([*warmup.synthetic_corpus(seed), *training.values()],
+                                               vocab_size=model["vocab_size"])
+    assert retrained.get_vocab() == committed.get_vocab()
+    first = list(itertools.islice(warmup.examples(committed, seed, training.values()), 64))
+    assert first == [warmup.conversation(committed, text, arith.expression(program))
+                     for program, text in itertools.islice(warmup.example_programs(seed, training.values()), 64)]
 
 
 # ----------------------------------------------------------------------------- the figures
@@ -165,9 +230,11 @@ class EvalRolloutsStandIn(SyntheticRolloutsStandIn):
     def __init__(self, trainer):
         super().__init__(trainer)
         self.eval_versions: list[int] = []
+        self.eval_steps: list[int] = []
 
     def submit_eval(self, step: int, task_ids: list[str], num_samples: int) -> StandInGeneration:
         self.eval_versions.append(self.trainer.version)
+        self.eval_steps.append(step)
         generation = StandInGeneration(step=step)
         for index, task_id in enumerate(task_ids):
             for i in range(num_samples):
@@ -192,11 +259,15 @@ def test_the_loop_evaluates_at_the_right_steps_and_trains_on_none_of_it(model_di
     parts = dataclasses.replace(parts, rollouts=rollouts, log=lambda step, values: rows.update({step: values}),
                                 evaluation=Evaluation(EvalConfig(path="held", every=2, k=2), tuple(EVAL_IDS)))
     last = train_loop(parts, start_step=0)
-    assert [s for s, row in rows.items() if EVAL_KEYS <= row.keys()] == [1, 3, 4]
+    assert [s for s, row in rows.items() if EVAL_KEYS <= row.keys()] == [BEFORE_TRAINING_STEP, 1, 3, 4]
     assert not any(key.startswith("eval/") for s in (0, 2) for key in rows[s])
     assert last["eval/step"] == 4
-    # Each evaluation used the policy of the step it follows, the version its row reports.
-    assert rollouts.eval_versions == [rows[s]["policy_version"] for s in (1, 3, 4)] == [2, 4, 5]
+    # Policy v0 first, in a row of its own (no step's figures), then the policy of the step each follows,
+    # the version its row reports.
+    before = rows[BEFORE_TRAINING_STEP]
+    assert before["eval/step"] == -1 and before["eval/policy_version"] == 0 and "reward_mean" not in before
+    assert next(iter(rows)) == BEFORE_TRAINING_STEP and rollouts.eval_steps[0] == BEFORE_TRAINING_STEP
+    assert rollouts.eval_versions == [0] + [rows[s]["policy_version"] for s in (1, 3, 4)] == [0, 2, 4, 5]
     # 4 samples per task, task i passes i of them: pass@1 = mean(i/4), pass@2 = mean(1 - C(4-i,2)/C(4,2)).
     assert rows[1]["eval/pass@1"] == pytest.approx(sum(min(i, 4) / 4 for i in range(5)) / 5)
     assert rows[1]["eval/pass@k"] == pytest.approx((0 + 0.5 + 5 / 6 + 1 + 1) / 5)
@@ -205,3 +276,14 @@ def test_the_loop_evaluates_at_the_right_steps_and_trains_on_none_of_it(model_di
     for entry in ledger:
         assert set(entry["tasks"]) <= set(TASK_IDS)
         assert not [g for g in entry["groups"] + entry["generated"] if g.startswith("eval")]
+
+
+def test_with_at_start_off_policy_v0_is_not_evaluated(model_dir, tmp_path):
+    trainer = tiny_trainer(model_dir)
+    rows = {}
+    parts = loop_parts(tmp_path, trainer, steps=2, checkpoint_every=2)
+    rollouts = EvalRolloutsStandIn(trainer)
+    parts = dataclasses.replace(parts, rollouts=rollouts, log=lambda step, values: rows.update({step: values}),
+                                evaluation=Evaluation(EvalConfig(path="held", k=2, at_start=False), tuple(EVAL_IDS)))
+    train_loop(parts, start_step=0)
+    assert list(rows) == [0, 1] and rollouts.eval_steps == [1]

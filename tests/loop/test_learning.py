@@ -1,8 +1,8 @@
 """A CI-sized local-smoke: the real recipe's policy and settings, fewer steps; the reward rises by a
 clear margin, and the trainer and every engine end on the same policy version. The same run evaluates
-three held-out tasks through its engines and sandboxes twice (`[eval]`; its unit tests are
-tests/loop/test_eval.py): the figures land in the rows of the steps they follow, and no eval sample or
-held-out task ever reaches the trainer."""
+three held-out tasks through its engines and sandboxes three times (`[eval]`; its unit tests are
+tests/loop/test_eval.py): policy v0 before the first step, in a row of its own, then half way and at the
+end, in the rows of the steps they follow; no eval sample or held-out task ever reaches the trainer."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from rl360cli.loop.ledger import read_ledger
+from rl360cli.metrics import BEFORE_TRAINING_STEP
 from tests.conftest import REPO, run_cli
 from tests.loop.conftest import LOCAL_SMOKE_V0, TASKS, metrics_of, write_run_files
 from tests.loop.test_eval import EVAL_KEYS, HELDOUT
@@ -47,7 +48,7 @@ def test_a_ci_sized_local_smoke_learns(run_folder, state_path):
     up = run_cli("up", "--recipe", str(recipe), state=state_path, cwd=run_folder, timeout=1200)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     rows = metrics_of(state_path)
-    rewards = [row["reward_mean"] for row in rows]
+    rewards = [row["reward_mean"] for row in rows if "reward_mean" in row]
     assert len(rewards) == NUM_STEPS
     # Half local-smoke's tasks per step make every step's mean noisier (and, seen once, a dip of 0.25
     # at steps 4-7 that the full recipe's runs do not show): the rise is asked of the best three steps
@@ -61,13 +62,17 @@ def test_a_ci_sized_local_smoke_learns(run_folder, state_path):
     run = doc["runs"][doc["current_run"]]
     assert run["status"] == "finished"
     assert set(run["engine_versions"].values()) == {run["policy_version"]} and run["policy_version"] > 0
-    # Held-out evaluation: half way and after the last step, through the same engines, at the version just trained.
+    # Held-out evaluation: policy v0 first, in the first row, of its own (no step's figures); then half way and
+    # after the last step, through the same engines, at the version just trained.
     evaluated = [row for row in rows if EVAL_KEYS <= row.keys()]
-    assert [row["step"] for row in evaluated] == [EVAL_EVERY - 1, NUM_STEPS - 1]
+    assert [row["step"] for row in evaluated] == [BEFORE_TRAINING_STEP, EVAL_EVERY - 1, NUM_STEPS - 1]
+    assert rows[0] is evaluated[0] and len(rows) == NUM_STEPS + 1
+    assert evaluated[0]["eval/step"] == -1 and evaluated[0]["eval/policy_version"] == 0
+    assert not {"reward_mean", "samples", "policy_version"} & evaluated[0].keys()
     assert not any(key.startswith("eval/") for row in rows if row not in evaluated for key in row)
     for row in evaluated:
         assert row["eval/num_tasks"] == 3 and row["eval/k"] == 2 and row["eval/num_samples"] == 9
-        assert row["eval/policy_version"] == row["policy_version"]
+        assert row["eval/policy_version"] == row.get("policy_version", 0)
         assert 0.0 <= row["eval/pass@1"] <= row["eval/pass@k"] <= 1.0
         assert row["eval/infra_failures"] == sum(row["eval/infra_failures_by_cause"].values())
     run_dir = Path(run["run_dir"])
@@ -82,6 +87,12 @@ def test_a_ci_sized_local_smoke_learns(run_folder, state_path):
     assert {"best", "worst", "random"} <= {s["chosen"] for s in shown}
     assert all(s["spans"][0]["by"] == "env" and s["spans"][1]["by"] == "model" for s in shown if s["spans"])
     assert all(span["version"] <= s["step"] for s in shown for span in s["spans"] if span["by"] == "model")
-    # W&B ran offline and left its files in the run folder; every step is in metrics.jsonl too.
+    # W&B ran offline and left its files in the run folder (policy v0's figures in its summary, as W&B's steps
+    # start at 0); every step is in metrics.jsonl too.
     assert list((run_dir / "wandb").glob("offline-run-*"))
+    # The report's summary puts policy v0's held-out figures beside the last ones.
+    report = run_cli("report", state=state_path, cwd=run_folder)
+    assert report.returncode == 0, report.stdout + report.stderr
+    page = (run_dir / "report" / "report.html").read_text()
+    assert re.search(r"before training: pass@1 [0-9.]+, pass@k [0-9.]+; after step 8: pass@1", page)
     assert run_cli("down", state=state_path, cwd=run_folder).returncode == 0

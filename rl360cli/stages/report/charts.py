@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rl360cli.errors import Rl360Error
-from rl360cli.stages.report.series import eval_points, step_rows, value
+from rl360cli.stages.report.series import eval_points, eval_when, step_rows, value
 
 WIDTH_IN, HEIGHT_IN, DPI = 6.4, 3.2, 100
 LINE_STYLES = ("-", "--", ":", "-.")
@@ -96,7 +96,10 @@ def _draw_eval(ax, rows: list[dict]) -> str:
         xs = [step for step, found in points if name in found]
         ax.plot(xs, [found[name] for _, found in points if name in found], marker="o", label=name)
     ax.set_ylim(-0.02, 1.02)
-    return ""
+    before = next((found for step, found in points if step == 0), None)
+    if before is None:
+        return ""
+    return f"step 0: {eval_when(0)} (policy v0), " + ", ".join(f"{k} {v:.3f}" for k, v in before.items())
 
 
 DOMAIN_PREFIX = "reward/domain/"

@@ -11,7 +11,7 @@ import html
 from datetime import datetime, timezone
 
 from rl360cli.stages.report.charts import Drawn
-from rl360cli.stages.report.series import RunSummary, duration
+from rl360cli.stages.report.series import RunSummary, duration, eval_words
 
 STATUS_COLOUR = {"finished": "#1a7f37", "running": "#0969da", "starting": "#0969da", "failed": "#cf222e",
                  "stopped": "#9a6700"}
@@ -76,8 +76,7 @@ def render_page(summary: RunSummary, drawn: list[Drawn], *, recipe_text: str | N
         ("infra failures", f"{summary.infra_failures} masked" + (
             " (" + ", ".join(f"{c} {n}" for c, n in summary.infra_by_cause.items()) + ")"
             if summary.infra_by_cause else "")),
-        ("held-out eval", "not recorded" if p.latest_eval is None else
-         f"step {p.latest_eval[0]}: " + ", ".join(f"{k} {v:.3f}" for k, v in p.latest_eval[1].items())),
+        ("held-out eval", eval_words(p) or "not recorded"),
         ("overrides (--set)", " ".join(summary.overrides) or "none"),
         ("run folder", run_dir),
     ]

@@ -4,8 +4,9 @@ A row is what `loop/train_loop.py:step_metrics` returns, with `step` (0-based) a
 seconds) added by `metrics.MetricsLogger`; nested figures (`batch`, `train`) are read by dotted path
 (`batch.masked`). Held-out evaluation figures are `eval/pass@1`, `eval/pass@k` (or `eval/pass@4`)
 as flat keys, or the same names in a nested `eval` table (W&B flattens it to the same keys); a
-step's row may carry them, or a row of their own (without a reward) may. Nothing here draws or prints;
-`duration` words a number of seconds for both.
+step's row may carry them, or a row of their own (without a reward) may: policy v0's, before the first
+step, is step -1 (`BEFORE_TRAINING_STEP`), the 1-based step 0, "before training". Nothing here draws or
+prints; `duration` and `eval_words` word figures for both.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rl360cli.errors import Rl360Error
+from rl360cli.metrics import BEFORE_TRAINING_STEP
 from rl360cli.state.schema import RUN_ACTIVE, RunStatus
 
 EVAL_KEY = re.compile(r"^eval/(pass@\w+)$")
@@ -79,6 +81,23 @@ def eval_points(rows: list[dict]) -> list[tuple[int, dict[str, float]]]:
     return [(row["step"] + 1, found) for row in rows if "step" in row and (found := eval_values(row))]
 
 
+def eval_when(step: int) -> str:
+    """Where a 1-based point of `eval_points` stands: "before training" (policy v0), else "after step N"."""
+    return "before training" if step == BEFORE_TRAINING_STEP + 1 else f"after step {step}"
+
+
+def eval_words(progress: RunProgress) -> str | None:
+    """The run's held-out figures in a line: policy v0's and the latest, "before training: pass@1 0.172,
+    pass@4 0.375; after step 30: pass@1 0.594, pass@4 0.812"; None when none is recorded."""
+    points = [(0, progress.before_eval)] if progress.before_eval is not None else []
+    if progress.latest_eval is not None and progress.latest_eval[0] != 0:
+        points.append(progress.latest_eval)
+    if not points:
+        return None
+    return "; ".join(f"{eval_when(step)}: " + ", ".join(f"{k} {v:.3f}" for k, v in found.items())
+                     for step, found in points)
+
+
 def _pass_order(name: str) -> tuple[int, str]:
     k = name.removeprefix("pass@")
     return (int(k), "") if k.isdigit() else (1 << 30, k)
@@ -123,6 +142,8 @@ class RunProgress:
     sessions_total: int | None = None
     sessions_done: int | None = None
     latest_eval: tuple[int, dict[str, float]] | None = None
+    # Policy v0's held-out figures, evaluated before the first step (`[eval] at_start`); None: not recorded.
+    before_eval: dict[str, float] | None = None
 
 
 def run_progress(run: dict, rows: list[dict], *, now: float, sessions_per_step: int | None = None,
@@ -155,6 +176,7 @@ def run_progress(run: dict, rows: list[dict], *, now: float, sessions_per_step: 
             sessions_per_step if current is not None else None),
         sessions_done=generating.get("sessions_done") if reported else None,
         latest_eval=evals[-1] if evals else None,
+        before_eval=next((found for step, found in evals if step == BEFORE_TRAINING_STEP + 1), None),
     )
 
 

@@ -1,4 +1,4 @@
 #!/bin/bash
 # Oracle of rl360/arith-heldout-01: writes the canonical answer.
 cd /app
-echo 'x%3' > answer.py
+echo '(x%7)%2' > answer.py

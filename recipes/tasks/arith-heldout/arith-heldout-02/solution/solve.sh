@@ -1,4 +1,4 @@
 #!/bin/bash
 # Oracle of rl360/arith-heldout-02: writes the canonical answer.
 cd /app
-echo 'x*6' > answer.py
+echo '(x*7)+2' > answer.py

@@ -68,7 +68,7 @@ def check_answer(src: str, cases: Sequence[Sequence[int]]) -> bool:
             return False
     return True
 
-CASES = [[-9, -54], [-4, -24], [-1, -6], [0, 0], [1, 6], [2, 12], [5, 30], [7, 42], [12, 72], [25, 150]]
+CASES = [[-9, -61], [-4, -26], [-1, -5], [0, 2], [1, 9], [2, 16], [5, 37], [7, 51], [12, 86], [25, 177]]
 
 answer_path, reward_path = sys.argv[1], sys.argv[2]
 os.makedirs(os.path.dirname(reward_path) or ".", exist_ok=True)

@@ -1,4 +1,4 @@
 #!/bin/bash
 # Oracle of rl360/arith-heldout-03: writes the canonical answer.
 cd /app
-echo 'x%9' > answer.py
+echo '(x*9)+3' > answer.py

@@ -68,7 +68,7 @@ def check_answer(src: str, cases: Sequence[Sequence[int]]) -> bool:
             return False
     return True
 
-CASES = [[-9, -36], [-4, -16], [-1, -4], [0, 0], [1, 4], [2, 8], [5, 20], [7, 28], [12, 48], [25, 100]]
+CASES = [[-9, -42], [-4, -22], [-1, -10], [0, -6], [1, -2], [2, 2], [5, 14], [7, 22], [12, 42], [25, 94]]
 
 answer_path, reward_path = sys.argv[1], sys.argv[2]
 os.makedirs(os.path.dirname(reward_path) or ".", exist_ok=True)

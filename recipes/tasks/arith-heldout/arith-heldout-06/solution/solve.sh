@@ -1,4 +1,4 @@
 #!/bin/bash
 # Oracle of rl360/arith-heldout-06: writes the canonical answer.
 cd /app
-echo '(x**2)+2' > answer.py
+echo '(x*2)//5' > answer.py

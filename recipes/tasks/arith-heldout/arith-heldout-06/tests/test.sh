@@ -68,7 +68,7 @@ def check_answer(src: str, cases: Sequence[Sequence[int]]) -> bool:
             return False
     return True
 
-CASES = [[-9, 83], [-4, 18], [-1, 3], [0, 2], [1, 3], [2, 6], [5, 27], [7, 51], [12, 146], [25, 627]]
+CASES = [[-9, -4], [-4, -2], [-1, -1], [0, 0], [1, 0], [2, 0], [5, 2], [7, 2], [12, 4], [25, 10]]
 
 answer_path, reward_path = sys.argv[1], sys.argv[2]
 os.makedirs(os.path.dirname(reward_path) or ".", exist_ok=True)

@@ -1,4 +1,4 @@
 #!/bin/bash
 # Oracle of rl360/arith-heldout-07: writes the canonical answer.
 cd /app
-echo '(x**2)+7' > answer.py
+echo '(x//8)+3' > answer.py

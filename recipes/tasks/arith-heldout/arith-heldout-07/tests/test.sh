@@ -68,7 +68,7 @@ def check_answer(src: str, cases: Sequence[Sequence[int]]) -> bool:
             return False
     return True
 
-CASES = [[-9, 88], [-4, 23], [-1, 8], [0, 7], [1, 8], [2, 11], [5, 32], [7, 56], [12, 151], [25, 632]]
+CASES = [[-9, 1], [-4, 2], [-1, 2], [0, 3], [1, 3], [2, 3], [5, 3], [7, 3], [12, 4], [25, 6]]
 
 answer_path, reward_path = sys.argv[1], sys.argv[2]
 os.makedirs(os.path.dirname(reward_path) or ".", exist_ok=True)

@@ -68,7 +68,7 @@ def check_answer(src: str, cases: Sequence[Sequence[int]]) -> bool:
             return False
     return True
 
-CASES = [[-9, -84], [-4, -49], [-1, -28], [0, -21], [1, -14], [2, -7], [5, 14], [7, 28], [12, 63], [25, 154]]
+CASES = [[-9, -85], [-4, -40], [-1, -13], [0, -4], [1, 5], [2, 14], [5, 41], [7, 59], [12, 104], [25, 221]]
 
 answer_path, reward_path = sys.argv[1], sys.argv[2]
 os.makedirs(os.path.dirname(reward_path) or ".", exist_ok=True)

@@ -1,4 +1,4 @@
 #!/bin/bash
 # Oracle of rl360/arith-heldout-10: writes the canonical answer.
 cd /app
-echo '(x-5)*2' > answer.py
+echo '(x//5)*5' > answer.py

@@ -1,4 +1,4 @@
 #!/bin/bash
 # Oracle of rl360/arith-heldout-14: writes the canonical answer.
 cd /app
-echo '((x%9)*-1)%3' > answer.py
+echo '((x%9)+7)*-1' > answer.py

@@ -68,7 +68,7 @@ def check_answer(src: str, cases: Sequence[Sequence[int]]) -> bool:
             return False
     return True
 
-CASES = [[-9, 0], [-4, 1], [-1, 1], [0, 0], [1, 2], [2, 1], [5, 1], [7, 2], [12, 0], [25, 2]]
+CASES = [[-9, -7], [-4, -12], [-1, -15], [0, -7], [1, -8], [2, -9], [5, -12], [7, -14], [12, -10], [25, -14]]
 
 answer_path, reward_path = sys.argv[1], sys.argv[2]
 os.makedirs(os.path.dirname(reward_path) or ".", exist_ok=True)

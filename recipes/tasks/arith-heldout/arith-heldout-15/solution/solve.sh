@@ -1,4 +1,4 @@
 #!/bin/bash
 # Oracle of rl360/arith-heldout-15: writes the canonical answer.
 cd /app
-echo '((x+6)%9)-8' > answer.py
+echo '((x+5)//4)*-1' > answer.py
