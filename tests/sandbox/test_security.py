@@ -218,10 +218,10 @@ def test_it_cannot_write_outside_its_folders(provider_of, tmp_path):
     outside = tmp_path / "outside.txt"
     commands = [f"echo pwned > {outside}", "echo pwned > /usr/pwned.txt", "echo pwned > /pwned.txt",
                 "echo fine > /app/inside.txt && cat /app/inside.txt"]
-    result, seen = attempt(provider_of(), hostile_task(tmp_path), *commands)
+    result, seen = attempt(provider_of(read_only_root=True), hostile_task(tmp_path), *commands)
     assert not outside.exists() and not Path("/usr/pwned.txt").exists() and not Path("/pwned.txt").exists()
     assert seen[0].exit_code != 0
-    assert seen[1].exit_code != 0 and seen[2].exit_code != 0  # a read-only root (a container's too)
+    assert seen[1].exit_code != 0 and seen[2].exit_code != 0  # a read-only root (a container's, when asked)
     assert seen[3].exit_code == 0 and seen[3].output.strip() == "fine"
     assert result.outcome == Outcome.OK
 
@@ -447,6 +447,15 @@ def test_no_process_it_started_outlives_its_attempt(provider_of, kind, tmp_path)
     assert result.outcome == Outcome.OK
 
 
+def test_a_containers_root_is_writable_by_default_and_the_hosts_is_untouched(docker_provider, tmp_path):
+    """Harbor's images expect root to install what they need: by default a container's root is its own to write."""
+    result, (wrote,) = attempt(docker_provider(), hostile_task(tmp_path),
+                               "echo x > /usr/rl360-probe && echo x > /rl360-probe && echo wrote")
+    assert wrote.exit_code == 0 and wrote.output.strip() == "wrote", wrote.output
+    assert not Path("/usr/rl360-probe").exists() and not Path("/rl360-probe").exists()
+    assert result.outcome == Outcome.OK
+
+
 CAPABILITY_BITS = {"DAC_OVERRIDE": 1, "KILL": 5}  # of a read-only root's container (linux/capability.h)
 
 
@@ -454,7 +463,8 @@ def test_it_runs_without_capabilities_or_new_privileges_on_a_read_only_root(prov
     from rl360cli.sandbox.docker_container import CAP_ADD
 
     result, (status, writes) = attempt(
-        provider_of(), hostile_task(tmp_path), "grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status",
+        provider_of(read_only_root=True), hostile_task(tmp_path),
+        "grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status",
         "for p in /usr /etc /root /var ''; do echo x > $p/rl360-probe 2>/dev/null && echo WROTE $p; done; "
         "for p in /app /tmp /tests /logs; do echo x > $p/rl360-probe && echo ok $p; done; "
         "printf '#!/bin/sh\\necho ran\\n' > /tmp/x.sh && chmod +x /tmp/x.sh && /tmp/x.sh")
