@@ -105,9 +105,10 @@ def check(
         out.print(f"{len(rows) - len(failed)}/{len(rows)} tasks pass")
         wanting = [t.id for t in tasks if t.network]
         if wanting and ctx.profile.egress.mode == "none":
-            out.print(f"{len(wanting)} of these tasks want the internet (Harbor's default, unless a task says "
-                      f'network_mode = "no-network"), and profile {ctx.profile.name} gives sandboxes none ([egress] mode '
-                      '= "none"): a verifier that fetches scores 0. See docs/sandboxes.md, "Network".')
+            out.print(escape(f"{len(wanting)} of these tasks want the internet (Harbor's default, unless a task says "
+                             f'network_mode = "no-network"), and profile {ctx.profile.name} gives sandboxes none '
+                             '([egress] mode = "none"): a verifier that fetches scores 0. See docs/sandboxes.md, '
+                             '"Network".'))
     if failed:
         raise typer.Exit(1)
 
