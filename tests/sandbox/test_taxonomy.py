@@ -210,15 +210,16 @@ def test_row_sandbox_killed(process_provider, tmp_path):
 
 @pytest.mark.docker
 def test_row_sandbox_oom(docker_provider, tmp_path):
-    # The agent's files fill the container's tmpfs (counted against its memory) past its 128 MB: the
-    # command clearing /tests before the verifier is OOM-killed, which no process of the agent's holds,
-    # or, when the kernel picks it first, the container's init (and with it the container).
+    # The agent's files fill the container's tmpfs (a read-only root's /tmp and /run, counted against its
+    # memory) past its 128 MB: the command clearing /tests before the verifier is OOM-killed, which no
+    # process of the agent's holds, or, when the kernel picks it first, the container's init (and with it
+    # the container).
     task = load_task(write_task(tmp_path, "t"))
 
     async def agent(sandbox):
         await sandbox.exec("head -c 100m /dev/zero > /tmp/fill; head -c 100m /dev/zero > /run/fill", timeout_s=60)
 
-    result = attempt(docker_provider(memory_mb=128), task, agent)
+    result = attempt(docker_provider(memory_mb=128, read_only_root=True), task, agent)  # /tmp, /run: tmpfs
     expect(result, Event.SANDBOX_OOM)
     assert "OOM-killed" in result.detail
 
