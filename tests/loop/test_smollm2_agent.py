@@ -66,8 +66,8 @@ def test_a_ci_sized_smollm2_agent_trains_its_adapter_and_evaluates_held_out(run_
     rows = metrics_of(state_path)
     steps = [row for row in rows if "reward_mean" in row]
     assert [row["policy_version"] for row in steps] == [1, 2]
-    # The sessions ran as tool calls: the endpoint read calls, so commands ran (no harness failures).
-    assert all(row["sessions"] == len(TRAIN) * NUM_SAMPLES for row in steps), steps
+    # Every session ran and was scored: none masked (an endpoint, engine or sandbox failure would be).
+    assert all(row["sessions"] == len(TRAIN) * NUM_SAMPLES and row["infra_failures"] == 0 for row in steps), steps
 
     doc = json.loads(state_path.read_text())
     run = doc["runs"][doc["current_run"]]
@@ -90,6 +90,11 @@ def test_a_ci_sized_smollm2_agent_trains_its_adapter_and_evaluates_held_out(run_
     moved = sum(int(t.abs().max() > 0) for t in b.values())
     assert moved == len(b), f"{moved} of {len(b)} B matrices moved; rewards {[r['reward_mean'] for r in steps]}"
     assert not (checkpoint / "model").exists()  # LoRA checkpoints hold the adapter alone
+    # Signal means a session passed, and what passed did so through the tool: the endpoint's hermes parser read
+    # a `<tool_call>` block of the model's first turn as a bash call, and the agent ran it.
+    passed = [s for s in shown if s["reward"] == 1.0]
+    assert passed and all(s["turns"][0]["action"] == "bash" for s in passed), [s["turns"] for s in passed]
+    assert all("<tool_call>" in next(sp["text"] for sp in s["spans"] if sp["by"] == "model") for s in passed)
 
     # Held-out evaluation: policy v0 before the first step (a row of its own), then the last version.
     evaluated = [row for row in rows if EVAL_KEYS <= row.keys()]
