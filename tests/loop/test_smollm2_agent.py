@@ -29,10 +29,10 @@ TRAIN_DIR = REPO / "recipes" / "tasks" / "shell-train"
 HELDOUT_DIR = REPO / "recipes" / "tasks" / "shell-heldout"
 NUM_STEPS = 2
 NUM_SAMPLES = 6
-# The two training tasks SmolLM2 passed in calibration (k=4: 2 and 1 of 4; docs/recipes.md, "smollm2-agent"),
-# both showing the whole call: 4 groups of 6 samples in two steps, so a group whose samples differ, the
-# signal that moves the adapter, is all but certain (at a pass rate of 0.15, 98%; at 0.3, > 99.9%).
-TRAIN = ["copy-file-00", "two-words-02"]
+# The recipe's manifest: the two training tasks calibration put in the band (2 of 8 each; docs/recipes.md,
+# "smollm2-agent"), both showing the whole call. 4 groups of 6 samples in two steps: at a pass rate of 0.25 a
+# group whose samples differ, the signal that moves the adapter, comes 999 runs in 1,000.
+TRAIN = ["copy-file-03", "two-words-02"]
 HELD = ["heldout-copy-file-00", "heldout-write-word-00"]
 LORA = 'trainer.lora={rank = 8, alpha = 16, target_modules = ["q_proj", "v_proj"]}'
 
@@ -42,6 +42,8 @@ def ci_sized_recipe(folder: Path) -> Path:
     recipe = write_run_files(folder, recipe_body="")  # writes profile.toml on free ports
     text = (REPO / "recipes" / "smollm2-agent.toml").read_text()
     text = text.replace('profile = "../cluster/local.toml"', 'profile = "profile.toml"')
+    # Two named tasks instead of the recipe's calibrated manifest (a recipe sets one or the other).
+    text = re.sub(r"(?m)^manifest = .*\n", "", text)
     text = text.replace('path = "tasks/shell-train"', f'path = "{TRAIN_DIR}"\ninclude = {json.dumps(TRAIN)}')
     for key, value in (("num_steps", NUM_STEPS), ("num_tasks_per_step", len(TRAIN)),
                        ("num_samples_per_task", NUM_SAMPLES), ("max_generation_rounds", 1)):
