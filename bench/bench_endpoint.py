@@ -50,6 +50,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.bench_engine_client import CannedAnswer  # noqa: E402
 from bench.report import write_section  # noqa: E402
 from rl360cli.agent.builtin import BuiltinAgent  # noqa: E402
 from rl360cli.agent.config import AgentConfig, RolloutConfig  # noqa: E402
@@ -88,24 +89,11 @@ def command_output(session: int, turn: int, chars: int) -> str:
 
 # ---------------------------------------------------------------------------- the stand-in engine
 
-class CannedGenerate(asyncio.Protocol):
+class CannedGenerate(CannedAnswer):
     """Stands in for SGLang's `POST /generate`: reads each request's head and body, answers the canned
-    completion at once, keeps the connection open."""
+    completion at once (its `reply`, set per run), keeps the connection open."""
 
     reply = b""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:
-        self.transport, self.buffer = transport, b""
-
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
-            length = next((int(line[15:]) for line in self.buffer[:end].lower().split(b"\r\n")
-                           if line.startswith(b"content-length:")), 0)
-            if len(self.buffer) < end + 4 + length:
-                return
-            self.buffer = self.buffer[end + 4 + length:]
-            self.transport.write(self.reply)
 
 
 def serve(port: int) -> None:
@@ -199,7 +187,7 @@ async def direct_session(index: int, work: Workload, *, tokenizer: Any, client: 
             break
         result = await sandbox.exec(action.command, timeout_s=60)
         observation = format_observation(result.exit_code, result.output, timed_out=result.timed_out)
-        conversation.add_observation(observation, finished_turn=reply.finish_reason == "stop")
+        conversation.add_observation(observation)
     return {"token_ids": conversation.token_ids, "loss_mask": conversation.loss_mask, "turns": len(turns)}
 
 

@@ -56,6 +56,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.machine_cpu import machine_jiffies  # noqa: E402
 from bench.report import write_section  # noqa: E402
+from tests.loop.test_scale_sim import expected_masked  # noqa: E402 - the test's own account of the failures
 
 RECIPE = REPO / "recipes" / "scale-sim.toml"
 # The recipe's latencies, which `--latency-scale` multiplies.
@@ -267,24 +268,6 @@ def broken_invariants(doc: dict, rows: list[dict], ledgers: list[dict], *, steps
         problems.append(f"masked infra failures {dict(masked)} differ from the drawn ones that ended attempts "
                         f"{dict(expected)}")
     return problems
-
-
-def expected_masked(ledgers: list[dict], *, max_infra_retries: int) -> collections.Counter:
-    """The cause each attempt must end with, from the failures the providers drew (as the test works it out):
-    a failure in a command ends it; start failures end it once every retry failed too (the last one's cause)."""
-    by_attempt: dict[str, list[tuple[str, str]]] = collections.defaultdict(list)
-    for ledger in ledgers:
-        for attempt, operation, cause in ledger["failures"]:
-            by_attempt[attempt].append((operation, cause))
-    ends: collections.Counter = collections.Counter()
-    for failures in by_attempt.values():
-        in_commands = [cause for operation, cause in failures if operation.startswith("exec")]
-        starts = [cause for operation, cause in failures if operation.startswith("start")]
-        if in_commands:
-            ends[in_commands[0]] += 1
-        elif len(starts) == max_infra_retries + 1:
-            ends[starts[-1]] += 1
-    return ends
 
 
 def setting_value(settings: list[str], recipe: dict, key: str) -> int:

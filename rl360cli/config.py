@@ -37,6 +37,7 @@ from rl360cli.agent.config import AgentConfig, RolloutConfig
 from rl360cli.backends.config import TIERS, SlurmOptions, TierSpec
 from rl360cli.configload import (ConfigError, Override, check_name, check_range, from_mapping, load_toml,
                                  parse_override, read_toml, with_overrides)
+from rl360cli.egress.config import EgressConfig
 from rl360cli.images.config import RegistrySpec
 from rl360cli.inference.config import EngineConfig
 from rl360cli.loop.config import EvalConfig, LoopConfig, check_held_out
@@ -76,6 +77,8 @@ class ClusterProfile:
     registry: RegistrySpec = field(default_factory=RegistrySpec)
     # The image list for `rl360 prewarm-images` (images/images.toml).
     images: str = "images/images.toml"
+    # Where a sandbox that its task lets onto the network may go (rl360cli/egress/config.py): nowhere by default.
+    egress: EgressConfig = field(default_factory=EgressConfig)
 
     def __post_init__(self) -> None:
         check_name(self, "name")

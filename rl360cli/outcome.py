@@ -65,6 +65,10 @@ class InfraCause(StrEnum):
     """The agent's budget ran out while the model's first reply was still being generated: not one token to
     train on or score. The engines serve more sessions than the tasks' budgets allow for (fewer sessions in
     flight, more engines, or a larger `[agent] timeout_multiplier`)."""
+    EGRESS = "egress"
+    """The sandbox's way out failed it: a host the profile's `[egress]` lets the task reach could not be reached
+    (the egress proxy found no answer, a broken one, or an address of the node's own networks), or the proxy
+    itself failed. A host off the allow-list is not this: trying it is the model's own doing."""
     PROVIDER_ERROR = "provider_error"
     """The sandbox provider (Docker daemon, remote API) returned an error."""
     INJECTED = "injected"

@@ -45,7 +45,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     # The demo's tiny policy is sized by the trainer's `ModelConfig`; the trainer never imports the demo.
     ("rollouts, trainers, the demo", frozenset({"rollout", "trainer", "demo"})),
     ("session, sandboxes, inference, backends", frozenset({"agent", "sandbox", "inference", "backends", "nodes",
-                                                            "images"})),
+                                                            "images", "egress"})),
     ("floor", frozenset({"rl", "configload", "state", "events", "errors", "outcome", "ports", "metrics", "progress",
                          "logview", "procinfo", "supervise", "rl360cli"})),
 )

@@ -13,8 +13,9 @@ A harness is a function, sync or async, that takes a `Session` and returns when 
 
 It talks to the model only through its session's OpenAI-compatible base URL (the session endpoint,
 rl360cli/agent/endpoint.py, which keeps the engine's exact tokens) and to the world only through the
-sandbox handle: `exec` (a bash command, with a timeout, a working folder and environment variables), `upload`
-and `download`. A sync harness runs in a thread and gets `session.sandbox` (blocking calls); an async one
+sandbox handle: `exec` (a bash command, with a timeout, a working folder and environment variables, in a
+fresh shell), `shell` (a command in the session's one persistent shell, whose `cd`, variables and background
+jobs last, as a Terminus-style agent's terminal), `upload` and `download`. A sync harness runs in a thread and gets `session.sandbox` (blocking calls); an async one
 runs on the session actor's event loop and gets `session.async_sandbox`. The verifier runs after it returns.
 Harnesses run beside the session actors, outside the sandbox (no route to the endpoint from inside it).
 
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from rl360cli.sandbox.provider import ExecResult, Sandbox
+from rl360cli.sandbox.shell import PersistentShell
 
 # What a harness is: sync (run in a thread) or async (awaited on the actor's event loop).
 Harness = Callable[["Session"], None] | Callable[["Session"], Awaitable[None]]
@@ -57,6 +59,9 @@ class TaskInfo:
     step_index: int = 0
     # Where commands run in the sandbox unless told otherwise.
     workdir: str = "/app"
+    # The task's `[environment] skills_dir`: a folder in the sandbox of skills for the agent, which Harbor
+    # copies to its agent's skills folder; a harness that reads skills looks there (None: the task has none).
+    skills_dir: str | None = None
 
 
 class AsyncSandbox:
@@ -65,6 +70,7 @@ class AsyncSandbox:
     def __init__(self, sandbox: Sandbox, *, default_timeout_s: float):
         self._sandbox = sandbox
         self._default_timeout_s = default_timeout_s
+        self._shell = PersistentShell(sandbox)
 
     async def exec(self, command: str, *, timeout_s: float | None = None, cwd: str | None = None,
                    env: Mapping[str, str] | None = None) -> ExecResult:
@@ -72,6 +78,15 @@ class AsyncSandbox:
         if cwd is not None:
             command = f"cd {shlex.quote(cwd)} && {command}"
         return await self._sandbox.exec(command, timeout_s=timeout_s or self._default_timeout_s, env=env)
+
+    async def shell(self, command: str, *, timeout_s: float | None = None) -> ExecResult:
+        """Run `command` in the session's one persistent shell: its `cd`, variables and background jobs stay
+        for the next `shell` call (rl360cli/sandbox/shell.py). A command past its timeout ends that shell."""
+        return await self._shell.run(command, timeout_s=timeout_s or self._default_timeout_s)
+
+    async def close(self) -> None:
+        """End the persistent shell, if one ran (before the verifier)."""
+        await self._shell.close()
 
     async def upload(self, local_path: Path | str, remote_path: str) -> None:
         await self._sandbox.upload(local_path, remote_path)
@@ -90,6 +105,9 @@ class SyncSandbox:
     def exec(self, command: str, *, timeout_s: float | None = None, cwd: str | None = None,
              env: Mapping[str, str] | None = None) -> ExecResult:
         return self._call(self._inner.exec(command, timeout_s=timeout_s, cwd=cwd, env=env))
+
+    def shell(self, command: str, *, timeout_s: float | None = None) -> ExecResult:
+        return self._call(self._inner.shell(command, timeout_s=timeout_s))
 
     def upload(self, local_path: Path | str, remote_path: str) -> None:
         self._call(self._inner.upload(local_path, remote_path))

@@ -71,11 +71,15 @@ async def run_session(spec: SessionSpec, task: Task, *, endpoint: SessionEndpoin
         session = Session(
             task=TaskInfo(id=task.id, instruction=step.instruction if step is not None else task.instruction,
                           metadata=dict(task.metadata), step=step.name if step is not None else None,
-                          step_index=step.index if step is not None else 0, workdir=task.workdir),
+                          step_index=step.index if step is not None else 0, workdir=task.workdir,
+                          skills_dir=task.skills_dir),
             base_url=handle.base_url, api_key=handle.token, model=options.model, sandbox=SyncSandbox(view, loop),
             async_sandbox=view, log=log, config=agent.harness_config,
             complete=functools.partial(endpoint.complete, handle.token))
-        await _run_harness(harness, session, handle.record, agent.harness_timeout_s)
+        try:
+            await _run_harness(harness, session, handle.record, agent.harness_timeout_s)
+        finally:
+            await view.close()  # its persistent shell, with all it started, ends before the verifier
 
     began = time.monotonic()
     running = asyncio.ensure_future(run_attempt(provider, task, attempt_agent, attempt_id=spec.attempt_id,
@@ -100,6 +104,8 @@ async def run_session(spec: SessionSpec, task: Task, *, endpoint: SessionEndpoin
                          cause=attempt.cause, timings={**attempt.timings, **timings}, metadata={
                              "node": attempt.node, "detail": attempt.detail, "injected": attempt.injected,
                              "retries": attempt.retries, "pool_hit": attempt.pool_hit,
+                             **({"rewards": dict(attempt.rewards)} if len(attempt.rewards) > 1 else {}),
+                             "egress": attempt.egress.to_json() if attempt.egress else None,
                              **({"steps": list(attempt.steps)} if attempt.steps else {})})
 
 

@@ -21,6 +21,7 @@ from rl360cli.sandbox.check import CheckRow, check_tasks
 from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig
 from rl360cli.sandbox.providers import make_provider
 from rl360cli.sandbox.task_loader import TaskError, load_task_set
+from rl360cli.stages import egress
 from rl360cli.stages.calibrate import calibrate as run_calibration
 from rl360cli.stages.calibrate import calibration_overrides
 from rl360cli.state import queries
@@ -72,9 +73,11 @@ def check(
     config = SandboxConfig(provider=provider, max_concurrent=2 * concurrency, wave_size=max(4, 2 * concurrency),
                            wave_interval_s=0.2, warm_pool=WarmPoolConfig(size=0))
     run_id = f"check-{time.strftime('%Y%m%d-%H%M%S')}"
+    if egress.applies(ctx) and provider != "daytona":  # the machine's egress proxy (kept for later checks and runs)
+        egress.apply(ctx)
     sandboxes = make_provider(config, nodes=ctx.profile.nodes, run_id=run_id,
                               node_images=queries.image_digests(ctx.state.read()),
-                              registry=ctx.profile.registry)
+                              registry=ctx.profile.registry, egress=egress.route(ctx))
 
     async def run():
         try:
@@ -100,6 +103,12 @@ def check(
             table.add_row(r.task, oracle, noop, outcome, f"{r.seconds:.1f}")
         out.print(table)
         out.print(f"{len(rows) - len(failed)}/{len(rows)} tasks pass")
+        wanting = [t.id for t in tasks if t.network]
+        if wanting and ctx.profile.egress.mode == "none":
+            out.print(escape(f"{len(wanting)} of these tasks want the internet (Harbor's default, unless a task says "
+                             f'network_mode = "no-network"), and profile {ctx.profile.name} gives sandboxes none '
+                             '([egress] mode = "none"): a verifier that fetches scores 0. See docs/sandboxes.md, '
+                             '"Network".'))
     if failed:
         raise typer.Exit(1)
 

@@ -3,7 +3,8 @@ them (`reward/domain/<tag>`), beside the step's reward over every session and ov
 
 A task's tags are its `[metadata] tags` in task.toml (Harbor's field), or those a calibration manifest gives it
 (`rl360 tasks calibrate`); a session carries them in its metadata (rl360cli/agent/session.py). A session counts
-once (its first segment), and only a valid one (an infra failure has no reward).
+once (its first segment), and only a valid one (an infra failure has no reward). A verifier's several metrics
+(reward.json's keys, Harbor's multi-metric rewards) each get their mean, `reward/metric/<key>`.
 """
 
 from __future__ import annotations
@@ -34,4 +35,11 @@ def domain_figures(trajectories: Sequence[Trajectory], kept: Sequence[Trajectory
         figures[f"reward/domain/{tag}"] = sum(rewards) / len(rewards)
         figures[f"pass_rate/domain/{tag}"] = sum(r >= pass_threshold for r in rewards) / len(rewards)
         figures[f"sessions/domain/{tag}"] = len(rewards)
+    # A verifier that writes several metrics (Harbor's reward.json): each one's mean over the sessions with it.
+    by_metric: dict[str, list[float]] = defaultdict(list)
+    for t in sessions:
+        for key, value in (t.metadata.get("rewards") or {}).items():
+            by_metric[str(key)].append(float(value))
+    for key, values in sorted(by_metric.items()):
+        figures[f"reward/metric/{key}"] = sum(values) / len(values)
     return figures

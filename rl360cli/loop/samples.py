@@ -132,6 +132,7 @@ def kept_rows(step: int, trajectories: Sequence[Trajectory], *, decode: Callable
                 "cause": t.cause.value if t.cause else None, "reward": t.reward, "detail": meta.get("detail"),
                 "node": meta.get("node"), "harness": meta.get("harness"), "session": meta.get("session"),
                 "turns": meta.get("turns"), "steps": meta.get("steps"), "injected": meta.get("injected"),
+                "egress": meta.get("egress"),
                 "versions": list(t.versions), "num_tokens": len(t.token_ids),
                 "spans": conversation_spans(t.token_ids, t.loss_mask, t.versions, decode, max_chars=max_chars),
             })

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 from rl360cli.errors import Rl360Error
 from rl360cli.loop.config import LoopConfig
 from rl360cli.loop.domains import domain_figures
+from rl360cli.loop.egress_figures import egress_figures
 from rl360cli.loop.eval import Evaluation
 from rl360cli.loop.ledger import StepLedger, check_same_sampler, sampler_identity, step_entry
 from rl360cli.metrics import BEFORE_TRAINING_STEP
@@ -153,6 +154,7 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
             step_s=time.time() - step_started, version=trainer.version,
         )
         last.update(domain_figures(trajectories, trained))
+        last.update(egress_figures(trajectories))
         last["steps_without_signal"] = ledger.steps_without_signal()
         if cancelled_at_end:
             last["groups_cancelled_at_end"] = len(cancelled_at_end)

@@ -17,8 +17,8 @@ from pathlib import Path
 from rl360cli.config import load_profile, load_run_recipe, run_policy_dir
 from rl360cli.inference.apikey import api_key_path, optional_api_key
 from rl360cli.loop.calibration import CALIBRATION, task_figures, write_table
-from rl360cli.run.session_actors import (close_actors, engine_urls, launch_ray_and_actors, log, run_task_ids,
-                                         wait_actors_ready)
+from rl360cli.run.session_actors import (close_actors, egress_route, engine_urls, launch_ray_and_actors, log,
+                                         run_task_ids, wait_actors_ready)
 from rl360cli.state import queries, transitions
 from rl360cli.state.store import StateFile
 
@@ -36,10 +36,10 @@ def calibrate(state: StateFile, run_id: str, *, k: int, ray_address: str | None)
     api_key_file = str(api_key_path(run_dir)) if optional_api_key(run_dir) else None
     task_ids = run_task_ids(recipe.tasks.path, recipe.tasks.include)
     log(f"calibration {run_id}: {len(task_ids)} tasks x {k} samples through {router}")
-    actors = launch_ray_and_actors(recipe, load_profile(profile_path) if profile_path else None, run_id=run_id,
-                                   policy_dir=run_policy_dir(run_dir), router=router,
+    profile = load_profile(profile_path) if profile_path else None
+    actors = launch_ray_and_actors(recipe, profile, run_id=run_id, policy_dir=run_policy_dir(run_dir), router=router,
                                    node_images=queries.image_digests(doc), ray_address=ray_address,
-                                   api_key_file=api_key_file)
+                                   api_key_file=api_key_file, egress=egress_route(doc, profile))
     try:
         wait_actors_ready(actors, recipe, in_cluster=ray_address is not None)
         transitions.mark_run_running(state, run_id, pid=os.getpid())

@@ -35,8 +35,8 @@ from rl360cli.ports import free_port
 from rl360cli.progress import GenerationProgress
 from rl360cli.run.calibrate import calibrate
 from rl360cli.run.rejoin import EngineRejoins
-from rl360cli.run.session_actors import (close_actors, engine_urls, launch_ray_and_actors, log, run_task_ids,
-                                         wait_actors_ready)
+from rl360cli.run.session_actors import (close_actors, egress_route, engine_urls, launch_ray_and_actors, log,
+                                         run_task_ids, wait_actors_ready)
 from rl360cli.state import queries, transitions
 from rl360cli.state.schema import RunStatus, StateDoc, StateError
 from rl360cli.state.store import StateFile
@@ -101,7 +101,7 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     # thread: started from another one, Ray's driver took ~16 s longer to shut down (measured).
     actors = launch_ray_and_actors(recipe, profile, run_id=run_id, policy_dir=policy_dir, router=router,
                                    node_images=queries.image_digests(doc), ray_address=ray_address,
-                                   api_key_file=api_key_file)
+                                   api_key_file=api_key_file, egress=egress_route(doc, profile))
     try:
         trainer, broadcaster, rejoins, weights_lock, start_step = _set_up_trainer(
             state, run_id, run_dir, recipe, profile, policy_dir, engines, router, api_key, resume=resume)

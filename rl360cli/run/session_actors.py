@@ -12,12 +12,18 @@ import time
 from pathlib import Path
 
 from rl360cli.config import ClusterProfile, Recipe
+from rl360cli.egress.client import EGRESS_COMPONENT, EgressRoute
 from rl360cli.errors import RunFailed
 from rl360cli.images.config import RegistrySpec
 from rl360cli.inference.router import generations_in_flight
 from rl360cli.sandbox.task_loader import TaskError, load_task_set
 from rl360cli.state import queries
 from rl360cli.state.schema import StateDoc
+
+
+def egress_route(doc: StateDoc, profile: ClusterProfile | None) -> EgressRoute:
+    """Where the run's network tasks go: the profile's `[egress]`, through the proxy the `egress` stage recorded."""
+    return EgressRoute.of(profile.egress, queries.component(doc, EGRESS_COMPONENT)) if profile else EgressRoute()
 
 
 def engine_urls(doc: StateDoc, run_id: str) -> tuple[list[str], str]:
@@ -35,7 +41,7 @@ def engine_urls(doc: StateDoc, run_id: str) -> tuple[list[str], str]:
 
 def launch_ray_and_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_id: str, policy_dir: Path,
                           router: str, node_images: dict[str, dict[str, str | None]], ray_address: str | None,
-                          api_key_file: str | None) -> list:
+                          api_key_file: str | None, egress: EgressRoute | None = None) -> list:
     """Join the tiers' Ray cluster (or start a private one here) and launch the run's session actors;
     `wait_actors_ready` waits for them."""
     import ray
@@ -50,7 +56,7 @@ def launch_ray_and_actors(recipe: Recipe, profile: ClusterProfile | None, *, run
              include_dashboard=False, log_to_driver=True, configure_logging=False)
     return launch_session_actors(recipe, profile, run_id=run_id, policy_dir=policy_dir, router=router,
                                  node_images=node_images, in_cluster=ray_address is not None,
-                                 api_key_file=api_key_file)
+                                 api_key_file=api_key_file, egress=egress)
 
 
 def wait_for_ray_head(address: str, timeout_s: float) -> None:
@@ -70,7 +76,7 @@ def wait_for_ray_head(address: str, timeout_s: float) -> None:
 
 def launch_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run_id: str, policy_dir: Path,
                           router: str, node_images: dict[str, dict[str, str | None]], in_cluster: bool,
-                          api_key_file: str | None = None) -> list:
+                          api_key_file: str | None = None, egress: EgressRoute | None = None) -> list:
     """The run's Ray session actors, launched, each given its configuration as plain data."""
     import ray
 
@@ -88,7 +94,7 @@ def launch_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run
                        eval_tasks_path=recipe.eval.path if recipe.eval.active else None,
                        eval_tasks_include=recipe.eval.include,
                        sandbox=recipe.sandbox, nodes=profile.nodes if profile else (), node_images=node_images,
-                       registry=profile.registry if profile else RegistrySpec(),
+                       registry=profile.registry if profile else RegistrySpec(), egress=egress or EgressRoute(),
                        # A local tier may be pinned to some CPUs: the actors and their sandboxes keep to them.
                        cpu_list=profile.tiers["rollout"].cpu_list if profile else (), api_key_file=api_key_file,
                        max_generate_connections=-(-in_flight // num_actors))

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rl360cli.egress.client import EgressReport
 from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.sandbox.provider import ExecResult, Sandbox, SandboxProvider
 from rl360cli.sandbox.steps import below_min_reward, collect, deliver, handed_paths, placement_problem, task_rewards
@@ -105,6 +106,9 @@ class AttemptResult:
     commands: tuple[dict[str, Any], ...] = field(default=(), compare=False)
     # A multi-step task's steps that ran, in order: name, reward, rewards (absent for a single-step task).
     steps: tuple[dict[str, Any], ...] = field(default=(), compare=False)
+    # What its sandboxes did through the node's egress proxy (bytes, denials and failures per host, one line
+    # each), or, for a task that wanted the internet and got none, that line alone; None when neither.
+    egress: EgressReport | None = field(default=None, compare=False)
 
     @property
     def masked(self) -> bool:
@@ -128,6 +132,7 @@ async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, at
     rewards: dict[str, float] = {}
     sandbox: Sandbox | None = None
     step_results: list[dict[str, Any]] = []
+    verifier = _VerifierStarter(provider, attempt_id, dict(labels or {}))
     began = time.monotonic()
     try:
         try:
@@ -139,19 +144,19 @@ async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, at
             with _timed(timings, "start"):
                 sandbox = await provider.start(task, attempt_id=attempt_id, labels=dict(labels or {}), node=node)
             where = sandbox.node
+            verifier.started.append(sandbox)
             pool_hit = sandbox.info().get("pool_hit")
             if task.healthcheck is not None:
                 with _timed(timings, "healthcheck"):
                     await _healthcheck(sandbox, task)
-            verifier = _VerifierStarter(provider, attempt_id, dict(labels or {}))
             if task.steps:
                 rewards, verifier_output, injected_here = await _run_steps(
                     sandbox, task, agent, verifier, observed, timings, commands, step_results, timeout_multiplier)
                 injected |= injected_here
             else:
                 with _timed(timings, "agent"):
-                    injected |= await _run_agent(agent, _Recorder(sandbox, observed, commands), observed,
-                                                 task.agent_timeout_s * timeout_multiplier)
+                    recorder = _Recorder(sandbox, observed, commands, user=task.agent_user)
+                    injected |= await _run_agent(agent, recorder, observed, task.agent_timeout_s * timeout_multiplier)
                 if not _infra(observed):
                     async def release() -> None:
                         nonlocal sandbox
@@ -170,6 +175,7 @@ async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, at
             with _timed(timings, "stop"):
                 await _stop(sandbox)
         timings["total"] = time.monotonic() - began
+    egress = _egress_of(verifier.started, observed)
     verdict = classify(observed)
     injected |= any(o.event == Event.INJECTED for o in observed)
     reward = 0.0
@@ -180,8 +186,22 @@ async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, at
         detail=verdict.detail, attempt_id=attempt_id, task_id=task.id, injected=injected,
         retriable=verdict.retriable and verdict.outcome == Outcome.INFRA_FAILURE,
         events=tuple(o.event.value for o in observed), verifier_output=verifier_output[-2000:],
-        commands=tuple(commands), pool_hit=pool_hit, steps=tuple(step_results),
+        commands=tuple(commands), pool_hit=pool_hit, steps=tuple(step_results), egress=egress,
     )
+
+
+def _egress_of(sandboxes: list[Sandbox], observed: list[Observed]) -> EgressReport | None:
+    """What the attempt's sandboxes (the agent's, a separate verifier's) did through the egress proxy; a host
+    the task was allowed and could not reach is the infrastructure's failure (event `egress_failed`), a host
+    off the list the model's own doing (counted, its line kept, the reward stands)."""
+    report = EgressReport.merged(s.egress_report() for s in sandboxes)
+    if report is None and any(s.info().get("network_denied") for s in sandboxes):
+        report = EgressReport(lines=("rl360 egress: the task wants the internet and its sandbox has none (the "
+                                     "cluster profile's [egress] mode, or [sandbox] network)",))
+    if report is not None and report.failed:
+        observed.append(Observed(event=Event.EGRESS_FAILED, detail=report.failure or
+                                 f"rl360 egress: {', '.join(report.failed)} could not be reached"))
+    return report
 
 
 # ----------------------------------------------------------------------------- the steps
@@ -208,6 +228,7 @@ async def _run_steps(sandbox: Sandbox, task: Task, agent: Agent, verifier: _Veri
         if step.healthcheck is not None:
             with _timed(timings, "healthcheck"):
                 await _healthcheck(sandbox, task, step.healthcheck)
+        recorder.user = step.agent_user  # the step's own, else the task's (task_loader.py)
         with _timed(timings, "agent"):
             injected |= await _run_agent(lambda box, step=step: agent(box, step), recorder, observed,
                                          step.agent_timeout_s * timeout_multiplier)
@@ -260,8 +281,12 @@ NUL_REFUSAL = "rl360: the command holds a NUL byte, which no shell command line 
 class _Recorder(Sandbox):
     """The sandbox as the agent sees it: notes each command's timeout, limit or provider failure."""
 
-    def __init__(self, inner: Sandbox, observed: list[Observed], commands: list[dict[str, Any]]):
+    def __init__(self, inner: Sandbox, observed: list[Observed], commands: list[dict[str, Any]], *,
+                 user: str | None = None):
         self.inner = inner
+        # Who the agent's commands run as unless a command says (`[agent] user`, a step's own): where the
+        # provider runs commands as users (docker; a process sandbox has one uid).
+        self.user = user
         self.observed = observed
         self.commands = commands
         self.id, self.node, self.provider = inner.id, inner.node, inner.provider
@@ -282,7 +307,7 @@ class _Recorder(Sandbox):
             result = ExecResult(exit_code=NUL_EXIT_CODE, output=NUL_REFUSAL)
         else:
             try:
-                result = await self.inner.exec(command, timeout_s=timeout_s, env=env, user=user)
+                result = await self.inner.exec(command, timeout_s=timeout_s, env=env, user=user or self.user)
             except InfraError as e:
                 self._failed(e)
                 raise
@@ -334,14 +359,19 @@ class _VerifierStarter:
     def __init__(self, provider: SandboxProvider, attempt_id: str, labels: dict[str, str]):
         self.provider, self.attempt_id, self.labels = provider, attempt_id, labels
         self.count = 0
+        # Every sandbox of the attempt, the agent's first (run_attempt adds it): their egress reports add up.
+        self.started: list[Sandbox] = []
 
     async def start(self, task: Task, *, beside: Sandbox | None = None) -> Sandbox:
         self.count += 1
         attempt_id = f"{self.attempt_id}-verifier{self.count}"
         if beside is None:
-            return await self.provider.start(task, attempt_id=attempt_id, labels=self.labels)
-        provider = getattr(self.provider, "inner", None) or self.provider
-        return await provider.start(task, attempt_id=attempt_id, labels=self.labels, node=beside.node)
+            separate = await self.provider.start(task, attempt_id=attempt_id, labels=self.labels)
+        else:
+            provider = getattr(self.provider, "inner", None) or self.provider
+            separate = await provider.start(task, attempt_id=attempt_id, labels=self.labels, node=beside.node)
+        self.started.append(separate)
+        return separate
 
 
 async def _verify(sandbox: Sandbox, task: Task, observed: list[Observed], timings: dict[str, float],
@@ -489,7 +519,7 @@ def oracle_agent(task: Task) -> Agent:
         await sandbox.upload(folder, "/solution")
         await sandbox.exec('exec "$(command -v bash || echo sh)" /solution/solve.sh',
                            timeout_s=task.agent_timeout_s if step is None else step.agent_timeout_s,
-                           env=env, user=None if step is None else step.agent_user)
+                           env=env, user=task.agent_user if step is None else step.agent_user)
 
     return oracle
 

@@ -53,7 +53,10 @@ class CheckRow:
         elif self.oracle.outcome != Outcome.OK:
             out.append(f"oracle: {_what(self.oracle)}")
         elif self.oracle.reward < _ONE:
-            out.append(f"oracle reward {self.oracle.reward:g} < 1")
+            # A verifier the egress proxy refused (or failed) says so: that is the line to read.
+            seen = self.oracle.egress
+            egress = seen.lines[0] if seen and (seen.denied or seen.failed) and seen.lines else ""
+            out.append(f"oracle reward {self.oracle.reward:g} < 1" + (f" ({egress})" if egress else ""))
         if self.noop.outcome != Outcome.OK:
             out.append(f"no-op: {_what(self.noop)}")
         elif self.noop.reward >= _ONE:
@@ -71,6 +74,7 @@ class CheckRow:
             return {"outcome": r.outcome.value, "cause": r.cause.value if r.cause else None, "reward": r.reward,
                     "rewards": r.rewards, "detail": r.detail, "node": r.node,
                     "timings": {k: round(v, 4) for k, v in r.timings.items()},
+                    "egress": r.egress.to_json() if r.egress else None,
                     **({"steps": list(r.steps)} if r.steps else {})}
 
         return {"task": self.task, "passed": self.passed, "problems": self.problems, "seconds": round(self.seconds, 3),

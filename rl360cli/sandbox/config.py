@@ -141,13 +141,15 @@ class SandboxConfig:
     # their own: pull_timeout_s, and the task's build_timeout_sec).
     start_timeout_s: float = 60.0
     pull_timeout_s: float = 600.0
-    # "task": a task that asks for a network (network_mode = "public") gets one; "none": no sandbox does.
+    # "task": a task that wants the internet (Harbor's rule) goes where the profile's [egress] lets it;
+    # "none": no sandbox gets a network, whatever [egress] says.
     network: Literal["task", "none"] = "task"
-    # Docker: a read-only root for sandboxes without a network, the workdir, /tests, /logs and /solution
-    # being volumes and /tmp, /run tmpfs (a task with a network may install packages: its root stays
-    # writable, as does one whose workdir or artifacts lie elsewhere). false: every root writable.
-    # (A process sandbox's root is always read-only.)
-    read_only_root: bool = True
+    # Docker: false (the default), every container's root is writable, as Harbor's images expect (their
+    # setup and verifiers run `apt-get` as root). true, a hardening: a read-only root for sandboxes without
+    # a network, the workdir, /tests, /logs and /solution being volumes and /tmp, /run tmpfs (a task with a
+    # network, or whose workdir or artifacts lie elsewhere, keeps a writable one).
+    # (A process sandbox's root is always read-only: it is the host's /usr, bound read-only.)
+    read_only_root: bool = False
     # Largest file a sandbox may write (RLIMIT_FSIZE / the fsize ulimit), capped by the task's storage_mb.
     max_file_mb: int = 1024
     max_open_files: int = 1024

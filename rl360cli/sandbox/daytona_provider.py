@@ -7,7 +7,8 @@ A start creates a sandbox from the task's snapshot when one is active (`[sandbox
 made by `prewarm_snapshots`, which `rl360 up` runs as its prewarm-snapshots stage; Daytona is asked once
 per snapshot name), else from its image (`docker_image`, or `environment/Dockerfile` with its context, which
 Daytona builds), with the reservation rounded up to Daytona's units (whole CPUs, GiB of memory and disk),
-no network unless the task asks, the labels `rl360.managed=true`, `rl360.run`, `rl360.task`,
+no network unless the task asks and the profile's `[egress] mode` is "open" (Daytona's cloud is
+beyond a node's egress proxy: under "allow" its sandboxes get none), the labels `rl360.managed=true`, `rl360.run`, `rl360.task`,
 `rl360.attempt` (so `remove_daytona_sandboxes` finds everything a run made), and auto-stop / delete-on-stop,
 so what a crashed orchestrator left goes away on its own too.
 
@@ -132,10 +133,12 @@ def state_of(resource: Any) -> str:
 class DaytonaProvider(SandboxProvider):
     name = "daytona"
 
-    def __init__(self, config: SandboxConfig, *, run_id: str = ""):
+    def __init__(self, config: SandboxConfig, *, run_id: str = "", egress_open: bool = False):
         self.config = config
         self.settings: DaytonaSandboxConfig = config.daytona
         self.run_id = run_id
+        # The profile's [egress] mode is "open": a network task's sandbox gets Daytona's network.
+        self.egress_open = egress_open
         self._client: AsyncDaytona | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         # Snapshot names known to be active (made by prewarm_snapshots, or seen there), and known missing.
@@ -164,6 +167,13 @@ class DaytonaProvider(SandboxProvider):
     def resources(self, task) -> tuple[int, int, int]:
         cpus, memory_mb = self.reservation(task)
         return daytona_resources(cpus, memory_mb, task.storage_mb)
+
+    def network_of(self, task) -> dict[str, Any]:
+        """A sandbox's network as its record says it: Daytona's own under `[egress] mode = "open"`, else none
+        (a task that wanted the internet is told: `network_denied`)."""
+        wanted = task.network and self.config.network == "task"
+        return {"network": "daytona" if wanted and self.egress_open else "none",
+                "network_denied": wanted and not self.egress_open}
 
     def snapshot_name(self, task) -> str:
         """One snapshot per image and reservation (a snapshot carries its sandboxes' resources)."""
@@ -232,7 +242,7 @@ class DaytonaProvider(SandboxProvider):
         common: dict[str, Any] = dict(
             labels=sandbox_labels(labels, run_id=self.run_id, task=task, attempt_id=attempt_id),
             env_vars=env, os_user=self.settings.user,
-            network_block_all=not (task.network and self.config.network == "task"),
+            network_block_all=self.network_of(task)["network"] == "none",
             auto_stop_interval=self.settings.auto_stop_minutes, auto_delete_interval=0)
         snapshot = self.snapshot_name(task)
         timeout = self.config.start_timeout_s
@@ -285,7 +295,7 @@ class DaytonaSandbox(Sandbox):
     def info(self) -> dict[str, Any]:
         return {"node": NODE, "provider": "daytona", "task": self.task.id, "attempt": self.attempt_id,
                 "sandbox_id": self.id, "snapshot": self.from_snapshot, "api_url": self.owner.settings.api_url,
-                "pid": None, "container_id": None}
+                "pid": None, "container_id": None, **self.owner.network_of(self.task)}
 
     # ------------------------------------------------------------------ exec
 

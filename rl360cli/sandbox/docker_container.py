@@ -72,6 +72,8 @@ class ContainerSpec:
     tmpfs: tuple[str, ...] = ()
     # The node's GPUs (device indices) the container reserves: `--gpus '"device=0,1"'`.
     gpus: tuple[str, ...] = ()
+    # It goes out through the node's egress proxy, which listens on its 127.0.0.1 (its own network is none).
+    egress: bool = False
 
 
 def create_kwargs(spec: ContainerSpec, config: SandboxConfig) -> dict[str, Any]:

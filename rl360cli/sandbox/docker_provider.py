@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import docker
 import docker.errors
 
+from rl360cli.egress.client import EgressRoute, EgressUnavailable
 from rl360cli.errors import Rl360Error
 from rl360cli.images.config import RegistrySpec
 from rl360cli.nodes.docker_runtime import docker_client
@@ -67,13 +68,16 @@ class DockerProvider(SandboxProvider):
     supports_sidecars = True
 
     def __init__(self, nodes: Sequence[NodeSpec], *, config: SandboxConfig, run_id: str = "",
-                 registry: RegistrySpec | None = None, share: tuple[int, int] = (0, 1)):
+                 registry: RegistrySpec | None = None, share: tuple[int, int] = (0, 1),
+                 egress: EgressRoute | None = None):
         if not nodes:
             raise Rl360Error("the docker provider needs nodes, and the cluster profile lists none",
                              "add [[nodes]] to the profile, e.g. --profile cluster/dev-docker.toml")
         self.specs = {n.name: n for n in nodes}
         self.config = config
         self.run_id = run_id
+        # Where a network task's container goes: the profile's [egress] (none unless it says).
+        self.egress = egress or EgressRoute()
         # What each node holds, pulled (through the profile's mirrors, within this provider's `share` of
         # the registry's pull cap) or built.
         self.node_images = NodeImages(self, registry=registry or RegistrySpec(), share=share)
@@ -207,7 +211,8 @@ class DockerProvider(SandboxProvider):
         sidecars = None
         if task.sidecars:
             # One private network per sandbox, its sidecars on it by name (docker_sidecars.py).
-            outbound = task.network and self.config.network == "task" and bool(self._has_bridge.get(node))
+            outbound = (task.network and self.config.network == "task" and self.egress.mode == "open"
+                        and bool(self._has_bridge.get(node)))
             sidecars = DockerSidecars(self, node, task, sandbox_labels(labels, run_id=self.run_id, task=task,
                                                                        attempt_id=attempt_id), outbound=outbound)
         spec = self._container_spec(node, task, ref, env, labels, sidecars=sidecars,
@@ -234,10 +239,18 @@ class DockerProvider(SandboxProvider):
             if sidecars is not None:
                 await asyncio.shield(self.call(sidecars.remove_blocking))
             raise
-        return DockerSandbox(self, task, spec, node=node, container_id=cid, name=name, image=ref, warm=warm,
-                             attempt_id=attempt_id, created=time.time() + self.clock_offset(node) - 1.0,
-                             network=spec.network, network_denied=spec.network_denied,
-                             pool_hit=pooled is not None, start_s=time.monotonic() - began, sidecars=sidecars)
+        sandbox = DockerSandbox(self, task, spec, node=node, container_id=cid, name=name, image=ref, warm=warm,
+                                attempt_id=attempt_id, created=time.time() + self.clock_offset(node) - 1.0,
+                                network=spec.network, network_denied=spec.network_denied,
+                                pool_hit=pooled is not None, start_s=time.monotonic() - began, sidecars=sidecars)
+        if spec.egress:
+            try:
+                pid = (await self.call(lambda: self.api(node).inspect_container(cid)))["State"]["Pid"]
+                await self.egress.attach(cid, pid)
+            except (EgressUnavailable, docker.errors.APIError, KeyError) as e:
+                await sandbox.stop()
+                raise SandboxError(Event.START_FAILED, f"the container's way out: {e}", node=node) from None
+        return sandbox
 
     def _take_gpus(self, node: str, count: int) -> tuple[str, ...]:
         """`count` of the node's GPU indices that no live sandbox holds (the admission controller has
@@ -256,16 +269,23 @@ class DockerProvider(SandboxProvider):
                         sidecars: DockerSidecars | None = None, gpus: tuple[str, ...] = ()) -> ContainerSpec:
         cpus, memory_mb = self.reservation(task)
         network_wanted = task.network and self.config.network == "task"
-        network = "bridge" if network_wanted and self._has_bridge.get(node) else "none"
-        read_only_ok = network == "none"  # a sandbox that may install packages needs a writable root
+        # `allow`: no network of its own; the proxy listens on its loopback. It is reached on this machine's
+        # daemons (unix://), where the proxy runs; a node reached otherwise gives the task none.
+        egress = network_wanted and self.egress.mode == "allow" and self.specs[node].docker_host.startswith("unix://")
+        open_ = network_wanted and self.egress.mode == "open"
+        network = "bridge" if open_ and self._has_bridge.get(node) else "none"
+        read_only_ok = network == "none" and not egress  # a sandbox that may install packages needs a writable root
         if sidecars is not None:
-            network, read_only_ok = sidecars.network, not sidecars.outbound
+            network, read_only_ok = sidecars.network, not (sidecars.outbound or egress)
+        if egress:
+            env = {**env, **self.egress.proxy_env(no_proxy=[s.name for s in task.sidecars])}
         # The attempt is not part of the spec: any attempt of the same task may take a pooled container.
         all_labels = sandbox_labels(labels, run_id=self.run_id, task=task, attempt_id=POOL_ATTEMPT)
         volumes = read_only_volumes(task) if self.config.read_only_root and read_only_ok else None
         return ContainerSpec(image=ref, cpus=cpus, memory_mb=memory_mb, network=network, gpus=gpus,
-                             network_denied=network_wanted and (network == "none" or (sidecars is not None
-                                                                                     and not sidecars.outbound)),
+                             network_denied=network_wanted and not egress and (
+                                 network == "none" or (sidecars is not None and not sidecars.outbound)),
+                             egress=egress,
                              workdir=task.workdir,
                              env=tuple(sorted(env.items())), labels=tuple(sorted(all_labels.items())),
                              file_bytes=min(self.config.max_file_mb, task.storage_mb) << 20,

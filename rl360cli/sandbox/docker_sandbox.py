@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import docker.errors
 
+from rl360cli.egress.client import EgressReport, EgressUnavailable
 from rl360cli.sandbox.docker_container import ContainerSpec, within
 from rl360cli.sandbox.docker_errors import as_sandbox_error, node_lost
 from rl360cli.sandbox.docker_sidecars import DockerSidecars
@@ -86,13 +87,15 @@ class DockerSandbox(Sandbox):
         self.start_s = start_s
         self._ooms_seen = 0
         self._stopped = False
+        self._egress: EgressReport | None = None
 
     def info(self) -> dict[str, Any]:
         return {"node": self.node, "provider": "docker", "task": self.task.id, "attempt": self.attempt_id,
                 "container_id": self.container_id, "name": self.name, "image": self.image,
                 "image_id": self.owner.images.get((self.node, self.image)), "warm": self.warm,
                 "pool_hit": self.pool_hit,
-                "docker_host": self.owner.specs[self.node].docker_host, "network": self.network,
+                "docker_host": self.owner.specs[self.node].docker_host,
+                "network": "egress" if self.spec.egress else self.network,
                 "network_denied": self.network_denied, "pid": None,
                 **({"gpus": list(self.spec.gpus)} if self.spec.gpus else {}),
                 **(self.sidecars.info() if self.sidecars else {})}
@@ -341,10 +344,19 @@ class DockerSandbox(Sandbox):
 
     # ------------------------------------------------------------------ life
 
+    def egress_report(self) -> EgressReport | None:
+        return self._egress
+
     async def stop(self) -> None:
         if self._stopped:
             return
         self._stopped = True
+        if self.spec.egress:  # what the proxy counted, before the container (and its namespace) goes
+            try:
+                self._egress = await self.owner.egress.detach(self.container_id)
+            except EgressUnavailable as e:  # the proxy died under the sandbox: its network failed it
+                line = f"rl360 egress: {e}"
+                self._egress = EgressReport(failed={"egress-proxy": 1}, lines=(line,), failure=line)
         # Nothing waits on the removal (the reservation is free once the attempt ends): the provider
         # finishes it in the background, and its close waits for it.
         self.owner.release(self.node, self.spec, self.container_id, self.sidecars)

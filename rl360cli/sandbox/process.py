@@ -12,8 +12,11 @@ bound at `/<name>` for each command. Each command runs as
 
 so the root is read-only, the host's other folders (the project, /root,
 /home, the state file, the run folder, other sandboxes) do not exist, the
-network namespace is always a fresh one (a task that asks for a network gets
-slirp4netns's outbound NAT on it, never the host's loopback: outbound.py),
+network namespace is never the host's: a fresh one per command, or, for a
+sandbox with sidecars or one that goes out through the node's egress proxy
+(`[egress] mode = "allow"`), one of the sandbox's own that its commands join,
+where the proxy listens on its 127.0.0.1 (rl360cli/egress/proxy.py); under
+`mode = "open"` a network task gets slirp4netns's outbound NAT (outbound.py);
 ptrace is refused (seccomp.py), and the command gets its own pid namespace:
 when it ends, at its timeout or when this process dies, every process it
 started dies with it.
@@ -55,6 +58,7 @@ from typing import Any
 
 from rl360cli import procinfo
 from rl360cli.backends.local import machine_resources
+from rl360cli.egress.client import EgressReport, EgressRoute, EgressUnavailable
 from rl360cli.errors import Rl360Error
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.isolation import DEFAULT_PATH, RESERVED, Isolation, chown_tree, filled_pipe, rlimit_args
@@ -66,6 +70,7 @@ from rl360cli.sandbox.task import resolve_env
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 
 log = logging.getLogger(__name__)
+_warned_no_egress = False
 
 NODE = "local"
 # Every attempt makes a sandbox folder and removes it again: in RAM that costs ~7 ms less CPU per arith
@@ -142,14 +147,17 @@ class UidPool:
 class ProcessProvider(SandboxProvider):
     name = "process"
 
-    def __init__(self, config: SandboxConfig, *, run_id: str = "", root: Path | None = None):
+    def __init__(self, config: SandboxConfig, *, run_id: str = "", root: Path | None = None,
+                 egress: EgressRoute | None = None):
         self.config = config
         self.run_id = run_id
+        # Where a network task's sandbox goes: the profile's [egress] (none unless it says).
+        self.egress = egress or EgressRoute()
         self.root = Path(root or config.process_root or default_root())
         self.root.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(OSError):
             os.chmod(self.root, 0o711)
-        self.isolation = Isolation(network_allowed=config.network == "task")
+        self.isolation = Isolation(network_allowed=config.network == "task" and self.egress.mode == "open")
         if self.isolation.as_root and self.isolation.bwrap:
             _check_traversable(self.root)
         # The uid locks are machine-wide (not per root), so providers with different roots never share a uid.
@@ -210,6 +218,23 @@ class ProcessProvider(SandboxProvider):
         """Sidecars share a network namespace with the sandbox's commands: process_sidecars.py (root only)."""
         return self.isolation.shares_netns
 
+    def network_of(self, task) -> str:
+        """How a sandbox of `task` reaches out: "egress" (the node's proxy, alone on its own loopback),
+        "slirp4netns" (`[egress] mode = "open"`) or "none" (also where neither can be given: warned once)."""
+        if not (task.network and self.config.network == "task"):
+            return "none"
+        if self.egress.mode == "open":
+            return "slirp4netns" if self.isolation.gives_network(True) else "none"
+        if self.egress.mode == "allow":
+            if self.isolation.shares_netns:
+                return "egress"
+            global _warned_no_egress
+            if not _warned_no_egress:
+                _warned_no_egress = True
+                log.warning('[egress] mode = "allow": process sandboxes reach the proxy only as root, with bubblewrap '
+                            "and nsenter; network tasks get no network here")
+        return "none"
+
     def image_ref(self, task) -> str:
         # One node, and the host's root stands in for a named image: only a built Dockerfile is cached.
         return task.image_ref if task.dockerfile else "host"
@@ -238,13 +263,20 @@ class ProcessProvider(SandboxProvider):
                       "created_at": time.time(), **self._owner}
             (folder / "sandbox.json").write_text(json.dumps(record))
             sidecars = None
-            if task.sidecars:
-                if not self.supports_sidecars:
-                    raise SandboxError(Event.START_FAILED, f"task {task.id} has sidecars, which process sandboxes "
-                                       "start only as root with bubblewrap and nsenter: use the docker provider",
-                                       node=NODE)
+            network = self.network_of(task)
+            if task.sidecars and not self.supports_sidecars:
+                raise SandboxError(Event.START_FAILED, f"task {task.id} has sidecars, which process sandboxes "
+                                   "start only as root with bubblewrap and nsenter: use the docker provider",
+                                   node=NODE)
+            if task.sidecars or network == "egress":  # a namespace of the sandbox's own, its commands join it
                 sidecars = ProcessSidecars(self, task, folder)
-                await sidecars.start(networked=self.isolation.gives_network(task.network))
+                await sidecars.start(networked=network == "slirp4netns")
+            if network == "egress":
+                try:
+                    await self.egress.attach(sid, sidecars.holder_pid)
+                except EgressUnavailable as e:
+                    await self.files(sidecars.stop)
+                    raise SandboxError(Event.START_FAILED, str(e), node=NODE) from None
         except SandboxError:
             _cleanup(folder, fd)
             raise
@@ -257,7 +289,7 @@ class ProcessProvider(SandboxProvider):
             raise
         return ProcessSandbox(self, task, sid=sid, folder=folder, uid=uid, lock_fd=fd, attempt_id=attempt_id,
                               image_env=image.env if image else {}, start_s=time.monotonic() - started,
-                              sidecars=sidecars)
+                              sidecars=sidecars, network=network)
 
     async def detach(self, sandbox: Sandbox) -> dict[str, Any]:
         """Start a keeper process that holds the sandbox's uid and marks it live after this process exits."""
@@ -270,9 +302,13 @@ class ProcessSandbox(Sandbox):
 
     def __init__(self, owner: ProcessProvider, task, *, sid: str, folder: Path, uid: int | None,
                  lock_fd: int | None, attempt_id: str, image_env: dict[str, str], start_s: float,
-                 sidecars: ProcessSidecars | None = None):
+                 sidecars: ProcessSidecars | None = None, network: str = "none"):
         self.owner = owner
+        # The sandbox's own network namespace (with its sidecars, if the task has any), or None.
         self.sidecars = sidecars
+        self.network = network
+        self._egress: EgressReport | None = None
+        self._released = False
         self.config = owner.config
         self.task = task
         self.id = sid
@@ -290,12 +326,11 @@ class ProcessSandbox(Sandbox):
         self.keeper: dict[str, Any] | None = None
 
     def info(self) -> dict[str, Any]:
-        networked = self.owner.isolation.gives_network(self.task.network)
         out = {"node": NODE, "provider": "process", "task": self.task.id, "attempt": self.attempt_id,
                "folder": str(self.folder), "uid": self.uid, "image": self.owner.image_ref(self.task),
-               "container_id": None, "pid": None, "network": "slirp4netns" if networked else "none",
-               "network_denied": self.task.network and self.config.network == "task" and not networked}
-        if self.sidecars is not None:
+               "container_id": None, "pid": None, "network": self.network,
+               "network_denied": self.task.network and self.network == "none"}
+        if self.task.sidecars:
             out["sidecars"] = dict(self.sidecars.addresses)
         if self.keeper:
             out.update(self.keeper)
@@ -310,6 +345,8 @@ class ProcessSandbox(Sandbox):
                "MALLOC_ARENA_MAX": "2"}
         env.update(self.image_env)  # expanded when the image was built
         env.update(self.task_env())
+        if self.network == "egress":
+            env.update(self.owner.egress.proxy_env(no_proxy=[s.name for s in self.task.sidecars]))
         if extra:
             env.update({str(k): str(v) for k, v in extra.items()})
         return env
@@ -339,7 +376,7 @@ class ProcessSandbox(Sandbox):
         limits = self._limits(timeout_s)
         # With sidecars the command joins the sandbox's own namespace, whose NAT (if any) is attached already.
         shared = self.sidecars is not None
-        networked = iso.gives_network(self.task.network) and not shared
+        networked = self.network == "slirp4netns" and not shared
         info_r = info_w = block_r = block_w = seccomp_r = None
         if iso.bwrap:
             info_r, info_w = os.pipe()
@@ -506,11 +543,29 @@ class ProcessSandbox(Sandbox):
 
     # ------------------------------------------------------------------ life
 
+    def egress_report(self) -> EgressReport | None:
+        return self._egress
+
+    async def _release_network(self) -> None:
+        """Detach from the egress proxy (keeping what it counted), then end the namespace and its sidecars."""
+        if self.network == "egress" and self._egress is None:
+            try:
+                self._egress = await self.owner.egress.detach(self.id)
+            except EgressUnavailable as e:  # the proxy died under the sandbox: its network failed it
+                line = f"rl360 egress: {e}"
+                self._egress = EgressReport(failed={"egress-proxy": 1}, lines=(line,), failure=line)
+        if self.sidecars is not None and not self._released:
+            self._released = True
+            await self.owner.files(self.sidecars.stop)
+
     async def keep_alive(self) -> dict[str, Any]:
         """A detached `sleep` inside the sandbox (no die-with-parent) that holds the uid lock: a fleet member."""
-        if self.sidecars is not None:  # they die with this process (die-with-parent): a fleet would lose them
+        if self.task.sidecars:  # they die with this process (die-with-parent): a fleet would lose them
             raise SandboxError(Event.START_FAILED, f"task {self.task.id} has sidecars: fleets of such tasks need "
                                "the docker provider", node=NODE)
+        await self._release_network()  # a fleet member only waits: its namespace would die with this process
+        if self.network == "egress":  # nothing listens in it any more: its record says so
+            self.network = "none"
         iso = self.owner.isolation
         limits = self._limits(10**7)
         argv = iso.argv(self.fs, "exec sleep infinity", workdir=self.task.workdir, limits=limits, uid=self.uid,
@@ -537,8 +592,7 @@ class ProcessSandbox(Sandbox):
         self._stopped = True
         for proc in list(self._procs):
             await _kill(proc)
-        if self.sidecars is not None:
-            await self.owner.files(self.sidecars.stop)
+        await self._release_network()
         if self.keeper is not None:
             return  # a fleet member: `rl360 sandboxes stop` / the janitor remove it by its record
         self.owner.discard(self.folder)

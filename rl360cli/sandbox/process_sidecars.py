@@ -1,4 +1,7 @@
-"""A process sandbox's sidecars: one network namespace for the sandbox, each sidecar a sandboxed process in it.
+"""A process sandbox's own network namespace, and its sidecars: each a sandboxed process in it.
+
+The namespace is also where the node's egress proxy listens for a sandbox that goes out through it
+(`[egress] mode = "allow"`, rl360cli/egress/proxy.py): a sandbox with a network then gets one, sidecars or not.
 
 A process sandbox's commands normally get a fresh network namespace each (process.py); a sidecar must
 outlive them and be reachable from every one. So a sandbox with sidecars gets one namespace of its
@@ -107,7 +110,7 @@ class ProcessSidecars:
         finally:
             os.close(info_w)
         info = read_bwrap_info(info_r)
-        if not info or "child-pid" not in info:
+        if not info or "child-pid" not in info or not _became(int(info["child-pid"]), "sleep"):
             raise SandboxError(Event.START_FAILED, "bubblewrap could not make the sandbox's network namespace",
                                node=NODE)
         self.holder_pid = int(info["child-pid"])
@@ -214,3 +217,17 @@ class ProcessSidecars:
         self.uids.clear()
         self.procs.clear()
 
+
+def _became(pid: int, command: str, timeout_s: float = 10.0) -> bool:
+    """Wait until process `pid` runs `command`: bubblewrap reports its child's pid before the child has set up
+    the namespace's loopback, and the egress proxy must find 127.0.0.1 there to listen on."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == command:
+                    return True
+        except OSError:
+            return False
+        time.sleep(0.001)
+    return False

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rl360cli.egress.client import EgressReport
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 
 if TYPE_CHECKING:
@@ -171,6 +172,11 @@ class Sandbox(abc.ABC):
         """The sandbox as the state file records it."""
         return {"node": self.node, "provider": self.provider, "task": self.task.id, "attempt": self.attempt_id}
 
+    def egress_report(self) -> EgressReport | None:
+        """What the node's egress proxy counted for this sandbox, once it stopped (None: it went out through no
+        proxy)."""
+        return None
+
     async def read_file(self, remote_path: str, *, max_bytes: int = 1 << 20) -> bytes | None:
         """The file's content (at most `max_bytes`), or None when there is no such file."""
         with tempfile.TemporaryDirectory(prefix="rl360-read-") as tmp:
@@ -292,6 +298,9 @@ class WrappedSandbox(Sandbox):
 
     def info(self):
         return self.inner.info()
+
+    def egress_report(self):
+        return self.inner.egress_report()
 
 
 class WrappedProvider(SandboxProvider):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from rl360cli.egress.client import EgressRoute
 from rl360cli.images.config import RegistrySpec
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.faults import FaultInjector
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
 
 def make_provider(config: SandboxConfig, *, nodes: Sequence[NodeSpec] = (), run_id: str = "",
                   node_images: Mapping[str, Mapping[str, str | None]] | None = None, admission: bool = True,
-                  registry: RegistrySpec | None = None, share: tuple[int, int] = (0, 1)) -> SandboxProvider:
+                  registry: RegistrySpec | None = None, share: tuple[int, int] = (0, 1),
+                  egress: EgressRoute | None = None) -> SandboxProvider:
     """The provider `config` names, with fault injection when asked, behind the admission controller.
 
     `nodes` are the profile's Docker nodes (docker provider). `node_images` is what each node's cache
@@ -33,7 +35,9 @@ def make_provider(config: SandboxConfig, *, nodes: Sequence[NodeSpec] = (), run_
     prewarm-images` records in the state file), for warm-first placement. `registry` is the profile's
     (the pull cap, the base-image mirrors). `share` is (this session
     actor's index, the number of actors): each takes its slice of the registry's pull cap (docker,
-    simulated), and the simulated provider a disjoint slice of its stand-in nodes too.
+    simulated), and the simulated provider a disjoint slice of its stand-in nodes too. `egress` is where a
+    network task's sandbox goes (the profile's `[egress]`, `egress_route` in rl360cli/stages/egress.py): none
+    when not given.
     """
     provider: SandboxProvider
     if config.provider == "simulated":
@@ -43,14 +47,14 @@ def make_provider(config: SandboxConfig, *, nodes: Sequence[NodeSpec] = (), run_
         from rl360cli.sandbox.docker_provider import DockerProvider
 
         provider = DockerProvider(nodes, config=config, run_id=run_id, registry=registry or RegistrySpec(),
-                                  share=share)
+                                  share=share, egress=egress)
     elif config.provider == "daytona":
         from rl360cli.sandbox.daytona_provider import DaytonaProvider
 
-        provider = DaytonaProvider(config, run_id=run_id)
+        provider = DaytonaProvider(config, run_id=run_id, egress_open=egress is not None and egress.mode == "open")
     else:
 
-        provider = ProcessProvider(config, run_id=run_id)
+        provider = ProcessProvider(config, run_id=run_id, egress=egress)
     if config.inject_failure_rate > 0:
         provider = FaultInjector(provider, rate=config.inject_failure_rate, seed=config.inject_seed)
     if admission:

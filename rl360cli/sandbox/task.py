@@ -4,8 +4,8 @@
 healthcheck, GPUs, MCP servers, sidecars, artifacts); `Step` one entry of a multi-step task, with
 its folder resolved; `Healthcheck` and `McpServer` the environment's. A separate verifier
 environment is itself a `Task` (`verifier_task`, on the task or on a step). Unset values are
-Harbor's defaults (`DEFAULT_*`); `network` is True only when a task asks for a network explicitly
-(Harbor's own default, public, is not followed, because model-written code runs here).
+Harbor's defaults (`DEFAULT_*`); `network` is whether the task wants the internet, by Harbor's rule
+(task_loader.py: public unless it says otherwise); where it may go is the profile's `[egress]`.
 
 `task_loader.py` reads a task folder's `task.toml` into these (`load_task`, `load_task_set`);
 the providers, `run_attempt` (attempt.py) and the placement checks (steps.py) read them.
@@ -109,7 +109,8 @@ class Task:
     cpus: float = 1.0
     memory_mb: int = 2048
     storage_mb: int = 10240
-    # True only when the task asks for a network explicitly.
+    # The task wants the internet (Harbor's rule, applied by the loader); the profile's [egress] says where it
+    # may go. False for a task made in code.
     network: bool = False
     agent_timeout_s: float = DEFAULT_AGENT_TIMEOUT_S
     verifier_timeout_s: float = DEFAULT_VERIFIER_TIMEOUT_S

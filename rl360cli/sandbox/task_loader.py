@@ -31,9 +31,9 @@ and `-` (it becomes sandbox names, labels and image tags), a symbolic link in `t
 or `environment/` that leads outside the task folder (uploading it would hand the sandbox a host
 file), and an `instruction.md` over `MAX_INSTRUCTION_BYTES` (it becomes the prompt).
 
-Network: a task gets a network only when it asks for one explicitly
-(`network_mode = "public"` or `allow_internet = true`); Harbor's own default
-(public) is not followed, because model-written code runs here.
+Network: as Harbor reads it (`_network`): a task wants the internet unless it
+says `network_mode = "no-network"` or `allow_internet = false`. Where it may go
+is the operator's: the profile's `[egress]` (rl360cli/egress/config.py).
 
 Every refusal is a `TaskError`: one line that names the task, the problem and the fix.
 
@@ -473,6 +473,8 @@ def _refuse_unsupported(path: Path, data: dict, env: dict, agent: dict, verifier
     if str(env.get("os", "linux")).lower() == "windows":
         raise _Refused("Windows tasks need a Windows node, which rl360 does not provide",
                        "use Linux tasks")
+    if not isinstance(env.get("allow_internet", True), bool):
+        raise _Refused(f"[environment] allow_internet must be true or false (got {env['allow_internet']!r})")
     for where, table in (("[environment]", env), ("[agent]", agent), ("[verifier]", verifier)):
         if table.get("network_mode") == "allowlist" or table.get("allowed_hosts"):
             raise _Refused(f"{where} network allowlists are not supported yet",
@@ -527,11 +529,12 @@ def _parse_size(value: Any, key: str) -> int:
 
 
 def _network(env: dict, agent: dict) -> bool:
+    # Harbor's rule (harbor-framework/harbor, src/harbor/models/task/config.py: `EnvironmentConfig`,
+    # `allow_internet: bool = True`, and `resolve_baseline`): network_mode wins; else allow_internet = false is
+    # no network; else public. A task that says nothing (harbor-cookbook's simple-task, whose verifier
+    # apt-get installs curl and fetches the uv installer) wants the internet.
     mode = env.get("network_mode")
-    if mode is None:
-        wants = env.get("allow_internet") is True
-    else:
-        wants = mode == "public"
+    wants = env.get("allow_internet") is not False if mode is None else mode == "public"
     # A phase that asks for less network than the environment gets less: the sandbox has one setting.
     return wants and agent.get("network_mode") != "no-network"
 

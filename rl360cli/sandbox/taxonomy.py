@@ -46,6 +46,7 @@ class Event(StrEnum):
     VERIFIER_TIMEOUT = "verifier_timeout"
     VERIFIER_OOM = "verifier_oom"
     VERIFIER_ENV_MISSING = "verifier_env_missing"
+    EGRESS_FAILED = "egress_failed"
     INJECTED = "injected"
 
 
@@ -109,6 +110,9 @@ TABLE: tuple[Rule, ...] = (
          meaning="the verifier ran out of memory: the reservation is too small for the task's tests"),
     Rule(event=Event.VERIFIER_ENV_MISSING, outcome=_INFRA, cause=InfraCause.VERIFIER_ERROR, retriable=False,
          meaning="[verifier.env] names a ${VAR} that is not set on the orchestrator"),
+    Rule(event=Event.EGRESS_FAILED, outcome=_INFRA, cause=InfraCause.EGRESS, retriable=False,
+         meaning="a host the profile's [egress] allows could not be reached through the node's egress proxy (no "
+                 "answer, a broken one, an address of the node's own networks), or the proxy failed"),
     Rule(event=Event.INJECTED, outcome=_INFRA, cause=InfraCause.INJECTED, retriable=False,
          meaning="a failure injected on purpose ([sandbox] inject_failure_rate)"),
 )

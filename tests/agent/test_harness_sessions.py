@@ -173,6 +173,24 @@ def test_a_users_openai_harness_runs_and_imports_nothing_of_rl360(served, engine
     assert_tokens_are_the_engines(trajectory, engine)
 
 
+def test_a_verifiers_several_metrics_reach_the_trajectory_and_the_skills_folder_the_harness(
+        served, engine, process_provider):
+    seen = []
+
+    def harness(session):
+        import openai
+
+        seen.append(session.task.skills_dir)
+        openai.OpenAI(base_url=session.base_url, api_key=session.api_key, max_retries=0).chat.completions.create(
+            model=session.model, messages=[{"role": "user", "content": session.task.instruction}])
+        session.sandbox.exec("printf '%s\\n' 2 3 5 7 > primes.txt", timeout_s=30)  # 4 of the 10 lines
+
+    engine.say("Writing four of them.")
+    [trajectory] = attempt(served, harness, task="reward-json", provider=process_provider())
+    assert trajectory.reward == 0.4 and seen == [None]
+    assert trajectory.metadata["rewards"] == {"reward": 0.4, "correct_lines": 4.0, "file_exists": 1.0}
+
+
 def test_a_harness_that_crashes_is_a_masked_harness_error(served, engine, process_provider):
     def broken(session):
         raise KeyError("the harness's own bug")
@@ -231,6 +249,38 @@ def rewriting_harness(session):
     session.sandbox.exec(command, timeout_s=30)
     client.chat.completions.create(model=session.model, messages=[
         {"role": "user", "content": "Summary: the file is written. Say if anything is left."}])
+
+
+def terminal_harness(session):
+    """Terminus-style: every tool call runs in the session's one persistent shell, as typed in a terminal;
+    what the last command printed, and the one-off exec's view of the same variable, go back as results."""
+    import openai
+
+    client = openai.OpenAI(base_url=session.base_url, api_key=session.api_key, max_retries=0)
+    messages = [{"role": "user", "content": session.task.instruction}]
+    for _ in range(4):
+        reply = client.chat.completions.create(model=session.model, messages=messages, tools=[BUILTIN_BASH_TOOL])
+        message = reply.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            return
+        for tool_call in message.tool_calls:
+            command = json.loads(tool_call.function.arguments)["command"]
+            result = session.sandbox.shell(command, timeout_s=30)
+            fresh = session.sandbox.exec('echo "[${GREETING:-unset}]"', timeout_s=30).output.strip()
+            messages.append({"role": "tool", "tool_call_id": tool_call.id,
+                             "content": f"{result.output}(a fresh shell sees {fresh})"})
+
+
+def test_a_terminal_harness_keeps_its_shell_state_across_commands(served, engine, process_provider):
+    engine.say(call("mkdir -p /tmp/elsewhere && cd /tmp/elsewhere && export GREETING='Hello, world!'"))
+    engine.say(call('cd /app && printf "%s\\n" "$GREETING" > hello.txt && pwd'))
+    engine.say("It is written.")
+    [trajectory] = attempt(served, terminal_harness, provider=process_provider())
+    assert (trajectory.outcome, trajectory.reward) == (Outcome.OK, 1.0), trajectory.metadata.get("detail")
+    last_prompt = served.tokenizer.decode(engine.requests[-1]["input_ids"])
+    assert "/app\n(a fresh shell sees [unset])" in last_prompt  # one-off execs stay fresh beside it
+    assert_tokens_are_the_engines(trajectory, engine)
 
 
 @pytest.mark.parametrize("policy", ["segments", "mask"])

@@ -7,12 +7,14 @@ from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.rl.trajectory import Trajectory
 
 
-def session(reward: float | None, tags: list[str], *, sample: int, segment: int = 0) -> Trajectory:
+def session(reward: float | None, tags: list[str], *, sample: int, segment: int = 0,
+            rewards: dict[str, float] | None = None) -> Trajectory:
     valid = reward is not None
     return Trajectory(task_id="t", group_id="g", sample_index=sample, segment=segment, token_ids=[1, 2, 3],
                       loss_mask=[0, 1, 1], logprobs=[0.0, -0.5, -0.5], versions=(0,), num_prompt_tokens=1,
                       reward=reward, outcome=Outcome.OK if valid else Outcome.INFRA_FAILURE,
-                      cause=None if valid else InfraCause.SANDBOX_START, metadata={"tags": tags})
+                      cause=None if valid else InfraCause.SANDBOX_START,
+                      metadata={"tags": tags, **({"rewards": rewards} if rewards else {})})
 
 
 def test_each_tag_gets_its_sessions_reward_and_pass_rate_and_a_session_counts_once():
@@ -28,3 +30,13 @@ def test_each_tag_gets_its_sessions_reward_and_pass_rate_and_a_session_counts_on
 
 def test_no_tags_no_domain_figures():
     assert [k for k in domain_figures([session(1.0, [], sample=0)], kept=[]) if "domain" in k] == []
+
+
+def test_a_verifiers_several_metrics_each_get_their_mean_over_the_valid_sessions():
+    sessions = [session(0.5, [], sample=0, rewards={"reward": 0.5, "style": 1.0}),
+                session(0.5, [], sample=0, segment=1, rewards={"reward": 0.5, "style": 1.0}),
+                session(1.0, [], sample=1, rewards={"reward": 1.0, "style": 0.0, "speed": 0.25}),
+                session(None, [], sample=2, rewards={"reward": 0.0, "style": 0.0}), session(1.0, [], sample=3)]
+    figures = domain_figures(sessions, kept=[])
+    assert figures["reward/metric/reward"] == 0.75 and figures["reward/metric/style"] == 0.5
+    assert figures["reward/metric/speed"] == 0.25  # only the session that has it

@@ -53,9 +53,10 @@ def ci_settings(ledger_dir: Path) -> list[str]:
     ]
 
 
-def expected_masked(ledgers: list[dict]) -> collections.Counter:
+def expected_masked(ledgers: list[dict], *, max_infra_retries: int = MAX_INFRA_RETRIES) -> collections.Counter:
     """The cause each attempt must end with, from the failures the providers drew: a failure in a
-    command ends it; start failures end it once every retry failed too (the last one's cause)."""
+    command ends it; start failures end it once every retry failed too (the last one's cause).
+    bench/bench_scale_sim.py checks its runs with it too."""
     by_attempt: dict[str, list[tuple[str, str]]] = collections.defaultdict(list)
     for ledger in ledgers:
         for attempt, operation, cause in ledger["failures"]:
@@ -66,7 +67,7 @@ def expected_masked(ledgers: list[dict]) -> collections.Counter:
         starts = [cause for operation, cause in failures if operation.startswith("start")]
         if in_commands:
             ends[in_commands[0]] += 1
-        elif len(starts) == MAX_INFRA_RETRIES + 1:
+        elif len(starts) == max_infra_retries + 1:
             ends[starts[-1]] += 1
     return ends
 

@@ -67,9 +67,9 @@ def process_provider(bwrap, sandbox_root, process_config):
 
     made = []
 
-    def make(**overrides):
+    def make(egress=None, **overrides):
         provider = ProcessProvider(process_config(**overrides), run_id=f"t-{uuid.uuid4().hex[:8]}",
-                                   root=sandbox_root / f"p{len(made)}")
+                                   root=sandbox_root / f"p{len(made)}", egress=egress)
         made.append(provider)
         return provider
 
@@ -122,9 +122,10 @@ def docker_provider(docker_node_specs):
 
     made = []
 
-    def make(nodes=None, **overrides):
+    def make(nodes=None, egress=None, **overrides):
         config = SandboxConfig(**{"provider": "docker", **overrides})
-        provider = DockerProvider(nodes or docker_node_specs, config=config, run_id=f"t-{uuid.uuid4().hex[:8]}")
+        provider = DockerProvider(nodes or docker_node_specs, config=config, run_id=f"t-{uuid.uuid4().hex[:8]}",
+                                  egress=egress)
         made.append(provider)
         return provider
 

@@ -105,6 +105,10 @@ def test_a_refused_task_gets_its_own_row_and_the_others_are_checked(cli, bwrap, 
     assert only.returncode == 1 and "windows: Windows tasks need a Windows node" in only.stdout + only.stderr
     one = cli("tasks", "check", str(tmp_path / "set" / "windows"), "--json", env=env)
     assert one.returncode == 1 and json.loads(one.stdout)["tasks"][0]["refused"].startswith("task windows")
+    # `good` says nothing of its network: it wants the internet (Harbor's default), and the table says where it
+    # stands under the profile's [egress] (printed whole: not read as rich markup).
+    plain = cli("tasks", "check", str(tmp_path / "set"), "--include", "good", env=env)
+    assert plain.returncode == 0 and 'gives sandboxes none ([egress] mode = "none")' in " ".join(plain.stdout.split())
 
 
 def test_a_process_fleet_is_launched_listed_stopped_and_recorded(cli, bwrap, env, state_path, sandbox_root):

@@ -90,10 +90,10 @@ def daytona_provider(daytona_standin, monkeypatch):
     monkeypatch.setenv("DAYTONA_API_KEY", "stand-in-key")
     made = []
 
-    def make(daytona=None, **overrides):
+    def make(daytona=None, egress_open=False, **overrides):
         settings = daytona or DaytonaSandboxConfig(api_url=daytona_standin["api_url"])
         config = SandboxConfig(**{"provider": "daytona", "daytona": settings, **overrides})
-        provider = DaytonaProvider(config, run_id=f"t-{uuid.uuid4().hex[:8]}")
+        provider = DaytonaProvider(config, run_id=f"t-{uuid.uuid4().hex[:8]}", egress_open=egress_open)
         made.append(provider)
         return provider
 
@@ -139,6 +139,23 @@ def test_a_sandbox_gets_the_reservation_labels_paths_and_no_network(daytona_prov
     assert labels["rl360.task"] == "t" and labels["rl360.attempt"] == "lab-1"
     assert result.exit_code == 0 and result.output.split() == ["/work", "/logs/verifier", "/tests", "y"]
     assert info["provider"] == "daytona" and info["sandbox_id"] == seen["id"]
+
+
+def test_a_network_task_gets_daytonas_network_only_under_egress_open(daytona_provider, daytona_standin, tmp_path):
+    """Daytona's cloud is beyond a node's egress proxy: "none" and "allow" block the network and say so."""
+    task = load_task(write_task(tmp_path, "t", toml="[environment]\ncpus = 1\n"))  # Harbor's default: public
+
+    async def go(provider):
+        sandbox = await start(provider, task)
+        try:
+            return standin_call(daytona_standin, "GET", f"/api/sandbox/{sandbox.id}"), sandbox.info()
+        finally:
+            await finish(provider, sandbox)
+
+    seen, info = run(go(daytona_provider()))
+    assert seen["networkBlockAll"] is True and info["network"] == "none" and info["network_denied"] is True
+    seen, info = run(go(daytona_provider(egress_open=True)))
+    assert seen["networkBlockAll"] is False and info["network"] == "daytona" and info["network_denied"] is False
 
 
 def test_commands_keep_their_quotes_files_persist_and_env_and_exit_codes_come_back(daytona_provider, tmp_path):

@@ -186,3 +186,20 @@ def test_a_container_killed_while_its_verifier_runs_is_a_lost_sandbox_not_a_veri
     result = run(run_attempt(docker_provider(), task, agent, attempt_id="killed", labels={}))
     assert (result.outcome, result.cause) == (Outcome.INFRA_FAILURE, InfraCause.SANDBOX_LOST), result.detail
     assert "killed from outside" in result.detail or "removed from outside" in result.detail
+
+
+def test_the_agents_commands_run_as_the_tasks_agent_user_and_the_verifier_as_its_own(docker_provider, tmp_path):
+    from rl360cli.outcome import Outcome
+    from rl360cli.sandbox.attempt import run_attempt
+
+    task = load_task(write_task(tmp_path, "t", toml='[agent]\nuser = "nobody"\n',
+                                test_sh='[ "$(id -u)" = 0 ] && echo 1 > /logs/verifier/reward.txt\n'))
+    seen = []
+
+    async def agent(sandbox):
+        seen.append((await sandbox.exec("id -u", timeout_s=30)).output.strip())
+        seen.append((await sandbox.exec("id -u", timeout_s=30, user="root")).output.strip())  # a command's own
+
+    result = run(run_attempt(docker_provider(), task, agent, attempt_id="users", labels={}))
+    assert seen == ["65534", "0"]
+    assert (result.outcome, result.reward) == (Outcome.OK, 1.0), result.detail

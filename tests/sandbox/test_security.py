@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from rl360cli.egress.client import EgressRoute
 from rl360cli.outcome import Outcome
 from rl360cli.sandbox.attempt import run_attempt
 from rl360cli.sandbox.task_loader import load_task
@@ -138,13 +139,17 @@ def need_slirp() -> None:
     need(shutil.which("slirp4netns") is not None, "slirp4netns missing: apt-get install slirp4netns")
 
 
+# The profile's `[egress] mode = "open"`: a network task's process sandbox gets slirp4netns's NAT.
+OPEN = EgressRoute(mode="open")
+
+
 def test_a_network_task_cannot_reach_any_port_on_the_hosts_loopback(provider_of, kind, tmp_path):
     if kind == "process":
         need_slirp()
     hosts = "127.0.0.1 10.0.2.2" if kind == "process" else "127.0.0.1"  # 10.0.2.2 exists only inside slirp
     listener = Listener()
     try:
-        result, (seen,) = attempt(provider_of(), hostile_task(tmp_path, network_mode="public"),
+        result, (seen,) = attempt(provider_of(egress=OPEN), hostile_task(tmp_path, network_mode="public"),
                                   PROBE.format(port=listener.port, hosts=hosts))
     finally:
         listener.close()
@@ -168,15 +173,17 @@ def test_a_process_sandboxs_network_is_its_own_or_none(process_provider, tmp_pat
         finally:
             await sandbox.stop()
 
-    info, allowed = run(network_of(process_provider()))
+    info, allowed = run(network_of(process_provider(egress=OPEN)))
     assert info["network"] == "slirp4netns" and not info["network_denied"]
     assert allowed.output.split() == ["lo", "tap0"]
-    info, refused = run(network_of(process_provider(network="none")))
-    assert info["network"] == "none" and refused.output.split() == ["lo"]  # only a loopback of its own
+    for denied in (process_provider(egress=OPEN, network="none"), process_provider()):  # [egress] none: the default
+        info, refused = run(network_of(denied))
+        assert info["network"] == "none" and info["network_denied"]
+        assert refused.output.split() == ["lo"]  # only a loopback of its own
 
 
 def test_on_nodes_without_a_bridge_a_network_task_gets_none_and_is_told(docker_provider, tmp_path):
-    provider = docker_provider()
+    provider = docker_provider(egress=OPEN)
     task = hostile_task(tmp_path, network_mode="public")
 
     async def go():
@@ -211,10 +218,10 @@ def test_it_cannot_write_outside_its_folders(provider_of, tmp_path):
     outside = tmp_path / "outside.txt"
     commands = [f"echo pwned > {outside}", "echo pwned > /usr/pwned.txt", "echo pwned > /pwned.txt",
                 "echo fine > /app/inside.txt && cat /app/inside.txt"]
-    result, seen = attempt(provider_of(), hostile_task(tmp_path), *commands)
+    result, seen = attempt(provider_of(read_only_root=True), hostile_task(tmp_path), *commands)
     assert not outside.exists() and not Path("/usr/pwned.txt").exists() and not Path("/pwned.txt").exists()
     assert seen[0].exit_code != 0
-    assert seen[1].exit_code != 0 and seen[2].exit_code != 0  # a read-only root (a container's too)
+    assert seen[1].exit_code != 0 and seen[2].exit_code != 0  # a read-only root (a container's, when asked)
     assert seen[3].exit_code == 0 and seen[3].output.strip() == "fine"
     assert result.outcome == Outcome.OK
 
@@ -440,6 +447,15 @@ def test_no_process_it_started_outlives_its_attempt(provider_of, kind, tmp_path)
     assert result.outcome == Outcome.OK
 
 
+def test_a_containers_root_is_writable_by_default_and_the_hosts_is_untouched(docker_provider, tmp_path):
+    """Harbor's images expect root to install what they need: by default a container's root is its own to write."""
+    result, (wrote,) = attempt(docker_provider(), hostile_task(tmp_path),
+                               "echo x > /usr/rl360-probe && echo x > /rl360-probe && echo wrote")
+    assert wrote.exit_code == 0 and wrote.output.strip() == "wrote", wrote.output
+    assert not Path("/usr/rl360-probe").exists() and not Path("/rl360-probe").exists()
+    assert result.outcome == Outcome.OK
+
+
 CAPABILITY_BITS = {"DAC_OVERRIDE": 1, "KILL": 5}  # of a read-only root's container (linux/capability.h)
 
 
@@ -447,7 +463,8 @@ def test_it_runs_without_capabilities_or_new_privileges_on_a_read_only_root(prov
     from rl360cli.sandbox.docker_container import CAP_ADD
 
     result, (status, writes) = attempt(
-        provider_of(), hostile_task(tmp_path), "grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status",
+        provider_of(read_only_root=True), hostile_task(tmp_path),
+        "grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status",
         "for p in /usr /etc /root /var ''; do echo x > $p/rl360-probe 2>/dev/null && echo WROTE $p; done; "
         "for p in /app /tmp /tests /logs; do echo x > $p/rl360-probe && echo ok $p; done; "
         "printf '#!/bin/sh\\necho ran\\n' > /tmp/x.sh && chmod +x /tmp/x.sh && /tmp/x.sh")

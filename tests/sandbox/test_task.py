@@ -136,10 +136,12 @@ def test_harbor_fields_are_read_as_harbor_reads_them(tmp_path, harbor):
     ('[environment]\nnetwork_mode = "public"\n', True),
     ("[environment]\nallow_internet = true\n", True),
     ('[environment]\nnetwork_mode = "no-network"\n', False),
-    ("[environment]\ncpus = 1\n", False),  # Harbor's default is public; rl360 gives none unless asked
+    ("[environment]\nallow_internet = false\n", False),
+    ("[environment]\ncpus = 1\n", True),  # Harbor's default: public (the profile's [egress] says where to)
+    ('[environment]\nnetwork_mode = "no-network"\nallow_internet = true\n', False),  # network_mode wins
     ('[environment]\nnetwork_mode = "public"\n[agent]\nnetwork_mode = "no-network"\n', False),
 ])
-def test_a_task_gets_a_network_only_when_it_asks(tmp_path, toml, wants):
+def test_a_task_wants_the_internet_as_harbor_reads_it(tmp_path, toml, wants):
     assert load_task(write_task(tmp_path, "t", toml=toml)).network is wants
 
 
@@ -154,6 +156,7 @@ def test_a_task_gets_a_network_only_when_it_asks(tmp_path, toml, wants):
     ('schema_version = "2.0"\n', "schema version 2.0 is not supported"),
     ('[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n', "allowlists are not supported"),
     ('[environment]\nnetwork_mode = "intranet"\n', "is not one of public"),
+    ('[environment]\nallow_internet = "no"\n', "allow_internet must be true or false"),
     ('[environment]\nworkdir = "relative"\n', "workdir must be an absolute path"),
     ("[environment]\ngpus = -2\n", "gpus must be a non-negative integer"),
     ('agent = "fast"\n', "[agent] must be a table"),

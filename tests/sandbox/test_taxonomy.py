@@ -19,6 +19,7 @@ from rl360cli.sandbox.faults import FaultInjector
 from rl360cli.sandbox.task_loader import load_task
 from rl360cli.sandbox.taxonomy import RULES, TABLE, Event, InfraError, Observed, classify
 from tests.conftest import REPO
+from tests.egress.conftest import free_port, proxy_of  # noqa: F401 - the real egress proxy, a fixture
 from tests.sandbox.conftest import BUSYBOX, EXAMPLES, PYTHON, run, write_task
 
 REWARD_0 = "mkdir -p /logs/verifier; echo 0 > /logs/verifier/reward.txt\n"
@@ -279,6 +280,17 @@ def test_row_verifier_env_missing(process_provider, tmp_path, monkeypatch):
     result = attempt(process_provider(), load_task(write_task(tmp_path, "t", toml=toml)))
     expect(result, Event.VERIFIER_ENV_MISSING)
     assert "RL360_TEST_NEVER_SET" in result.detail
+
+
+def test_row_egress_failed(process_provider, proxy_of, tmp_path):
+    """The verifier needs a host the profile allows, and nothing answers there: the attempt is masked, not scored 0."""
+    proxy = proxy_of('allow = ["files.example.test"]\n[egress.hosts]\n"files.example.test" = "127.0.0.1"\n')
+    fetch = (f"python3 -c 'import urllib.request; urllib.request.urlopen(\"http://files.example.test:{free_port()}/x\")'"
+             " || true; ")
+    task = load_task(write_task(tmp_path, "t", image=PYTHON, test_sh=fetch + REWARD_0))
+    result = attempt(process_provider(egress=proxy.route), task)
+    expect(result, Event.EGRESS_FAILED)
+    assert result.detail.startswith("rl360 egress: cannot reach files.example.test:") and result.egress.failed
 
 
 def test_row_injected(process_provider, tmp_path):

@@ -1,0 +1,127 @@
+"""The providers' side of the egress proxy: the route a sandbox's network takes, attaching a sandbox to its
+node's proxy, and what the proxy counted for it.
+
+    route = EgressRoute(mode="allow", control="/.../egress/control.sock")
+    await route.attach(sandbox_id, pid)          # the proxy now listens in that process's namespace
+    env = route.proxy_env(no_proxy=("mcp-server",))
+    report = await route.detach(sandbox_id)      # EgressReport: bytes, denials, failures per host
+
+Test: tests/egress/test_egress_sandboxes.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rl360cli.egress.config import EgressConfig
+
+# A control call the proxy does not answer within this is a proxy that failed.
+CONTROL_TIMEOUT_S = 10.0
+
+
+class EgressUnavailable(Exception):
+    """The node's proxy did not do what was asked (not running, or it could not enter the sandbox)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EgressReport:
+    """What one sandbox (or, merged, one attempt's sandboxes) did through the proxy."""
+
+    bytes: dict[str, int] = field(default_factory=dict)
+    denied: dict[str, int] = field(default_factory=dict)
+    # Hosts the sandbox was allowed to reach and the proxy could not: the infrastructure's failures.
+    failed: dict[str, int] = field(default_factory=dict)
+    cache_hits: int = 0
+    # One line per denial or failure, in order (the first few): what the attempt's log says.
+    lines: tuple[str, ...] = ()
+    # The first failure's line ("" without one).
+    failure: str = ""
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EgressReport:
+        return cls(bytes=dict(data.get("bytes") or {}), denied=dict(data.get("denied") or {}),
+                   failed=dict(data.get("failed") or {}), cache_hits=int(data.get("cache_hits") or 0),
+                   lines=tuple(data.get("lines") or ()), failure=str(data.get("failure") or ""))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bytes": self.bytes, "denied": self.denied, "failed": self.failed, "cache_hits": self.cache_hits,
+                "lines": list(self.lines), "failure": self.failure}
+
+    @staticmethod
+    def merged(reports: Iterable[EgressReport | None]) -> EgressReport | None:
+        """The sum of `reports` (None when there is none)."""
+        found = [r for r in reports if r is not None]
+        if not found:
+            return None
+        out: dict[str, Counter] = {"bytes": Counter(), "denied": Counter(), "failed": Counter()}
+        for report in found:
+            for name, counter in out.items():
+                counter.update(getattr(report, name))
+        return EgressReport(**{k: dict(v) for k, v in out.items()}, cache_hits=sum(r.cache_hits for r in found),
+                            lines=tuple(line for r in found for line in r.lines),
+                            failure=next((r.failure for r in found if r.failure), ""))
+
+
+# The proxy's record in the state file (`tier/name`), which the `egress` stage writes.
+EGRESS_COMPONENT = "rollout/egress"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EgressRoute:
+    """How a provider's sandboxes that may use the network go out: the profile's `[egress] mode`, and in
+    `allow` the control socket of the proxy on this machine (recorded by the `egress` stage)."""
+
+    mode: Literal["none", "allow", "open"] = "none"
+    control: str = ""
+    # Where the proxy listens inside each sandbox ([egress] sandbox_port).
+    port: int = 3128
+
+    @classmethod
+    def of(cls, config: EgressConfig, record: Mapping[str, Any] | None) -> EgressRoute:
+        """The route of a profile's `[egress]`, through the proxy `record` (its state-file record, if any)."""
+        control = str((record or {}).get("url") or "").removeprefix("unix://") if config.mode == "allow" else ""
+        return cls(mode=config.mode, control=control, port=config.sandbox_port)
+
+    def proxy_env(self, *, no_proxy: Iterable[str] = ()) -> dict[str, str]:
+        """The environment that points a sandbox's tools at the proxy (curl reads only the lowercase
+        http_proxy; apt, pip, uv and Python read either)."""
+        url = f"http://127.0.0.1:{self.port}"
+        local = ",".join(["localhost", "127.0.0.1", "::1", *no_proxy])
+        return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
+                "NO_PROXY": local, "no_proxy": local}
+
+    async def attach(self, sandbox: str, pid: int) -> None:
+        """Have the proxy listen in the network namespace of process `pid` for `sandbox`."""
+        await self._call({"op": "attach", "sandbox": sandbox, "pid": pid})
+
+    async def detach(self, sandbox: str) -> EgressReport:
+        """Stop serving `sandbox`; what it did."""
+        return EgressReport.from_json((await self._call({"op": "detach", "sandbox": sandbox}))["report"])
+
+    async def stats(self) -> dict[str, Any]:
+        return await self._call({"op": "stats"})
+
+    async def _call(self, request: dict[str, Any]) -> dict[str, Any]:
+        if not self.control:
+            raise EgressUnavailable('[egress] mode is "allow" but no egress proxy is recorded for this machine: '
+                                    "start it with `rl360 up` (its `egress` stage)")
+        try:
+            async with asyncio.timeout(CONTROL_TIMEOUT_S):
+                reader, writer = await asyncio.open_unix_connection(self.control)
+                try:
+                    writer.write(json.dumps(request).encode() + b"\n")
+                    await writer.drain()
+                    answer = json.loads(await reader.readline() or b"{}")
+                finally:
+                    writer.close()
+        except (OSError, TimeoutError, ValueError) as e:
+            raise EgressUnavailable(f"the egress proxy at {self.control} does not answer ({e or type(e).__name__})"
+                                    ) from None
+        if not answer.get("ok"):
+            raise EgressUnavailable(f"the egress proxy: {answer.get('error') or 'no answer'}")
+        return answer

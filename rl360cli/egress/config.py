@@ -1,0 +1,128 @@
+"""A cluster profile's `[egress]`: where a sandbox that a task lets onto the network may go.
+
+    [egress]
+    mode = "allow"                          # "none" (the default) | "allow" | "open"
+    allow = ["pypi.org", "files.pythonhosted.org", "*.debian.org"]
+    cache_mb = 2048                         # the per-node cache of GET responses
+
+    [egress.mirrors]                        # URL prefix -> the prefix fetched instead
+    "http://deb.debian.org/debian/" = "http://127.0.0.1:8081/debian/"
+
+- `none`: no sandbox reaches anything beyond its own loopback, whatever its task says. The default: a
+  fresh profile knows nothing of what its operator trusts, model-written code runs in these sandboxes,
+  and nothing costs less (no proxy, no per-sandbox namespace). A task that wanted the network says so in
+  its attempt (`network_denied`).
+- `allow`: through rl360's egress proxy on the sandbox's node (rl360cli/egress/proxy.py), and only there:
+  plain HTTP to the hosts of `allow` (GETs cached per node), HTTPS tunnelled (CONNECT) to them, and the
+  `mirrors` rewrites; everything else is refused with one line naming the host and this table.
+- `open`: the network as Harbor's own runs give it (a process sandbox's slirp4netns NAT, a container's
+  bridge): anywhere but the node's own 127.0.0.1. For machines whose network is itself the fence.
+
+Host patterns are Harbor's (its `allowed_hosts`): a name (`pypi.org`, that host only), a leading
+wildcard (`*.debian.org`: its subdomains, not `debian.org` itself) or an IP address. A mirror's key is an
+`http://` URL prefix: the proxy sees an `https://` URL only inside the client's TLS tunnel, so it could
+never rewrite one (a client told to use `http://` where the origin serves both can be mirrored). `hosts`
+pins names to addresses, as curl's `--resolve` does: a pinned or mirrored address may be one of the
+node's own networks (a mirror on 127.0.0.1); a host that DNS resolves there is refused.
+
+Test: tests/egress/test_egress_config.py.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit
+
+from rl360cli.configload import check_at_least, check_positive, check_range
+
+_LABEL = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$")
+
+
+def host_pattern_problem(pattern: str) -> str | None:
+    """Why `pattern` is not a host pattern (None when it is one): a name, `*.suffix` or an IP address."""
+    if pattern != pattern.strip().lower() or not pattern:
+        return "write host patterns in lowercase, without spaces"
+    if "://" in pattern or "/" in pattern or (":" in pattern and not _is_ip(pattern)):
+        return "a host pattern is a name, *.suffix or an IP address, not a URL, port or path"
+    name = pattern[2:] if pattern.startswith("*.") else pattern
+    if _is_ip(name):
+        return "a wildcard names hosts, not addresses" if pattern.startswith("*.") else None
+    if "*" in name or not all(_LABEL.match(label) for label in name.split(".")):
+        return "only a leading '*.' wildcard, then letters, digits, '-' and '.'"
+    return None
+
+
+def host_matches(host: str, pattern: str) -> bool:
+    """Whether `host` (lowercase, no port) is one `pattern` names: `*.x` is a subdomain of x, never x."""
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:])
+    return host == pattern
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EgressConfig:
+    """`[egress]` of a cluster profile (see the module docstring)."""
+
+    mode: Literal["none", "allow", "open"] = "none"
+    # `allow`: the hosts a sandbox may reach through the proxy (Harbor's host patterns).
+    allow: tuple[str, ...] = ()
+    # `allow`: URL prefix -> the prefix fetched in its place (Docker's registry-mirrors, for URLs). A mirrored
+    # URL is served whether or not its host is on `allow`: the operator named where it comes from.
+    mirrors: dict[str, str] = field(default_factory=dict)
+    # Names the proxy resolves to these addresses rather than asking DNS (a mirror's or stand-in's name).
+    hosts: dict[str, str] = field(default_factory=dict)
+    # The per-node cache of GET responses (plain HTTP and mirrored URLs; never tunnelled bytes).
+    cache_mb: int = 2048
+    # A cached response that says nothing of its freshness (no Cache-Control max-age) is served this long.
+    cache_ttl_s: float = 3600.0
+    # The port the proxy listens on inside each sandbox's own network namespace (its 127.0.0.1).
+    sandbox_port: int = 3128
+    # Connecting to an upstream host may take this long before it is a failure of an allowed host.
+    connect_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.mode != "allow" and (self.allow or self.mirrors):
+            raise ValueError(f'allow and mirrors are for mode = "allow" (mode is "{self.mode}"): set mode = '
+                             '"allow", or remove them')
+        for pattern in self.allow:
+            problem = host_pattern_problem(pattern)
+            if problem:
+                raise ValueError(f"allow: {pattern!r}: {problem} (e.g. \"pypi.org\", \"*.debian.org\")")
+        for prefix, target in self.mirrors.items():
+            if not prefix.startswith("http://") or not urlsplit(prefix).hostname:
+                raise ValueError(f"mirrors: {prefix!r} must be an http:// URL prefix: the proxy sees an https:// "
+                                 "URL only inside its client's TLS tunnel and cannot rewrite it; allow its host "
+                                 "instead (allow = [\"host\"]), or mirror the http:// form")
+            if not target.startswith(("http://", "https://")) or not urlsplit(target).hostname:
+                raise ValueError(f"mirrors.{prefix!r}: {target!r} must be an http:// or https:// URL prefix")
+        for name, address in self.hosts.items():
+            if host_pattern_problem(name) or name.startswith("*.") or not _is_ip(address):
+                raise ValueError(f"hosts: {name!r} = {address!r} must map a host name to an IP address "
+                                 "(e.g. \"mirror.internal\" = \"10.0.0.5\")")
+        check_at_least(self, 1, "cache_mb", fix="the cache is how N sandboxes fetch a file once")
+        check_positive(self, "cache_ttl_s", "connect_timeout_s")
+        check_range(self, 1, 65535, "sandbox_port")
+
+    def allows(self, host: str) -> bool:
+        """Whether the sandbox may reach `host` (lowercase, no port)."""
+        return any(host_matches(host, pattern) for pattern in self.allow)
+
+    def mirrored(self, url: str) -> str | None:
+        """The URL fetched in place of `url` (the longest matching prefix's), or None when none maps it."""
+        best = max((p for p in self.mirrors if url.startswith(p)), key=len, default=None)
+        return None if best is None else self.mirrors[best] + url[len(best):]
+
+    def pinned(self, host: str) -> str | None:
+        """The address `hosts` pins `host` to, if any."""
+        return self.hosts.get(host)

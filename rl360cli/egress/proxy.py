@@ -1,0 +1,480 @@
+"""rl360's egress proxy: the only way out of a sandbox under `[egress] mode = "allow"`, one per node.
+
+    python -m rl360cli.egress.proxy --profile cluster/local.toml --control DIR/control.sock --cache DIR/cache
+
+Why a proxy that listens *inside* each sandbox. A sandbox with a network must reach nothing but the
+proxy: not the node's 127.0.0.1 (the router, the engines, Ray, the registry, sshd listen there), not the
+cluster network. So its network namespace holds only its own loopback, for both providers: a process
+sandbox's commands share one namespace per sandbox (a namespace holder, process.py); a container runs
+with `--network none` (or on its sidecars' internal network). The proxy, as root on the node, enters that
+namespace and listens on its 127.0.0.1:`sandbox_port` (netns.py), and the sandbox gets `HTTP_PROXY`,
+`HTTPS_PROXY` (and the lowercase ones) pointing there. There is no route, no NAT, no forwarder process in
+the sandbox: what the sandbox can connect to is its own loopback, where the only other listener is the
+proxy. (Rejected: slirp4netns restricted to one port, which has no such filter and would put the proxy on
+an address every sandbox's NAT reaches; a forwarder per sandbox to a unix socket, a process and its
+memory per sandbox, copying every byte twice; Docker's internal networks, whose gateway is the node itself
+and which need iptables that the dev nodes do not run.) Each sandbox has its own listener, so every byte
+and denial is counted for the sandbox that caused it.
+
+What it does with a request:
+- `CONNECT host:port` (HTTPS): tunnelled to a host of the allow-list, bytes counted, never looked into;
+- `GET http://...` (and other methods): rewritten when a mirror maps the URL, else only to an allowed host;
+  GET answers cached per node (cache.py), one upstream fetch per URL at a time;
+- anything else is refused: `403` whose status line and body say why in one line (`rl360 egress: evil.test
+  is not on the profile's [egress] allow list ...`), which curl -v, pip and Python print;
+- an allowed host that cannot be reached (DNS, refused, timeout, an address of the node's own networks) is
+  `502` and counted as `failed`: the attempt is then an infra failure (cause `egress`), while a denial is the
+  model's own doing (rl360cli/sandbox/attempt.py).
+
+Control (a unix socket, one JSON line each way, never reachable from a sandbox): `attach` (sandbox id,
+pid whose namespace to serve), `detach` (returns what that sandbox did), `stats`, `ping`. An attachment
+whose process is gone (a crashed orchestrator never detached) is dropped within `GC_INTERVAL_S`.
+
+Test: tests/egress/test_proxy.py (the proxy alone), tests/egress/test_egress_sandboxes.py (both providers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+import os
+import signal
+import socket
+import ssl
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from rl360cli import procinfo
+from rl360cli.configload import from_mapping, read_toml
+from rl360cli.egress.cache import PRIVATE_REQUEST, GetCache, freshness
+from rl360cli.egress.config import EgressConfig
+from rl360cli.egress.netns import NetnsError, listen_in
+
+log = logging.getLogger("rl360cli.egress")
+
+MAX_HEAD = 64 << 10
+CHUNK = 1 << 16
+IDLE_S = 120.0
+GC_INTERVAL_S = 10.0
+# Lines kept per sandbox for its attempt's log (the counts go on past them).
+MAX_LINES = 20
+# Headers of one connection, never forwarded (RFC 9110 7.6.1), and the proxy's own.
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate",
+                        "te", "trailer", "transfer-encoding", "upgrade"})
+
+
+@dataclass
+class Tally:
+    """What one sandbox did through the proxy: bytes (both ways) per host, denials and failures per host."""
+
+    bytes: Counter = field(default_factory=Counter)
+    denied: Counter = field(default_factory=Counter)
+    failed: Counter = field(default_factory=Counter)
+    cache_hits: int = 0
+    lines: list[str] = field(default_factory=list)
+    # The first failure's line: what an attempt failed by its egress says.
+    failure: str = ""
+
+    def note(self, line: str, *, failed: bool) -> None:
+        if len(self.lines) < MAX_LINES:
+            self.lines.append(line)
+        if failed and not self.failure:
+            self.failure = line
+
+    def to_json(self) -> dict:
+        return {"bytes": dict(self.bytes), "denied": dict(self.denied), "failed": dict(self.failed),
+                "cache_hits": self.cache_hits, "lines": list(self.lines), "failure": self.failure}
+
+
+@dataclass
+class Attachment:
+    server: asyncio.base_events.Server
+    pid: int
+    pid_start: int | None
+    tally: Tally
+
+
+class Refused(Exception):
+    """A request the proxy answers itself: `status` and one line saying why."""
+
+    def __init__(self, status: int, line: str, *, host: str, failed: bool = False, answered: bool = False):
+        super().__init__(line)
+        self.status, self.line, self.host, self.failed = status, line, host, failed
+        # The sandbox has the answer's head already (it broke mid-body): the connection is only closed.
+        self.answered = answered
+
+
+class EgressProxy:
+    def __init__(self, config: EgressConfig, cache_dir: Path):
+        self.config = config
+        self.cache = GetCache(cache_dir, max_bytes=config.cache_mb << 20, ttl_s=config.cache_ttl_s)
+        self.attached: dict[str, Attachment] = {}
+        self.totals = Counter()
+
+    # ------------------------------------------------------------------ control
+
+    async def attach(self, sandbox: str, pid: int) -> dict:
+        if sandbox in self.attached:
+            return {"ok": True, "port": self.config.sandbox_port}
+        started = procinfo.start_time(pid)
+        sock = await asyncio.to_thread(listen_in, pid, self.config.sandbox_port)
+        tally = Tally()
+        server = await asyncio.start_server(lambda r, w: self._client(r, w, tally), sock=sock, limit=MAX_HEAD)
+        self.attached[sandbox] = Attachment(server=server, pid=pid, pid_start=started, tally=tally)
+        self.totals["attached"] += 1
+        return {"ok": True, "port": self.config.sandbox_port}
+
+    async def detach(self, sandbox: str) -> dict:
+        attachment = self.attached.pop(sandbox, None)
+        if attachment is None:
+            return {"ok": False, "error": f"sandbox {sandbox} is not attached"}
+        attachment.server.close()
+        return {"ok": True, "report": attachment.tally.to_json()}
+
+    def stats(self) -> dict:
+        return {"ok": True, "attached": len(self.attached), "cache_bytes": self.cache.size,
+                "cache_entries": len(self.cache.entries), **self.totals}
+
+    async def _control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = json.loads(await reader.readline())
+            op = request.get("op")
+            if op == "attach":
+                answer = await self.attach(str(request["sandbox"]), int(request["pid"]))
+            elif op == "detach":
+                answer = await self.detach(str(request["sandbox"]))
+            elif op == "stats":
+                answer = self.stats()
+            elif op == "ping":
+                answer = {"ok": True, "pid": os.getpid()}
+            else:
+                answer = {"ok": False, "error": f"unknown op {op!r}"}
+        except (NetnsError, ValueError, KeyError, TypeError, AttributeError, OSError) as e:
+            answer = {"ok": False, "error": str(e)}
+        with contextlib.suppress(OSError):
+            writer.write(json.dumps(answer).encode() + b"\n")
+            await writer.drain()
+            writer.close()
+
+    async def collect_garbage(self) -> None:
+        """Drop attachments whose process is gone: nobody will detach them, and their listener would keep a
+        dead sandbox's namespace alive."""
+        while True:
+            await asyncio.sleep(GC_INTERVAL_S)
+            for sandbox, attachment in list(self.attached.items()):
+                if not procinfo.is_alive(attachment.pid, attachment.pid_start):
+                    await self.detach(sandbox)
+                    self.totals["collected"] += 1
+
+    # ------------------------------------------------------------------ a sandbox's connection
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tally: Tally) -> None:
+        try:
+            async with asyncio.timeout(IDLE_S):
+                head = await reader.readuntil(b"\r\n\r\n")
+            method, target, headers = _parse_head(head)
+            if method == "CONNECT":
+                await self._tunnel(target, reader, writer, tally)
+            else:
+                await self._forward(method, target, headers, reader, writer, tally)
+        except Refused as e:
+            self._refused(e, tally)
+            with contextlib.suppress(OSError):
+                if not e.answered:
+                    writer.write(_answer(e.status, e.line))
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError, ValueError):
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                writer.close()
+
+    def _refused(self, e: Refused, tally: Tally) -> None:
+        (tally.failed if e.failed else tally.denied)[e.host] += 1
+        self.totals["failed" if e.failed else "denied"] += 1
+        tally.note(e.line, failed=e.failed)
+
+    async def _tunnel(self, target: str, reader, writer, tally: Tally) -> None:
+        host, _, port = target.rpartition(":")
+        host = host.strip("[]").lower()
+        if not host or not port.isdigit():
+            raise Refused(400, f"rl360 egress: CONNECT {target!r} is not host:port", host=host or "?")
+        if not self.config.allows(host):
+            raise Refused(403, _denial(host), host=host)
+        up_reader, up_writer = await self._connect(host, int(port), trusted=False)
+        self.totals["tunnels"] += 1
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+        def count(moved: int) -> None:  # as the bytes go: a sandbox detached mid-tunnel has its count so far
+            tally.bytes[host] += moved
+            self.totals["bytes_upstream"] += moved
+
+        await asyncio.gather(_pipe(reader, up_writer, count), _pipe(up_reader, writer, count))
+
+    async def _forward(self, method: str, target: str, headers: list[tuple[str, str]], reader, writer,
+                       tally: Tally) -> None:
+        if not target.startswith("http://"):
+            raise Refused(400, "rl360 egress: send an absolute http:// URL, or CONNECT for https", host="?")
+        host = (urlsplit(target).hostname or "").lower()
+        mirrored = self.config.mirrored(target)
+        if mirrored is None and not self.config.allows(host):
+            raise Refused(403, _denial(host), host=host)
+        url = mirrored or target
+        body = b""
+        length = _header(headers, "content-length")
+        if _header(headers, "transfer-encoding"):
+            raise Refused(411, "rl360 egress: send request bodies with a Content-Length", host=host)
+        if length:
+            body = await reader.readexactly(int(length))
+        cacheable = method == "GET" and not any(_header(headers, h) for h in PRIVATE_REQUEST)
+        if not cacheable:
+            tally.bytes[host] += await self._fetch(method, url, headers, body, writer, trusted=mirrored is not None)
+            return
+        entry = self.cache.get(url)
+        if entry is None:
+            served: list[int] = []
+
+            async def fetch() -> bool:
+                served.append(await self._fetch(method, url, headers, body, writer, trusted=mirrored is not None,
+                                                 cache_as=url))
+                return True
+
+            if await self.cache.fetch_once(url, fetch):
+                tally.bytes[host] += served[0]
+                return
+            entry = self.cache.get(url)  # another sandbox's fetch of it just ended
+            if entry is None:
+                tally.bytes[host] += await self._fetch(method, url, headers, body, writer,
+                                                       trusted=mirrored is not None)
+                return
+        self.totals["cache_hits"] += 1
+        tally.cache_hits += 1
+        tally.bytes[host] += await _serve_entry(entry, writer)
+
+    # ------------------------------------------------------------------ upstream
+
+    async def _connect(self, host: str, port: int, *, trusted: bool, tls: bool = False):
+        """A connection to `host`:`port`. An address of the node's own networks (loopback, private, link-local)
+        is refused unless the operator named it: a pinned or mirrored host, or an allowed IP address."""
+        pinned = self.config.pinned(host)
+        address = pinned or host
+        try:
+            if pinned is None:
+                infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                address = infos[0][4][0]
+            named = trusted or pinned is not None or _is_ip(host)
+            if not named and not ipaddress.ip_address(address).is_global:
+                raise Refused(502, f"rl360 egress: {host} resolves to {address}, an address of the node's own "
+                                   "networks: pin it in [egress.hosts] if that is meant", host=host, failed=True)
+            async with asyncio.timeout(self.config.connect_timeout_s):
+                return await asyncio.open_connection(address, port, limit=CHUNK,
+                                                     ssl=ssl.create_default_context() if tls else None,
+                                                     server_hostname=host if tls else None)
+        except (OSError, TimeoutError) as e:
+            why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+            raise Refused(502, f"rl360 egress: cannot reach {host}:{port}: {why}", host=host, failed=True) from None
+
+    async def _fetch(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes, writer, *,
+                     trusted: bool, cache_as: str | None = None) -> int:
+        """Fetch `url` upstream and answer the sandbox with it; keep a cacheable GET answer under `cache_as`.
+        Returns the body bytes served."""
+        parts = urlsplit(url)
+        tls = parts.scheme == "https"
+        host = parts.hostname or ""
+        up_reader, up_writer = await self._connect(host, parts.port or (443 if tls else 80), trusted=trusted,
+                                                   tls=tls)
+        self.totals["upstream_fetches"] += 1
+        answered = False
+        try:
+            path = parts.path or "/"
+            if parts.query:
+                path += "?" + parts.query
+            kept = [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP and k.lower() != "host"]
+            head = [f"{method} {path} HTTP/1.1", f"Host: {parts.netloc}", *(f"{k}: {v}" for k, v in kept),
+                    "Connection: close"]
+            up_writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+            await up_writer.drain()
+            async with asyncio.timeout(IDLE_S):
+                status, answer_headers = _parse_answer(await up_reader.readuntil(b"\r\n\r\n"))
+            code = int(status.split()[1])
+            fields = {k.lower(): v for k, v in answer_headers}
+            has_body = method != "HEAD" and not (100 <= code < 200 or code in (204, 304))
+            fresh = freshness(fields, self.cache.ttl_s) if cache_as and code == 200 else None
+            part = self.cache.new_file(cache_as) if fresh is not None else None
+            kept = tuple((k, v) for k, v in answer_headers
+                         if k.lower() not in HOP_BY_HOP and k.lower() != "content-length")
+            length = fields.get("content-length") if "transfer-encoding" not in fields else None
+            out = [status.decode("latin-1"), *(f"{k}: {v}" for k, v in kept)]
+            if length is not None or not has_body:  # a HEAD answer keeps the length of what GET would send
+                out.append(f"Content-Length: {length if length is not None else 0}")
+            writer.write(("\r\n".join([*out, "Connection: close"]) + "\r\n\r\n").encode("latin-1"))
+            answered = True
+            served = 0
+            if has_body:
+                chunks = _chunked(up_reader) if "transfer-encoding" in fields else _sized(up_reader, length)
+                with open(part, "wb") if part else contextlib.nullcontext() as cached:
+                    async for chunk in chunks:
+                        writer.write(chunk)
+                        if cached:
+                            cached.write(chunk)
+                        served += len(chunk)
+                        await writer.drain()
+            await writer.drain()
+            self.totals["bytes_upstream"] += served
+            if part is not None:
+                self.cache.commit(cache_as, part, status=status, headers=kept, fresh_s=fresh)
+            return served
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, IndexError) as e:
+            raise Refused(502, f"rl360 egress: {host} sent a broken answer ({type(e).__name__})", host=host,
+                          failed=True, answered=answered) from None
+        finally:
+            with contextlib.suppress(OSError):
+                up_writer.close()
+
+
+# ----------------------------------------------------------------------------- HTTP, the little it takes
+
+
+def _denial(host: str) -> str:
+    return (f"rl360 egress: {host} is not on the profile's [egress] allow list (the operator adds it to allow, "
+            "or maps its URLs in [egress.mirrors])")
+
+
+def _answer(status: int, line: str) -> bytes:
+    reason = {400: "Bad Request", 403: "Forbidden", 411: "Length Required", 502: "Bad Gateway"}[status]
+    body = (line + "\n").encode()
+    # The line is also the reason phrase: a client that prints only the status line (pip, Python's http.client
+    # on a refused CONNECT) still says why.
+    return (f"HTTP/1.1 {status} {reason}: {line}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode("latin-1", "replace") + body
+
+
+def _parse_head(head: bytes) -> tuple[str, str, list[tuple[str, str]]]:
+    lines = head.decode("latin-1").split("\r\n")
+    method, target, _ = lines[0].split(" ", 2)
+    return method.upper(), target, _fields(lines[1:])
+
+
+def _parse_answer(head: bytes) -> tuple[bytes, list[tuple[str, str]]]:
+    lines = head.decode("latin-1").split("\r\n")
+    if not lines[0].startswith("HTTP/1."):
+        raise ValueError("not an HTTP/1 answer")
+    return lines[0].encode("latin-1"), _fields(lines[1:])
+
+
+def _fields(lines: list[str]) -> list[tuple[str, str]]:
+    out = []
+    for line in lines:
+        if line:
+            name, _, value = line.partition(":")
+            out.append((name.strip(), value.strip()))
+    return out
+
+
+def _header(headers: list[tuple[str, str]], name: str) -> str:
+    return next((v for k, v in headers if k.lower() == name), "")
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        return False
+
+
+async def _sized(reader: asyncio.StreamReader, length: str | None):
+    left = int(length) if length is not None else None
+    while left is None or left > 0:
+        async with asyncio.timeout(IDLE_S):
+            chunk = await reader.read(CHUNK if left is None else min(CHUNK, left))
+        if not chunk:
+            if left:
+                raise asyncio.IncompleteReadError(b"", left)
+            return
+        if left is not None:
+            left -= len(chunk)
+        yield chunk
+
+
+async def _chunked(reader: asyncio.StreamReader):
+    while True:
+        async with asyncio.timeout(IDLE_S):
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            if size == 0:
+                while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers
+                    pass
+                return
+            chunk = await reader.readexactly(size)
+            await reader.readexactly(2)
+        yield chunk
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, count) -> None:
+    try:
+        while chunk := await reader.read(CHUNK):
+            writer.write(chunk)
+            count(len(chunk))
+            await writer.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            writer.close()
+
+
+async def _serve_entry(entry, writer: asyncio.StreamWriter) -> int:
+    head = [entry.status.decode("latin-1"), *(f"{k}: {v}" for k, v in entry.headers),
+            f"Content-Length: {entry.size}", "Connection: close"]
+    writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+    with open(entry.path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            writer.write(chunk)
+            await writer.drain()
+    return entry.size
+
+
+# ----------------------------------------------------------------------------- the process
+
+
+async def serve(config: EgressConfig, *, control: Path, cache_dir: Path) -> None:
+    """Run the proxy until SIGTERM / SIGINT: its control socket at `control`, its cache in `cache_dir`."""
+    proxy = EgressProxy(config, cache_dir)
+    control.parent.mkdir(parents=True, exist_ok=True)
+    control.unlink(missing_ok=True)
+    server = await asyncio.start_unix_server(proxy._control, path=str(control))
+    os.chmod(control, 0o600)  # only root (the orchestrator) attaches sandboxes
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    gc = asyncio.ensure_future(proxy.collect_garbage())
+    print(f"rl360 egress proxy: mode allow, {len(config.allow)} allowed host patterns, {len(config.mirrors)} "
+          f"mirrors, cache {config.cache_mb} MB; control {control}", flush=True)
+    await stop.wait()
+    gc.cancel()
+    server.close()
+    for sandbox in list(proxy.attached):
+        await proxy.detach(sandbox)
+    control.unlink(missing_ok=True)
+    print(f"rl360 egress proxy: stopped ({json.dumps(proxy.stats())})", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m rl360cli.egress.proxy", description=__doc__.split("\n")[0])
+    parser.add_argument("--profile", required=True, help="the cluster profile whose [egress] to serve")
+    parser.add_argument("--control", required=True, type=Path, help="the control socket's path")
+    parser.add_argument("--cache", required=True, type=Path, help="the cache's folder (emptied at start)")
+    args = parser.parse_args(argv)
+    config = from_mapping(EgressConfig, read_toml(Path(args.profile)).get("egress", {}), where=args.profile,
+                          table="egress")
+    asyncio.run(serve(config, control=args.control, cache_dir=args.cache))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""InternetStandIn: a stand-in for the internet, an HTTP server on 127.0.0.1 and nothing more.
+
+The dev machines reach no host but Debian's and PyPI's package registries (FACTS.md), and the egress tests
+must never send a packet off this machine. So "pypi.org" or "astral.sh" in a test is this server, which the
+test's profile pins with `[egress.hosts]` (or a mirror maps to): it serves the files it was given, at any
+Host, counts the GETs per path (how many fetches reached "upstream"), and answers 404 otherwise. It is
+no model of any real site.
+
+    with InternetStandIn({"/uv/install.sh": b"echo installed\\n"}) as outside:
+        outside.url("/uv/install.sh"), outside.gets["/uv/install.sh"]
+
+Used by tests/egress/ and bench/bench_egress.py.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class InternetStandIn:
+    """A stand-in for the internet on 127.0.0.1 (see the module docstring)."""
+
+    def __init__(self, files: dict[str, bytes], *, cache_control: str = ""):
+        self.files = dict(files)
+        self.gets: Counter = Counter()
+        standin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                standin.gets[self.path] += 1
+                body = standin.files.get(self.path)
+                self.send_response(200 if body is not None else 404)
+                body = body if body is not None else b"not here\n"
+                self.send_header("Content-Length", str(len(body)))
+                if cache_control:
+                    self.send_header("Cache-Control", cache_control)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self._thread = threading.Thread(target=self.server.serve_forever, name="internet-standin", daemon=True)
+
+    def url(self, path: str, host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+    def __enter__(self) -> InternetStandIn:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,86 @@
+"""Fixtures of the egress tests: the real proxy as its own process (`python -m rl360cli.egress.proxy`, as the
+`egress` stage starts it), and the internet's loopback stand-in. Loopback only: no test sends a packet to
+any other address."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from rl360cli.egress.client import EgressRoute
+from rl360cli.egress.standin import InternetStandIn
+from tests.conftest import REPO, need
+# The real providers of the sandbox tests (bubblewrap, the dev Docker nodes), as they are there.
+from tests.sandbox.conftest import (bwrap, docker_node_specs, docker_provider, process_config,  # noqa: F401
+                                    process_provider, sandbox_root)
+
+FILES = {"/uv/install.sh": b"echo uv installed\n", "/pkg/big.bin": bytes(range(256)) * 4096,
+         "/simple/index.html": b"<html>index</html>\n"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def outside():
+    """The internet, as a loopback stand-in serving FILES."""
+    with InternetStandIn(FILES) as standin:
+        yield standin
+
+
+class Proxy:
+    """A running egress proxy process and the route to it."""
+
+    def __init__(self, folder: Path, egress_toml: str, port: int):
+        self.folder = folder
+        self.profile = folder / "profile.toml"
+        self.profile.write_text(f'name = "egress-test"\n[egress]\nsandbox_port = {port}\n{egress_toml}')
+        self.control = folder / "control.sock"
+        self.log = folder / "proxy.log"
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "rl360cli.egress.proxy", "--profile", str(self.profile),
+                                          "--control", str(self.control), "--cache", str(folder / "cache")],
+                                         cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                         env={**os.environ, "PYTHONPATH": str(REPO)})
+        self.route = EgressRoute(mode="allow", control=str(self.control), port=port)
+        deadline = time.monotonic() + 20
+        while not self.control.exists():
+            assert self.proc.poll() is None, self.log.read_text()
+            assert time.monotonic() < deadline, "the proxy did not start"
+            time.sleep(0.05)
+
+    def stats(self) -> dict:
+        return asyncio.run(self.route.stats())
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
+
+
+@pytest.fixture
+def proxy_of():
+    """`proxy_of(egress_toml)`: a proxy process serving that [egress] table (mode allow); stopped after."""
+    need(os.geteuid() == 0, "the egress proxy enters sandboxes' network namespaces: run as root")
+    made = []
+
+    def make(egress_toml: str, *, port: int | None = None) -> Proxy:
+        folder = Path(tempfile.mkdtemp(prefix=f"rl360-egress-{uuid.uuid4().hex[:6]}-"))
+        proxy = Proxy(folder, 'mode = "allow"\n' + egress_toml, port or free_port())
+        made.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in made:
+        proxy.stop()

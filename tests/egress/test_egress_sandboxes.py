@@ -1,0 +1,186 @@
+"""Sandboxes under the profile's [egress], with both providers (real bubblewrap, real dockerd dev nodes) and the
+real proxy process: a host on the allow-list is reached, one off it is refused in one clear line that the
+attempt keeps, `none` lets nothing out, nothing on the node's 127.0.0.1 but the proxy is reachable, a mirror
+serves the stand-in's file, and N sandboxes fetching one file cost one upstream fetch. Loopback only."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from rl360cli.egress.client import EgressRoute
+from rl360cli.outcome import Outcome
+from rl360cli.sandbox.attempt import oracle_agent, run_attempt
+from rl360cli.sandbox.task_loader import load_task
+from tests.egress.conftest import FILES
+from tests.sandbox.conftest import PYTHON, run, write_task
+from tests.sandbox.test_security import Listener
+
+pytestmark = pytest.mark.timeout(240)
+
+FETCH = ("python3 -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], "
+         "timeout=20).read())' {url}")
+PINNED = '[egress.hosts]\n"files.example.test" = "127.0.0.1"\n"evil.example.test" = "127.0.0.1"\n'
+
+
+@pytest.fixture(params=["process", "docker"])
+def provider_of(request):
+    """`provider_of(route)`: a provider of the parametrized kind whose network tasks go out by `route`."""
+    fixture = request.getfixturevalue("process_provider" if request.param == "process" else "docker_provider")
+    if request.param == "docker":
+        from rl360cli.sandbox.config import WarmPoolConfig
+
+        return lambda route: fixture(egress=route, warm_pool=WarmPoolConfig(size=0))
+    return lambda route: fixture(egress=route)
+
+
+def network_task(tmp_path, name="net", test_sh="mkdir -p /logs/verifier; echo 0 > /logs/verifier/reward.txt\n",
+                 solve_sh=None):
+    # No network key at all: Harbor's default, the internet.
+    return load_task(write_task(tmp_path, name, image=PYTHON, toml="[environment]\ncpus = 1\n", test_sh=test_sh,
+                                solve_sh=solve_sh))
+
+
+def attempt(provider, task, *commands: str):
+    seen = []
+
+    async def agent(sandbox):
+        for command in commands:
+            seen.append(await sandbox.exec(command, timeout_s=60))
+
+    result = run(run_attempt(provider, task, agent, attempt_id="egress", labels={"rl360.run": provider.run_id}))
+    return result, seen
+
+
+def test_an_allowed_host_is_reached_and_one_off_the_list_refused_in_one_line(provider_of, proxy_of, outside,
+                                                                             tmp_path):
+    proxy = proxy_of('allow = ["files.example.test"]\n' + PINNED)
+    result, (allowed, refused) = attempt(provider_of(proxy.route), network_task(tmp_path),
+                                         FETCH.format(url=outside.url("/uv/install.sh", "files.example.test")),
+                                         FETCH.format(url=outside.url("/uv/install.sh", "evil.example.test")))
+    assert allowed.exit_code == 0 and allowed.output == FILES["/uv/install.sh"].decode()
+    # The tool prints the proxy's line (Python: the status line's reason).
+    assert refused.exit_code != 0 and ("HTTP Error 403: Forbidden: rl360 egress: evil.example.test is not on the "
+                                       "profile's [egress] allow list") in refused.output, refused.output
+    assert outside.gets["/uv/install.sh"] == 1
+    # The attempt keeps it: a denial is the model's doing, the reward stands.
+    assert result.outcome == Outcome.OK and result.egress is not None
+    assert result.egress.denied == {"evil.example.test": 1} and not result.egress.failed
+    assert result.egress.bytes == {"files.example.test": len(FILES["/uv/install.sh"])}
+    assert result.egress.lines[0].startswith("rl360 egress: evil.example.test is not on")
+
+
+def test_none_lets_nothing_out(provider_of, proxy_of, outside, tmp_path):
+    proxy = proxy_of('allow = ["files.example.test"]\n' + PINNED)  # running, but not this provider's way out
+    url = outside.url("/uv/install.sh", "127.0.0.1")
+    result, (direct, through) = attempt(provider_of(EgressRoute(mode="none")), network_task(tmp_path),
+                                        FETCH.format(url=url),
+                                        f"http_proxy=http://127.0.0.1:{proxy.route.port} " + FETCH.format(url=url))
+    assert direct.exit_code != 0 and through.exit_code != 0
+    assert outside.gets["/uv/install.sh"] == 0 and proxy.stats()["attached"] == 0
+    assert result.outcome == Outcome.OK and result.egress.lines == (
+        "rl360 egress: the task wants the internet and its sandbox has none (the cluster profile's [egress] mode, "
+        "or [sandbox] network)",)
+
+
+PROBE = """python3 - {port} {proxy_port} <<'PY'
+import socket, sys
+for port in sys.argv[1:]:
+    try:
+        socket.create_connection(("127.0.0.1", int(port)), timeout=3).close(); print(port, "CONNECTED")
+    except OSError as e:
+        print(port, "refused:", e)
+PY
+cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' '; awk '$2 == "00000000"' /proc/net/route | wc -l"""
+
+
+def test_nothing_on_the_nodes_loopback_but_the_proxy_is_reachable(provider_of, proxy_of, outside, tmp_path):
+    proxy = proxy_of('allow = ["files.example.test"]\n' + PINNED)
+    listener = Listener()
+    try:
+        result, (probe, through) = attempt(provider_of(proxy.route), network_task(tmp_path),
+                                           PROBE.format(port=listener.port, proxy_port=proxy.route.port),
+                                           "NO_PROXY= no_proxy= " +  # through the proxy, not straight
+                                           FETCH.format(url=outside.url("/uv/install.sh", "127.0.0.1")))
+    finally:
+        listener.close()
+    lines = probe.output.split("\n")
+    assert lines[0].startswith(f"{listener.port} refused:") and lines[1] == f"{proxy.route.port} CONNECTED", lines
+    assert lines[2:] == ["lo", "0", ""], lines  # only its own loopback, no route anywhere
+    assert listener.accepted == 0
+    # Nor through the proxy: 127.0.0.1 is not on the list.
+    assert through.exit_code != 0 and "HTTP Error 403" in through.output and outside.gets["/uv/install.sh"] == 0
+    assert result.egress.denied == {"127.0.0.1": 1}
+
+
+def test_a_mirror_serves_the_stand_ins_file_and_the_verifier_scores(provider_of, proxy_of, outside, tmp_path):
+    """harbor-cookbook's simple-task, in small: the verifier fetches an installer from the internet."""
+    proxy = proxy_of(f'[egress.mirrors]\n"http://astral.example.test/uv/" = "{outside.url("/uv/")}"\n')
+    fetch = FETCH.format(url="http://astral.example.test/uv/install.sh")
+    task = network_task(tmp_path, test_sh=f"{fetch} | sh | grep -q 'uv installed' && test -f /app/done && "
+                                          "echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n",
+                        solve_sh="touch /app/done\n")
+    result = run(run_attempt(provider_of(proxy.route), task, oracle_agent(task), attempt_id="mirror", labels={}))
+    assert result.outcome == Outcome.OK and result.reward == 1.0, (result.detail, result.egress)
+    assert outside.gets["/uv/install.sh"] == 1
+    assert result.egress.bytes == {"astral.example.test": len(FILES["/uv/install.sh"])}
+
+
+def test_n_sandboxes_fetching_one_file_cost_one_upstream_fetch(provider_of, proxy_of, outside, tmp_path):
+    proxy = proxy_of('allow = ["files.example.test"]\n' + PINNED)
+    provider = provider_of(proxy.route)
+    task = network_task(tmp_path)
+    fetch = FETCH.format(url=outside.url("/pkg/big.bin", "files.example.test")) + " | wc -c"
+
+    async def one(i: int):
+        async def agent(sandbox):
+            seen = await sandbox.exec(fetch, timeout_s=60)
+            assert seen.output.split() == [str(len(FILES["/pkg/big.bin"]))], seen.output
+
+        return await run_attempt(provider, task, agent, attempt_id=f"n{i}", labels={"rl360.run": provider.run_id})
+
+    async def all_of():
+        try:
+            return await asyncio.gather(*(one(i) for i in range(6)))
+        finally:
+            await provider.close()
+
+    results = run(all_of())
+    assert all(r.outcome == Outcome.OK for r in results), [r.detail for r in results]
+    assert outside.gets["/pkg/big.bin"] == 1
+    assert sum(r.egress.cache_hits for r in results) == 5 and proxy.stats()["upstream_fetches"] == 1
+
+
+TUNNEL = """python3 - {proxy_port} {host} {port} <<'PY'
+import socket, sys
+proxy, host, port = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+s = socket.create_connection(("127.0.0.1", proxy), timeout=20)
+s.sendall(f"CONNECT {{host}}:{{port}} HTTP/1.1\\r\\nHost: {{host}}:{{port}}\\r\\n\\r\\n".encode())
+head = b""
+while b"\\r\\n\\r\\n" not in head:
+    head += s.recv(1)
+print(head.split(b"\\r\\n")[0].decode())
+if b" 200 " in head.split(b"\\r\\n")[0]:
+    s.sendall(f"GET /uv/install.sh HTTP/1.1\\r\\nHost: {{host}}\\r\\nConnection: close\\r\\n\\r\\n".encode())
+    answer = b""
+    while chunk := s.recv(65536):
+        answer += chunk
+    print(answer.split(b"\\r\\n\\r\\n", 1)[1].decode(), end="")
+PY"""
+
+
+def test_https_is_tunnelled_to_an_allowed_host_only(provider_of, proxy_of, outside, tmp_path):
+    """CONNECT, as a client sends it for an https:// URL (the stand-in speaks plain HTTP inside the tunnel: the proxy
+    never looks into it): to an allowed host, a tunnel whose bytes are counted; to one off the list, a 403."""
+    proxy = proxy_of('allow = ["files.example.test"]\n' + PINNED)
+    result, (tunnelled, refused) = attempt(
+        provider_of(proxy.route), network_task(tmp_path),
+        TUNNEL.format(proxy_port=proxy.route.port, host="files.example.test", port=outside.port),
+        TUNNEL.format(proxy_port=proxy.route.port, host="evil.example.test", port=outside.port))
+    assert tunnelled.output.split("\n", 1) == ["HTTP/1.1 200 Connection established",
+                                               FILES["/uv/install.sh"].decode()], tunnelled.output
+    assert refused.output.startswith("HTTP/1.1 403 Forbidden: rl360 egress: evil.example.test is not on"), refused.output
+    assert outside.gets["/uv/install.sh"] == 1 and result.egress.denied == {"evil.example.test": 1}
+    assert result.egress.bytes["files.example.test"] > len(FILES["/uv/install.sh"])  # both ways, headers included
+    assert result.egress.cache_hits == 0  # a tunnel's bytes are never cached

@@ -1,0 +1,71 @@
+"""The proxy's lifecycle, as a user drives it: `rl360 plan` shows it, `rl360 tasks check` starts it (recorded in
+the state file) and a task whose verifier fetches through a mirror passes, a verifier stopped by the allow-list
+says why in its row, `rl360 down` stops it; on Slurm, `allow` is refused in one line. Loopback only."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from rl360cli import procinfo
+from tests.conftest import REPO, need
+from tests.egress.conftest import FILES
+from tests.sandbox.conftest import PYTHON, write_task
+
+pytestmark = pytest.mark.timeout(300)
+
+FETCH = "python3 -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1]).read())'"
+
+
+def profile(tmp_path: Path, egress: str, *, base: str = "local.toml") -> Path:
+    path = tmp_path / "profile.toml"
+    path.write_text((REPO / "cluster" / base).read_text() + "\n[egress]\n" + egress)
+    return path
+
+
+def installer_task(root: Path, name: str, url: str) -> Path:
+    """harbor-cookbook's simple-task in small: no network key (Harbor's default), a verifier that fetches and runs
+    an installer from the internet."""
+    return write_task(root, name, image=PYTHON, toml="[environment]\ncpus = 1\n", solve_sh="touch /app/done\n",
+                      test_sh=f"{FETCH} {url} | sh | grep -q 'uv installed' && test -f /app/done && "
+                              "echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
+
+
+def test_tasks_check_starts_the_proxy_and_down_stops_it(cli, state_path, tmp_path, outside, bwrap):
+    need(os.geteuid() == 0, "the egress proxy enters sandboxes' network namespaces: run as root")
+    path = profile(tmp_path, f'mode = "allow"\n[egress.mirrors]\n"http://astral.example.test/uv/" = '
+                             f'"{outside.url("/uv/")}"\n')
+    plan = cli("plan", "--recipe", str(REPO / "recipes" / "local-smoke.toml"), "--profile", str(path), "--json")
+    assert plan.returncode == 0, plan.stderr
+    started = [a for a in json.loads(plan.stdout)["actions"] if a["stage"] == "egress"]
+    assert [a["subject"] for a in started] == ["rollout/egress"] and "rl360cli.egress.proxy" in started[0]["command"]
+
+    tasks = tmp_path / "tasks"
+    installer_task(tasks, "mirrored", "http://astral.example.test/uv/install.sh")
+    installer_task(tasks, "elsewhere", "http://astral.elsewhere.test/uv/install.sh")
+    checked = cli("tasks", "check", str(tasks), "--profile", str(path), "--json", timeout=240)
+    rows = {row["task"]: row for row in json.loads(checked.stdout)["tasks"]}
+    assert rows["mirrored"]["passed"], rows["mirrored"]
+    assert rows["mirrored"]["oracle"]["egress"]["bytes"] == {"astral.example.test": len(FILES["/uv/install.sh"])}
+    assert rows["elsewhere"]["problems"] == [
+        "oracle reward 0 < 1 (rl360 egress: astral.elsewhere.test is not on the profile's [egress] allow list (the "
+        "operator adds it to allow, or maps its URLs in [egress.mirrors]))"]
+
+    doc = json.loads(state_path.read_text())
+    record = doc["components"]["rollout/egress"]
+    control = Path(record["url"].removeprefix("unix://"))
+    assert record["status"] == "running" and procinfo.is_alive(record["pid"], record["start_time"]) and control.exists()
+    down = cli("down")
+    assert down.returncode == 0, down.stderr
+    assert not procinfo.is_alive(record["pid"], record["start_time"]) and not control.exists()
+    assert "rollout/egress" not in json.loads(state_path.read_text())["components"]
+
+
+def test_allow_on_slurm_is_refused_in_one_line(cli, tmp_path):
+    path = profile(tmp_path, 'mode = "allow"\n', base="dev-slurm.toml")
+    plan = cli("plan", "--recipe", str(REPO / "recipes" / "local-smoke.toml"), "--profile", str(path))
+    assert plan.returncode == 1
+    assert "[egress] mode = \"allow\" runs one egress proxy for this machine: the local backend only" in plan.stderr

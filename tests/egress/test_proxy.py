@@ -1,0 +1,118 @@
+"""The egress proxy on its own: a real proxy process attached to this test's own network namespace (so its
+listener is on this machine's 127.0.0.1), a loopback stand-in for the internet, Python's HTTP clients."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import os
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.egress.conftest import FILES
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def attached(proxy, name: str = "t"):
+    asyncio.run(proxy.route.attach(name, os.getpid()))
+
+
+def get(proxy, url: str) -> bytes:
+    port = proxy.route.port
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{port}"}))
+    with opener.open(url, timeout=20) as answer:
+        return answer.read()
+
+
+def report(proxy, name: str = "t"):
+    return asyncio.run(proxy.route.detach(name))
+
+
+def pinned(outside) -> str:
+    return '[egress.hosts]\n"files.example.test" = "127.0.0.1"\n'
+
+
+def test_an_allowed_host_is_fetched_and_counted(proxy_of, outside):
+    proxy = proxy_of('allow = ["files.example.test"]\n' + pinned(outside))
+    attached(proxy)
+    assert get(proxy, outside.url("/uv/install.sh", "files.example.test")) == FILES["/uv/install.sh"]
+    seen = report(proxy)
+    assert seen.bytes == {"files.example.test": len(FILES["/uv/install.sh"])} and not seen.denied
+
+
+def test_a_host_off_the_list_is_refused_with_one_clear_line(proxy_of, outside):
+    proxy = proxy_of('allow = ["files.example.test"]\n' + pinned(outside))
+    attached(proxy)
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        get(proxy, outside.url("/uv/install.sh", "evil.example.test"))
+    line = caught.value.read().decode().strip()
+    assert caught.value.code == 403 and line.startswith("rl360 egress: evil.example.test is not on the profile's "
+                                                         "[egress] allow list")
+    # HTTPS: the CONNECT is refused, and the status line itself says why (what pip and Python print).
+    tunnel = http.client.HTTPConnection("127.0.0.1", proxy.route.port, timeout=10)
+    tunnel.set_tunnel("evil.example.test", 443)
+    with pytest.raises(OSError, match="403 Forbidden: rl360 egress: evil.example.test is not on"):
+        tunnel.request("GET", "/")
+    seen = report(proxy)
+    assert seen.denied == {"evil.example.test": 2} and not seen.failed and len(seen.lines) == 2
+    assert outside.gets["/uv/install.sh"] == 0
+
+
+def test_connect_tunnels_to_an_allowed_host(proxy_of, outside):
+    proxy = proxy_of('allow = ["files.example.test"]\n' + pinned(outside))
+    attached(proxy)
+    tunnel = http.client.HTTPConnection("127.0.0.1", proxy.route.port, timeout=10)
+    tunnel.set_tunnel("files.example.test", outside.port)
+    tunnel.request("GET", "/uv/install.sh")
+    assert tunnel.getresponse().read() == FILES["/uv/install.sh"]
+    tunnel.close()
+    seen = report(proxy)
+    assert seen.bytes["files.example.test"] > len(FILES["/uv/install.sh"]) and proxy.stats()["tunnels"] == 1
+
+
+def test_a_mirror_serves_the_stand_ins_file(proxy_of, outside):
+    proxy = proxy_of(f'[egress.mirrors]\n"http://astral.example.test/uv/" = "{outside.url("/uv/")}"\n')
+    attached(proxy)
+    # Not on the allow-list (it is empty): the mirror alone lets it through, to where the operator said.
+    assert get(proxy, "http://astral.example.test/uv/install.sh") == FILES["/uv/install.sh"]
+    assert outside.gets["/uv/install.sh"] == 1
+
+
+def test_n_fetches_of_one_file_cost_one_upstream_fetch(proxy_of, outside):
+    proxy = proxy_of('allow = ["files.example.test"]\n' + pinned(outside))
+    attached(proxy)
+    url = outside.url("/pkg/big.bin", "files.example.test")
+    with ThreadPoolExecutor(16) as pool:
+        bodies = list(pool.map(lambda _: get(proxy, url), range(32)))
+    assert all(b == FILES["/pkg/big.bin"] for b in bodies)
+    assert outside.gets["/pkg/big.bin"] == 1
+    stats = proxy.stats()
+    assert stats["cache_hits"] == 31 and stats["upstream_fetches"] == 1
+    assert report(proxy).cache_hits == 31
+
+
+def test_an_allowed_name_that_resolves_to_the_node_itself_is_not_reached(proxy_of, outside):
+    """DNS may say anything: `localhost` (or a name rebound to 127.0.0.1) is the node's router and engines."""
+    proxy = proxy_of('allow = ["localhost"]\n')
+    attached(proxy)
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        get(proxy, outside.url("/uv/install.sh", "localhost"))
+    assert caught.value.code == 502 and "an address of the node's own networks" in caught.value.read().decode()
+    assert outside.gets["/uv/install.sh"] == 0
+    assert report(proxy).failed == {"localhost": 1}
+
+
+def test_an_allowed_host_that_does_not_answer_is_a_failure_not_a_denial(proxy_of, outside):
+    proxy = proxy_of('allow = ["files.example.test"]\n[egress.hosts]\n"files.example.test" = "127.0.0.1"\n')
+    attached(proxy)
+    from tests.egress.conftest import free_port
+
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        get(proxy, f"http://files.example.test:{free_port()}/x")
+    assert caught.value.code == 502 and "cannot reach files.example.test" in caught.value.read().decode()
+    seen = report(proxy)
+    assert seen.failed == {"files.example.test": 1} and not seen.denied
