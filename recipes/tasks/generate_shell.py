@@ -198,6 +198,8 @@ build_timeout_sec = 60.0
 cpus = 0.5
 memory_mb = 256
 storage_mb = 64
+# Nothing here needs the internet: the sandbox gets no network.
+network_mode = "no-network"
 gpus = 0
 mcp_servers = []
 
