@@ -159,24 +159,16 @@ def test_prepare_policy_refuses_a_folder_made_from_other_settings(prepared):
                                    warmup_batch_size=4), tasks_dir=TASKS, out_dir=prepared, seed=7)  # fmt: skip
 
 
-def test_prepare_policy_is_deterministic(prepared, tmp_path, monkeypatch):
+def test_a_tiny_policy_is_deterministic_built_once_per_cache_and_linked(prepared, tmp_path, monkeypatch):
     from rl360cli.run.policy import prepare_policy
 
-    monkeypatch.setenv("RL360_CACHE_DIR", str(tmp_path / "empty-cache"))  # built again, not linked
-    same = prepare_policy(SMALL, tasks_dir=TASKS, out_dir=tmp_path / "same", seed=7)
-    other = prepare_policy(SMALL, tasks_dir=TASKS, out_dir=tmp_path / "other", seed=8)
-    for name in ("model.safetensors", "tokenizer.json", "config.json"):
-        assert (same / name).read_bytes() == (prepared / name).read_bytes(), name
-    assert (other / "model.safetensors").read_bytes() != (prepared / "model.safetensors").read_bytes()
-
-
-def test_a_tiny_policy_is_built_once_per_cache_and_linked(tmp_path, monkeypatch):
-    from rl360cli.run.policy import prepare_policy
-
-    monkeypatch.setenv("RL360_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("RL360_CACHE_DIR", str(tmp_path / "cache"))  # empty: built again, not linked
     first = prepare_policy(SMALL, tasks_dir=TASKS, out_dir=tmp_path / "run1" / "v0", seed=7)
     second = prepare_policy(SMALL, tasks_dir=TASKS, out_dir=tmp_path / "run2" / "v0", seed=7)
     other_seed = prepare_policy(SMALL, tasks_dir=TASKS, out_dir=tmp_path / "run3" / "v0", seed=8)
+    for name in ("model.safetensors", "tokenizer.json", "config.json"):  # the same bytes as the fixture's build
+        assert (first / name).read_bytes() == (prepared / name).read_bytes(), name
+    assert (other_seed / "model.safetensors").read_bytes() != (first / "model.safetensors").read_bytes()
     cached = list((tmp_path / "cache" / "models").glob("tiny-*"))
     assert len(cached) == 2  # one per seed
     assert (first / "model.safetensors").stat().st_ino == (second / "model.safetensors").stat().st_ino
