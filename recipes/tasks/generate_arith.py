@@ -76,6 +76,8 @@ build_timeout_sec = 60.0
 cpus = 0.5
 memory_mb = 256
 storage_mb = 64
+# The answer is computed, nothing is fetched: no network (Harbor's default would want the internet).
+network_mode = "no-network"
 gpus = 0
 mcp_servers = []
 
