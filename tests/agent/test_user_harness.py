@@ -1,6 +1,6 @@
 """A harness written only against docs/agents.md trains: `rl360 up` with `[agent] harness =
 "python:simple_agent:run"` (tests/agent/user_harness/simple_agent.py: the official `openai` client, a `bash`
-tool, several turns, nothing of rl360 imported) on local-smoke's policy and tasks, for three steps. Its
+tool, several turns, nothing of rl360 imported) on local-smoke's policy and tasks, for two steps. Its
 sessions reach the model only through their endpoints, their commands run in the sandboxes, the trainer
 trains on what the endpoints recorded, and the engines end on the trainer's version."""
 
@@ -17,7 +17,7 @@ from tests.loop.conftest import LOCAL_SMOKE_V0, TASKS, metrics_of, write_run_fil
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-NUM_STEPS = 3
+NUM_STEPS = 2
 USER_HARNESS = Path(__file__).parent / "user_harness"
 
 

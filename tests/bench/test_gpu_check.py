@@ -17,13 +17,16 @@ from tests.conftest import REPO
 @pytest.mark.slow
 def test_the_gpu_check_runs_dry_on_the_cpu(tmp_path):
     out = tmp_path / "gpu-check.json"
-    proc = subprocess.run(["bash", str(REPO / "bench" / "gpu" / "check.sh"), "--dry-run", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    # The default parts, then those a plain run leaves out (issue 14's hand-over, the trainer's profile),
+    # in one run: each part's process starts once.
+    every = "env,engine,trainer,logprobs,engine_step,loop,handoff,trainer_profile"
+    proc = subprocess.run(["bash", str(REPO / "bench" / "gpu" / "check.sh"), "--dry-run", "--out", str(out),
+                           "--parts", every], capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "plan (dry run: tiny, on the CPU)" in proc.stdout
     report = json.loads(out.read_text())
     parts = report["parts"]
-    assert report["dry_run"] and list(parts) == ["env", "engine", "trainer", "logprobs", "engine_step", "loop"]
+    assert report["dry_run"] and list(parts) == every.split(",")
     assert all(p["ok"] for p in parts.values()), {k: p.get("error") for k, p in parts.items()}
     # Before and after in one run: the dynamic cache and the static one (uncaptured on the CPU).
     engine = parts["engine"]
@@ -49,16 +52,6 @@ def test_the_gpu_check_runs_dry_on_the_cpu(tmp_path):
     assert loop["engine_serves_version"] == loop["trainer_version"] >= 1  # the hand-over reached the static engine
     assert loop["engine_decode"]["static_kv"] and loop["trainer_precision"] == "bf16"
     assert all(0.0 <= s["reward"] <= 1.0 and s["kept"] >= 0 for s in loop["steps"])
-
-
-@pytest.mark.slow
-def test_the_parts_run_alone_hand_over_and_trainer_profile_included(tmp_path):
-    """The parts a plain run leaves out still run when named (issue 14's hand-over, the profile)."""
-    out = tmp_path / "gpu-check.json"
-    proc = subprocess.run(["bash", str(REPO / "bench" / "gpu" / "check.sh"), "--dry-run", "--out", str(out),
-                           "--parts", "handoff,trainer_profile"], capture_output=True, text=True, timeout=600, cwd=REPO)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    parts = json.loads(out.read_text())["parts"]
     assert parts["handoff"]["engine_serves_version"] == 2 and parts["handoff"]["bytes"] > 0
     profiled = parts["trainer_profile"]
     assert profiled["step_s_profiled"] > 0 and profiled["host_busy_s"] > 0 and profiled["device_busy_s"] == 0  # CPU

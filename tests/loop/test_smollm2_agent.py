@@ -28,10 +28,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 TRAIN_DIR = REPO / "recipes" / "tasks" / "shell-train"
 HELDOUT_DIR = REPO / "recipes" / "tasks" / "shell-heldout"
 NUM_STEPS = 2
-NUM_SAMPLES = 6
+NUM_SAMPLES = 5
 # The recipe's manifest: the two training tasks calibration put in the band (2 of 8 each; docs/recipes.md,
-# "smollm2-agent"), both showing the whole call. 4 groups of 6 samples in two steps: at a pass rate of 0.25 a
-# group whose samples differ, the signal that moves the adapter, comes 999 runs in 1,000.
+# "smollm2-agent"), both showing the whole call. 4 groups of 5 samples in two steps: at a pass rate of 0.25 a
+# group whose samples differ, the signal that moves the adapter, comes 997 runs in 1,000 (at the 0.33-0.42 the
+# CI runs measured, more than 999).
 TRAIN = ["copy-file-03", "two-words-02"]
 HELD = ["heldout-copy-file-00", "heldout-write-word-00"]
 LORA = 'trainer.lora={rank = 8, alpha = 16, target_modules = ["q_proj", "v_proj"]}'
