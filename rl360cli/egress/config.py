@@ -45,10 +45,10 @@ def host_pattern_problem(pattern: str) -> str | None:
     """Why `pattern` is not a host pattern (None when it is one): a name, `*.suffix` or an IP address."""
     if pattern != pattern.strip().lower() or not pattern:
         return "write host patterns in lowercase, without spaces"
-    if "://" in pattern or "/" in pattern or (":" in pattern and not _is_ip(pattern)):
+    if "://" in pattern or "/" in pattern or (":" in pattern and not is_ip(pattern)):
         return "a host pattern is a name, *.suffix or an IP address, not a URL, port or path"
     name = pattern[2:] if pattern.startswith("*.") else pattern
-    if _is_ip(name):
+    if is_ip(name):
         return "a wildcard names hosts, not addresses" if pattern.startswith("*.") else None
     if "*" in name or not all(_LABEL.match(label) for label in name.split(".")):
         return "only a leading '*.' wildcard, then letters, digits, '-' and '.'"
@@ -62,7 +62,8 @@ def host_matches(host: str, pattern: str) -> bool:
     return host == pattern
 
 
-def _is_ip(text: str) -> bool:
+def is_ip(text: str) -> bool:
+    """Whether `text` is an IP address (v4 or v6), not a host name."""
     try:
         ipaddress.ip_address(text)
         return True
@@ -107,7 +108,7 @@ class EgressConfig:
             if not target.startswith(("http://", "https://")) or not urlsplit(target).hostname:
                 raise ValueError(f"mirrors.{prefix!r}: {target!r} must be an http:// or https:// URL prefix")
         for name, address in self.hosts.items():
-            if host_pattern_problem(name) or name.startswith("*.") or not _is_ip(address):
+            if host_pattern_problem(name) or name.startswith("*.") or not is_ip(address):
                 raise ValueError(f"hosts: {name!r} = {address!r} must map a host name to an IP address "
                                  "(e.g. \"mirror.internal\" = \"10.0.0.5\")")
         check_at_least(self, 1, "cache_mb", fix="the cache is how N sandboxes fetch a file once")

@@ -53,7 +53,7 @@ from urllib.parse import urlsplit
 from rl360cli import procinfo
 from rl360cli.configload import from_mapping, read_toml
 from rl360cli.egress.cache import PRIVATE_REQUEST, GetCache, freshness
-from rl360cli.egress.config import EgressConfig
+from rl360cli.egress.config import EgressConfig, is_ip
 from rl360cli.egress.netns import NetnsError, listen_in
 
 log = logging.getLogger("rl360cli.egress")
@@ -268,7 +268,7 @@ class EgressProxy:
             if pinned is None:
                 infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
                 address = infos[0][4][0]
-            named = trusted or pinned is not None or _is_ip(host)
+            named = trusted or pinned is not None or is_ip(host)
             if not named and not ipaddress.ip_address(address).is_global:
                 raise Refused(502, f"rl360 egress: {host} resolves to {address}, an address of the node's own "
                                    "networks: pin it in [egress.hosts] if that is meant", host=host, failed=True)
@@ -379,14 +379,6 @@ def _fields(lines: list[str]) -> list[tuple[str, str]]:
 
 def _header(headers: list[tuple[str, str]], name: str) -> str:
     return next((v for k, v in headers if k.lower() == name), "")
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-        return True
-    except ValueError:
-        return False
 
 
 async def _sized(reader: asyncio.StreamReader, length: str | None):
