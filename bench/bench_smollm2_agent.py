@@ -71,7 +71,8 @@ def rise(rewards: list[float]) -> float | None:
     return max(statistics.mean(rewards[i:i + 3]) for i in range(2, len(rewards) - 2)) - start
 
 
-def section(rows: list[dict], *, command: str, wall_s: float, done: bool) -> str:
+def section(rows: list[dict], *, command: str, wall_s: float, done: bool, ended: str = "") -> str:
+    """The section's text; `ended`: why a run that did not finish stopped (its last line), else ""."""
     steps = [row for row in rows if "reward_mean" in row]
     evals = {row["step"]: row["eval/pass@1"] for row in rows if "eval/pass@1" in row}
     eval_s = {row["step"]: row.get("eval/s") for row in rows if "eval/pass@1" in row}
@@ -101,15 +102,16 @@ def section(rows: list[dict], *, command: str, wall_s: float, done: bool) -> str
     minutes = wall_s / 60
     gained = rise(rewards)
     after = [v for s, v in sorted(evals.items()) if s >= 0]
-    lines += ["", (f"{'Finished' if done else 'Running'}: {len(steps)} steps in {minutes:.1f} minutes "
+    state = "Finished" if done else f"Ended early ({ended})" if ended else "Running"
+    lines += ["", (f"{state}: {len(steps)} steps in {minutes:.1f} minutes "
                    f"(15-minute load average {os.getloadavg()[2]:.1f} on {os.cpu_count()} cores).")]
     if rewards:
         lines.append(f"Reward: start {statistics.mean(rewards[:2]):.3f}, best {max(rewards):.3f}, last "
                      f"{rewards[-1]:.3f}; rise (best 3 in a row less the start): {_f(gained)}.")
-    if done:
+    if done or ended:
         met = (gained is not None and gained >= GOAL_RISE and before is not None and bool(after)
                and after[-1] > before and minutes <= GOAL_MINUTES)
-        lines.append(f"Goal {'met' if met else 'not met'}: held-out pass@1 {_f(before)} -> "
+        lines.append(f"Goal {'met' if met else 'not met'}{' in the steps it ran' if ended else ''}: held-out pass@1 {_f(before)} -> "
                      f"{_f(after[-1] if after else None)}.")
     lines += ["", f"Measured {time.strftime('%Y-%m-%d')}."]
     return "\n".join(lines)
@@ -158,7 +160,9 @@ def main() -> int:
     if proc.returncode != 0:
         print(f"rl360 up failed ({proc.returncode}); its output: {folder / 'up.log'}", file=sys.stderr)
         print((folder / "up.log").read_text()[-3000:], file=sys.stderr)
-    text = section(rows, command=command, wall_s=wall_s, done=proc.returncode == 0)
+    last_line = next((line for line in reversed((folder / "up.log").read_text().splitlines()) if line.strip()), "")
+    text = section(rows, command=command, wall_s=wall_s, done=proc.returncode == 0,
+                   ended="" if proc.returncode == 0 else f"rl360 up exited {proc.returncode}: {last_line.strip()}")
     write_section(TITLE, text, path=args.doc)
     print(text)
     return proc.returncode

@@ -135,8 +135,6 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
         fault_point("after_update", step)
 
         hidden_s = _hidden_seconds(generation, train_started, train_done)
-        if not overlap and step + 1 < num_steps:
-            generation = rollouts.submit(step + 1, policy_version=trainer.version)
 
         trained = [trajectories[i] for i in batch.indices.tolist()] if batch is not None else []
         ledger.append(step_entry(step, policy_version=trainer.version,
@@ -162,6 +160,9 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
             # After the update's broadcast and before the next: every eval sample comes from this
             # step's policy. Its samples go nowhere near build_batch or the ledger.
             last.update(parts.evaluation.run(rollouts, step=step, policy_version=trainer.version))
+        if not overlap and step + 1 < num_steps:
+            # After the evaluation: it has the engines alone, and the next step's time and tokens/s are its own.
+            generation = rollouts.submit(step + 1, policy_version=trainer.version)
         if gauges is not None:
             last.update(gauges.take())
         parts.log(step, last)
