@@ -287,3 +287,27 @@ def test_with_at_start_off_policy_v0_is_not_evaluated(model_dir, tmp_path):
                                 evaluation=Evaluation(EvalConfig(path="held", k=2, at_start=False), tuple(EVAL_IDS)))
     train_loop(parts, start_step=0)
     assert list(rows) == [0, 1] and rollouts.eval_steps == [1]
+
+
+def test_without_overlap_the_next_step_is_generated_after_the_evaluation(model_dir, tmp_path):
+    """The held-out evaluation has the engines alone, so the next step's time is its own (a step after an
+    evaluation once reported its generation beside the evaluation: 226,262 tokens/s)."""
+    trainer = tiny_trainer(model_dir)
+    events = []
+
+    class Recording(EvalRolloutsStandIn):
+        def submit(self, step, **kwargs):
+            events.append(("generate", step))
+            return super().submit(step, **kwargs)
+
+        def submit_eval(self, step, task_ids, num_samples):
+            events.append(("evaluate", step))
+            return super().submit_eval(step, task_ids, num_samples)
+
+    parts = loop_parts(tmp_path, trainer, steps=3, checkpoint_every=3)
+    parts = dataclasses.replace(parts, rollouts=Recording(trainer), loop=dataclasses.replace(parts.loop, overlap=False),
+                                evaluation=Evaluation(EvalConfig(path="held", every=1, k=2, at_start=False),
+                                                      tuple(EVAL_IDS)))
+    train_loop(parts, start_step=0)
+    assert events == [("generate", 0), ("evaluate", 0), ("generate", 1), ("evaluate", 1), ("generate", 2),
+                      ("evaluate", 2)]
