@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import shlex
 
 from rl360cli.sandbox.provider import ExecResult, Sandbox
@@ -68,12 +69,7 @@ class PersistentShell:
                     result = ExecResult(exit_code=None, output=await self._leftover_output(n), timed_out=True,
                                         duration_s=result.duration_s)
                     self._ended = True
-            if restarted:
-                result = ExecResult(exit_code=result.exit_code, output=RESTARTED + result.output,
-                                    timed_out=result.timed_out, oom_killed=result.oom_killed,
-                                    duration_s=result.duration_s, limit=result.limit,
-                                    truncated_chars=result.truncated_chars)
-            return result
+            return dataclasses.replace(result, output=RESTARTED + result.output) if restarted else result
 
     async def close(self) -> None:
         """End the shell and everything it started; remove its files."""
