@@ -16,7 +16,8 @@ rl360cli/agent/endpoint.py, which keeps the engine's exact tokens) and to the wo
 sandbox handle: `exec` (a bash command, with a timeout, a working folder and environment variables, in a
 fresh shell), `shell` (a command in the session's one persistent shell, whose `cd`, variables and background
 jobs last, as a Terminus-style agent's terminal), `upload` and `download`. A sync harness runs in a thread
-and gets `session.sandbox` (blocking calls); an async one runs on the session actor's event loop and gets `session.async_sandbox`. The verifier runs after it returns.
+and gets `session.sandbox` (blocking calls); an async one runs on the session actor's event loop and gets
+`session.async_sandbox`. The verifier runs after it returns.
 Harnesses run beside the session actors, outside the sandbox (no route to the endpoint from inside it).
 
 What a harness did wrong (a wrong answer, a command that failed, a reply it could not parse) is the model's
