@@ -18,6 +18,14 @@ and denial is counted for the sandbox that caused it.
 
 What it does with a request:
 - `CONNECT host:port` (HTTPS): tunnelled to a host of the allow-list, bytes counted, never looked into;
+- `CONNECT` to the host and port of an `https://` mirror key: answered by the proxy itself. It ends the TLS
+  with a certificate for that host signed by its own CA (ca.py; kept in `ca/` beside the cache folder,
+  key 0600, never leaving the node; providers put the certificate where a sandbox's clients look, client.py),
+  reads the request inside and serves it as a plain-HTTP one: a mirrored URL is rewritten (to http:// or
+  https://) and its GET cached; a path no mirror maps is forwarded upstream over verified TLS only when the
+  host is also on the allow list, else refused `403` inside the TLS session. A client that refuses the
+  proxy's certificate (it does not trust the CA) is counted as a `failed` connection to that host: the CA
+  did not reach that client, which is the infrastructure's doing;
 - `GET http://...` (and other methods): rewritten when a mirror maps the URL, else only to an allowed host;
   GET answers cached per node (cache.py), one upstream fetch per URL at a time;
 - anything else is refused: `403` whose status line and body say why in one line (`rl360 egress: evil.test
@@ -52,6 +60,7 @@ from urllib.parse import urlsplit
 
 from rl360cli import procinfo
 from rl360cli.configload import from_mapping, read_toml
+from rl360cli.egress.ca import EgressCA
 from rl360cli.egress.cache import PRIVATE_REQUEST, GetCache, freshness
 from rl360cli.egress.config import EgressConfig, is_ip
 from rl360cli.egress.netns import NetnsError, listen_in
@@ -114,21 +123,24 @@ class EgressProxy:
     def __init__(self, config: EgressConfig, cache_dir: Path):
         self.config = config
         self.cache = GetCache(cache_dir, max_bytes=config.cache_mb << 20, ttl_s=config.cache_ttl_s)
+        # Only a profile with an https:// mirror makes (or reads) a CA: without one every CONNECT is blind.
+        self.ca = EgressCA.load_or_make(ca_folder(cache_dir)) if config.tls_hosts else None
         self.attached: dict[str, Attachment] = {}
         self.totals = Counter()
 
     # ------------------------------------------------------------------ control
 
     async def attach(self, sandbox: str, pid: int) -> dict:
+        answer = {"ok": True, "port": self.config.sandbox_port, "ca": self.ca.pem if self.ca else ""}
         if sandbox in self.attached:
-            return {"ok": True, "port": self.config.sandbox_port}
+            return answer
         started = procinfo.start_time(pid)
         sock = await asyncio.to_thread(listen_in, pid, self.config.sandbox_port)
         tally = Tally()
         server = await asyncio.start_server(lambda r, w: self._client(r, w, tally), sock=sock, limit=MAX_HEAD)
         self.attached[sandbox] = Attachment(server=server, pid=pid, pid_start=started, tally=tally)
         self.totals["attached"] += 1
-        return {"ok": True, "port": self.config.sandbox_port}
+        return answer
 
     async def detach(self, sandbox: str) -> dict:
         attachment = self.attached.pop(sandbox, None)
@@ -181,6 +193,8 @@ class EgressProxy:
             method, target, headers = _parse_head(head)
             if method == "CONNECT":
                 await self._tunnel(target, reader, writer, tally)
+            elif not target.startswith("http://"):
+                raise Refused(400, "rl360 egress: send an absolute http:// URL, or CONNECT for https", host="?")
             else:
                 await self._forward(method, target, headers, reader, writer, tally)
         except Refused as e:
@@ -189,7 +203,8 @@ class EgressProxy:
                 if not e.answered:
                     writer.write(_answer(e.status, e.line))
                     await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError, ValueError):
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError, ValueError,
+                ssl.SSLError):
             pass
         finally:
             with contextlib.suppress(OSError):
@@ -205,6 +220,9 @@ class EgressProxy:
         host = host.strip("[]").lower()
         if not host or not port.isdigit():
             raise Refused(400, f"rl360 egress: CONNECT {target!r} is not host:port", host=host or "?")
+        if self.ca is not None and self.config.terminates_tls(host, int(port)):
+            await self._terminate(host, int(port), reader, writer, tally)
+            return
         if not self.config.allows(host):
             raise Refused(403, _denial(host), host=host)
         up_reader, up_writer = await self._connect(host, int(port), trusted=False)
@@ -217,10 +235,37 @@ class EgressProxy:
 
         await asyncio.gather(_pipe(reader, up_writer, count), _pipe(up_reader, writer, count))
 
+    async def _terminate(self, host: str, port: int, reader, writer, tally: Tally) -> None:
+        """Answer a CONNECT to an https:// mirror's host as that host: end its TLS with the CA's leaf and serve
+        the one request inside (the answer says `Connection: close`, as every answer of the proxy does)."""
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+        try:
+            async with asyncio.timeout(IDLE_S):
+                await writer.start_tls(self.ca.server_context(host))
+        except ssl.SSLError as e:
+            why = e.reason or type(e).__name__
+            line = (f"rl360 egress: a client refused the proxy's certificate for {host} ({why}): it does not "
+                    "trust the rl360 egress CA (docs/sandboxes.md, \"What a sandbox trusts\")")
+            raise Refused(502, line, host=host, failed=True, answered=True) from None
+        self.totals["tls_terminated"] += 1
+        async with asyncio.timeout(IDLE_S):
+            head = await reader.readuntil(b"\r\n\r\n")
+        method, target, headers = _parse_head(head)
+        if not target.startswith("/"):
+            raise Refused(400, f"rl360 egress: inside TLS to {host}, send a path (origin-form), not {target!r}",
+                          host=host)
+        url = f"https://{host}{'' if port == 443 else f':{port}'}{target}"
+        if self.config.mirrored(url) is None and not self.config.allows(host):
+            raise Refused(403, f"rl360 egress: {url} is under no https:// prefix of [egress.mirrors] and {host} "
+                               "is not on the profile's [egress] allow list (the operator maps it, or allows the "
+                               "host)", host=host)
+        await self._forward(method, url, headers, reader, writer, tally)
+
     async def _forward(self, method: str, target: str, headers: list[tuple[str, str]], reader, writer,
                        tally: Tally) -> None:
-        if not target.startswith("http://"):
-            raise Refused(400, "rl360 egress: send an absolute http:// URL, or CONNECT for https", host="?")
+        """Serve an absolute `target` URL (http://, or https:// read inside a TLS the proxy ended): its mirror
+        when one maps it, else the URL itself when its host is allowed."""
         host = (urlsplit(target).hostname or "").lower()
         mirrored = self.config.mirrored(target)
         if mirrored is None and not self.config.allows(host):
@@ -273,11 +318,13 @@ class EgressProxy:
                 raise Refused(502, f"rl360 egress: {host} resolves to {address}, an address of the node's own "
                                    "networks: pin it in [egress.hosts] if that is meant", host=host, failed=True)
             async with asyncio.timeout(self.config.connect_timeout_s):
+                # Upstream TLS is verified against the node's own trust store, for mirrors and allowed hosts.
                 return await asyncio.open_connection(address, port, limit=CHUNK,
                                                      ssl=ssl.create_default_context() if tls else None,
                                                      server_hostname=host if tls else None)
         except (OSError, TimeoutError) as e:
-            why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+            why = "timed out" if isinstance(e, TimeoutError) else (
+                getattr(e, "reason", None) or e.strerror or str(e))
             raise Refused(502, f"rl360 egress: cannot reach {host}:{port}: {why}", host=host, failed=True) from None
 
     async def _fetch(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes, writer, *,
@@ -336,6 +383,11 @@ class EgressProxy:
         finally:
             with contextlib.suppress(OSError):
                 up_writer.close()
+
+
+def ca_folder(cache_dir: Path) -> Path:
+    """Where the proxy keeps its CA: `ca/` beside its cache folder (which is emptied at each start)."""
+    return cache_dir.parent / "ca"
 
 
 # ----------------------------------------------------------------------------- HTTP, the little it takes
