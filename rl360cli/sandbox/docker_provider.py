@@ -42,6 +42,7 @@ import docker
 import docker.errors
 
 from rl360cli.egress.client import EgressRoute, EgressUnavailable
+from rl360cli.egress.trust import container_trust_command
 from rl360cli.errors import Rl360Error
 from rl360cli.images.config import RegistrySpec
 from rl360cli.nodes.docker_runtime import docker_client
@@ -246,10 +247,16 @@ class DockerProvider(SandboxProvider):
         if spec.egress:
             try:
                 pid = (await self.call(lambda: self.api(node).inspect_container(cid)))["State"]["Pid"]
-                await self.egress.attach(cid, pid)
+                ca_pem = await self.egress.attach(cid, pid)
             except (EgressUnavailable, docker.errors.APIError, KeyError) as e:
                 await sandbox.stop()
                 raise SandboxError(Event.START_FAILED, f"the container's way out: {e}", node=node) from None
+            if ca_pem:  # an https:// mirror: its root trusts the proxy's CA beside its own roots (egress/trust.py)
+                trusted = await sandbox.exec(container_trust_command(ca_pem), timeout_s=30, user="root")
+                if trusted.exit_code != 0:
+                    await sandbox.stop()
+                    raise SandboxError(Event.START_FAILED, "cannot install the rl360 egress CA in the container: "
+                                       f"{trusted.output.strip()[-200:]}", node=node)
         return sandbox
 
     def _take_gpus(self, node: str, count: int) -> tuple[str, ...]:
