@@ -24,17 +24,6 @@ FETCH = ("python3 -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib
 PINNED = '[egress.hosts]\n"files.example.test" = "127.0.0.1"\n"evil.example.test" = "127.0.0.1"\n'
 
 
-@pytest.fixture(params=["process", "docker"])
-def provider_of(request):
-    """`provider_of(route)`: a provider of the parametrized kind whose network tasks go out by `route`."""
-    fixture = request.getfixturevalue("process_provider" if request.param == "process" else "docker_provider")
-    if request.param == "docker":
-        from rl360cli.sandbox.config import WarmPoolConfig
-
-        return lambda route: fixture(egress=route, warm_pool=WarmPoolConfig(size=0))
-    return lambda route: fixture(egress=route)
-
-
 def network_task(tmp_path, name="net", test_sh="mkdir -p /logs/verifier; echo 0 > /logs/verifier/reward.txt\n",
                  solve_sh=None):
     # No network key at all: Harbor's default, the internet.
