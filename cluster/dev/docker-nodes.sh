@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Emulated Docker nodes for development and tests, on this one machine:
 # a loopback registry and one dockerd per node (n1..nN), each with its own
-# data root, exec root, socket and cgroup parent; no bridge, no iptables.
+# data root, exec root, socket and cgroup parent; no bridge, no iptables;
+# and a loopback stand-in for astral.sh's uv installer (rl360cli/egress/uv_standin.py),
+# which cluster/dev-docker.toml's [egress.mirrors] serves for https://astral.sh/uv/.
 #
 #   docker-nodes.sh up [N=3]      install if missing, start, build/push base images
 #   docker-nodes.sh down          stop what this script started (by pid file)
@@ -20,7 +22,7 @@ DEV_LOG_PREFIX=docker-nodes
 # shellcheck source=lib.sh
 source "$HERE/lib.sh"
 
-dev_settings "$DEV_ROOT/docker/settings.env" RL360_DEV_REGISTRY_PORT=5000
+dev_settings "$DEV_ROOT/docker/settings.env" RL360_DEV_REGISTRY_PORT=5000 RL360_DEV_UV_STANDIN_PORT=5081
 REG_PORT=$RL360_DEV_REGISTRY_PORT
 REG_ADDR=127.0.0.1:$REG_PORT
 REG_DIR=$DEV_ROOT/registry
@@ -35,6 +37,11 @@ STANDINS=(ubuntu:24.04 python:3.12-slim python:3.11-slim)
 SUITE=bookworm
 PY_INCLUDE=python3-minimal,python3-pytest
 PACKAGES=(docker.io docker-registry busybox-static debootstrap)
+# The uv installer's stand-in: cluster/dev-docker.toml's mirror names this port (change both together).
+UV_PORT=$RL360_DEV_UV_STANDIN_PORT
+UV_VERSION=0.9.7   # harbor-cookbook's verifiers ask for this one
+UV_DIR=$DEV_ROOT/uv-standin
+REPO_ROOT=$(cd "$HERE/../.." && pwd)
 
 # Containers of node nX live in cgroup /rl360-nX (absolute); another
 # DEV_ROOT gets its own prefix so that two sets of nodes never share one.
@@ -108,6 +115,40 @@ registry_has() { # REF -> manifest present
     curl --noproxy '*' -fsS -o /dev/null -m 5 \
         -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
         "http://$REG_ADDR/v2/$repo/manifests/$tag" 2>/dev/null
+}
+
+# ---------------------------------------------------------------- uv installer stand-in
+
+uv_wheel() { # -> path of PyPI's uv wheel: /opt/wheels', else the cache's, else downloaded once from PyPI
+    local w
+    w=$(ls /opt/wheels/uv-"$UV_VERSION"-*manylinux*x86_64*.whl 2>/dev/null | head -n1 || true)
+    [ -n "$w" ] || w=$(ls "$DEV_CACHE"/wheels/uv-"$UV_VERSION"-*manylinux*x86_64*.whl 2>/dev/null | head -n1 || true)
+    if [ -z "$w" ]; then
+        mkdir -p "$DEV_CACHE/wheels"
+        "$1" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+            --platform manylinux2014_x86_64 -d "$DEV_CACHE/wheels" "uv==$UV_VERSION" >&2 \
+            || dev_die "uv stand-in: cannot download uv==$UV_VERSION's wheel from PyPI (or put it in /opt/wheels)"
+        w=$(ls "$DEV_CACHE"/wheels/uv-"$UV_VERSION"-*manylinux*x86_64*.whl | head -n1)
+    fi
+    echo "$w"
+}
+
+start_uv_standin() {
+    local pidfile=$UV_DIR/rl360.pid log=$UV_DIR/uv-standin.log py wheel
+    mkdir -p "$UV_DIR"
+    if dev_running "$pidfile"; then
+        dev_log "uv stand-in: already running on 127.0.0.1:$UV_PORT (pid $DEV_PID)"
+        return
+    fi
+    # The real interpreter, not a shim (dev_start records the process it execs into); stdlib only.
+    py=$(python3 -c 'import sys; print(sys.executable)')
+    wheel=$(uv_wheel "$py")
+    dev_port_free 127.0.0.1 "$UV_PORT" \
+        || dev_die "127.0.0.1:$UV_PORT is taken by another process; set RL360_DEV_UV_STANDIN_PORT (and the mirror in cluster/dev-docker.toml)"
+    dev_start "$pidfile" "$log" "rl360cli.egress.uv_standin --port $UV_PORT" \
+        env PYTHONPATH="$REPO_ROOT" "$py" -m rl360cli.egress.uv_standin --port "$UV_PORT" --wheel "$wheel"
+    dev_wait_tcp 127.0.0.1 "$UV_PORT" 30 "$pidfile" "$log"
+    dev_log "uv stand-in: started on 127.0.0.1:$UV_PORT (pid $DEV_PID, uv from $wheel)"
 }
 
 # ---------------------------------------------------------------- nodes
@@ -443,6 +484,7 @@ cmd_up() {
     [ -x "$DOCKER_CLI" ] || dev_die "no docker CLI ($DOCKER_CLI); set RL360_DEV_DOCKER_CLI"
     mkdir -p "$DOCKER_DIR"
     start_registry
+    start_uv_standin
     for i in $(seq 1 "$num"); do nodes+=("n$i"); done
     # Nodes beyond N that an earlier "up" started: stop them ("up N" is the
     # desired state).
@@ -466,6 +508,7 @@ cmd_down() {
     done
     for n in "${pids[@]+"${pids[@]}"}"; do wait "$n" || true; done
     dev_log "registry: $(dev_stop "$REG_DIR/rl360.pid" 10)"
+    dev_log "uv stand-in: $(dev_stop "$UV_DIR/rl360.pid" 10)"
     # No description file while down: tests that only look for it skip.
     rm -f "$DOCKER_DIR/nodes.json"
     dev_log "down: done"
@@ -477,6 +520,11 @@ cmd_status() {
         dev_log "registry: running on $REG_ADDR (pid $DEV_PID)"
     else
         dev_log "registry: not running"; rc=1
+    fi
+    if dev_running "$UV_DIR/rl360.pid"; then
+        dev_log "uv stand-in: running on 127.0.0.1:$UV_PORT (pid $DEV_PID)"
+    else
+        dev_log "uv stand-in: not running"; rc=1
     fi
     local nodes
     nodes=$(json_nodes)   # what "up" asked for; else every node ever started
@@ -514,7 +562,7 @@ main() {
             find "$DOCKER_DIR" -mindepth 1 -maxdepth 1 ! -name settings.env -exec rm -rf {} +
             rm -rf "$REG_DIR" "$DEV_ROOT/build"
             dev_log "purge: removed $DOCKER_DIR and $REG_DIR (cache $DEV_CACHE kept)" ;;
-        *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || [ "$cmd" = help ] || [ "$cmd" = -h ] || exit 2 ;;
+        *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || [ "$cmd" = help ] || [ "$cmd" = -h ] || exit 2 ;;
     esac
 }
 
