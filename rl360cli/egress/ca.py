@@ -39,7 +39,7 @@ BACKDATE = datetime.timedelta(hours=1)
 
 
 def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 @dataclass

@@ -61,7 +61,7 @@ from urllib.parse import urlsplit
 from rl360cli import procinfo
 from rl360cli.configload import from_mapping, read_toml
 from rl360cli.egress.ca import EgressCA
-from rl360cli.egress.cache import PRIVATE_REQUEST, GetCache, freshness
+from rl360cli.egress.cache import PRIVATE_REQUEST, GetCache, freshness, varied
 from rl360cli.egress.config import EgressConfig, is_ip
 from rl360cli.egress.netns import NetnsError, listen_in
 
@@ -282,6 +282,9 @@ class EgressProxy:
             tally.bytes[host] += await self._fetch(method, url, headers, body, writer, trusted=mirrored is not None)
             return
         entry = self.cache.get(url)
+        if entry is not None and not entry.serves(headers):  # kept for another Accept: this one goes upstream
+            tally.bytes[host] += await self._fetch(method, url, headers, body, writer, trusted=mirrored is not None)
+            return
         if entry is None:
             served: list[int] = []
 
@@ -294,7 +297,7 @@ class EgressProxy:
                 tally.bytes[host] += served[0]
                 return
             entry = self.cache.get(url)  # another sandbox's fetch of it just ended
-            if entry is None:
+            if entry is None or not entry.serves(headers):
                 tally.bytes[host] += await self._fetch(method, url, headers, body, writer,
                                                        trusted=mirrored is not None)
                 return
@@ -375,7 +378,8 @@ class EgressProxy:
             await writer.drain()
             self.totals["bytes_upstream"] += served
             if part is not None:
-                self.cache.commit(cache_as, part, status=status, headers=kept, fresh_s=fresh)
+                self.cache.commit(cache_as, part, status=status, headers=kept, fresh_s=fresh,
+                                  varies=varied(fields, headers))
             return served
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, IndexError) as e:
             raise Refused(502, f"rl360 egress: {host} sent a broken answer ({type(e).__name__})", host=host,

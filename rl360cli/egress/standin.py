@@ -5,7 +5,9 @@ must never send a packet off this machine. So "pypi.org" or "astral.sh" in a tes
 test's profile pins with `[egress.hosts]` (or a mirror maps to): it serves the files it was given, at any
 Host, counts the GETs per path (how many fetches reached "upstream"), and answers 404 otherwise. Given
 `tls` (a server SSLContext, e.g. one of a test's own CA), it speaks HTTPS with that certificate: a host
-reached through a blind tunnel, whose key the egress proxy never has. It is no model of any real site.
+reached through a blind tunnel, whose key the egress proxy never has. Given `vary` (a request header's
+name), its answers say `Vary: <name>` and end with that header's value (an index answering JSON or HTML by
+`Accept`, as PyPI's does). It is no model of any real site.
 
     with InternetStandIn({"/uv/install.sh": b"echo installed\\n"}) as outside:
         outside.url("/uv/install.sh"), outside.gets["/uv/install.sh"]
@@ -24,7 +26,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class InternetStandIn:
     """A stand-in for the internet on 127.0.0.1 (see the module docstring)."""
 
-    def __init__(self, files: dict[str, bytes], *, cache_control: str = "", tls: ssl.SSLContext | None = None):
+    def __init__(self, files: dict[str, bytes], *, cache_control: str = "", tls: ssl.SSLContext | None = None,
+                 vary: str = ""):
         self.files = dict(files)
         self.gets: Counter = Counter()
         standin = self
@@ -37,9 +40,13 @@ class InternetStandIn:
                 body = standin.files.get(self.path)
                 self.send_response(200 if body is not None else 404)
                 body = body if body is not None else b"not here\n"
+                if vary:
+                    body += (self.headers.get(vary) or "").encode()
                 self.send_header("Content-Length", str(len(body)))
                 if cache_control:
                     self.send_header("Cache-Control", cache_control)
+                if vary:
+                    self.send_header("Vary", vary)
                 self.end_headers()
                 self.wfile.write(body)
 

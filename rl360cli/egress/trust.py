@@ -13,12 +13,14 @@ Where TLS clients look, and so where the CA goes:
   `REQUESTS_CA_BUNDLE`.
 
 docker (the sandbox's root is its own and writable under `allow`): at start, as root, the CA is written to
-`/usr/local/share/ca-certificates/rl360-egress.crt` (so a bundle that `update-ca-certificates` makes later
-keeps it) and appended to each system bundle that exists then. No environment variable: one pointing at a
-bundle would either miss the roots a later `apt-get install ca-certificates` brings (uv with only the CA in
-`SSL_CERT_FILE` could not reach pypi.org through a blind tunnel) or name a file that does not exist yet,
-which curl and requests treat as an error. So curl, Python, pip trust the mirror; uv and requests keep their
-bundled roots (they reach blind-tunnelled hosts, not https mirrors, unless the task sets `UV_NATIVE_TLS=1`).
+`/usr/local/share/ca-certificates/rl360-egress.crt` (so a bundle that `update-ca-certificates` makes later,
+as `apt-get install curl` does, keeps it) and appended to each system bundle that exists then; and every
+command gets `SSL_CERT_FILE` naming the system bundle (the first that exists at start, else Debian's path;
+left alone when the container's own environment sets it). That names the file curl and OpenSSL read on
+Debian anyway, so for them it changes nothing; it is for uv, which otherwise verifies with its bundled roots
+only, and which ignores an `SSL_CERT_FILE` that does not exist (its bundled roots then). So curl, Python,
+pip and uv trust the mirror once the image has a system bundle. `requests` keeps certifi's roots
+(`REQUESTS_CA_BUNDLE` naming a file that may not exist yet would fail it).
 
 process (the sandbox's /etc is the host's, read-only; the host's trust store is never changed): the host's
 system bundle plus the CA is written into the sandbox's folder and bound read-only over the system bundle's
@@ -41,13 +43,17 @@ SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-b
 
 
 def container_trust_command(ca_pem: str) -> str:
-    """A shell command (run as root in a container) that writes the CA to ANCHOR and appends it to each system
-    bundle that exists (one file once, when several paths name it)."""
+    """A shell command (run as root in a container) that writes the CA to ANCHOR, appends it to each system
+    bundle that exists (one file once, when several paths name it), and prints the `SSL_CERT_FILE` its
+    commands get: the first system bundle that exists, else Debian's path (where update-ca-certificates
+    will write one); nothing when the container's own environment sets `SSL_CERT_FILE`."""
     bundles = " ".join(SYSTEM_BUNDLES)
     return (f"mkdir -p {shlex.quote(str(Path(ANCHOR).parent))} && printf '%s' {shlex.quote(ca_pem)} > {ANCHOR}"
-            f" && chmod 644 {ANCHOR} && done_=''; for b in {bundles}; do [ -f \"$b\" ] || continue;"
-            " r=$(readlink -f \"$b\" 2>/dev/null || echo \"$b\"); case \" $done_ \" in *\" $r \"*) continue;; esac;"
-            f" cat {ANCHOR} >> \"$r\" && done_=\"$done_ $r\"; done; true")
+            f" && chmod 644 {ANCHOR} && done_='' && first=''; for b in {bundles}; do [ -f \"$b\" ] || continue;"
+            " first=${first:-$b}; r=$(readlink -f \"$b\" 2>/dev/null || echo \"$b\");"
+            " case \" $done_ \" in *\" $r \"*) continue;; esac;"
+            f" cat {ANCHOR} >> \"$r\" && done_=\"$done_ $r\"; done;"
+            f" [ -n \"${{SSL_CERT_FILE:-}}\" ] || echo \"${{first:-{SYSTEM_BUNDLES[0]}}}\"")
 
 
 def process_trust(ca_pem: str, folder: Path) -> tuple[tuple[tuple[str, str], ...], dict[str, str]]:

@@ -257,6 +257,8 @@ class DockerProvider(SandboxProvider):
                     await sandbox.stop()
                     raise SandboxError(Event.START_FAILED, "cannot install the rl360 egress CA in the container: "
                                        f"{trusted.output.strip()[-200:]}", node=node)
+                bundle = trusted.output.strip()
+                sandbox.trust_env = {"SSL_CERT_FILE": bundle} if bundle.startswith("/") else {}
         return sandbox
 
     def _take_gpus(self, node: str, count: int) -> tuple[str, ...]:

@@ -88,6 +88,8 @@ class DockerSandbox(Sandbox):
         self._ooms_seen = 0
         self._stopped = False
         self._egress: EgressReport | None = None
+        # SSL_CERT_FILE naming the system bundle that holds the egress CA, for every command (egress/trust.py).
+        self.trust_env: dict[str, str] = {}
 
     def info(self) -> dict[str, Any]:
         return {"node": self.node, "provider": "docker", "task": self.task.id, "attempt": self.attempt_id,
@@ -111,7 +113,7 @@ class DockerSandbox(Sandbox):
         while True:
             try:
                 exec_id = (await owner.call(lambda: owner.api(node).exec_create(
-                    self.container_id, [*SHELL, AWAIT_INIT + command], environment=dict(env or {}),
+                    self.container_id, [*SHELL, AWAIT_INIT + command], environment={**self.trust_env, **(env or {})},
                     user=user or owner.node_images.users.get((node, self.image), ""),
                     workdir=self.task.workdir)))["Id"]
                 break

@@ -204,3 +204,25 @@ def test_an_allowed_https_host_beside_an_https_mirror_stays_a_blind_tunnel(proxy
         seen = report(proxy)
         assert seen.bytes["files.example.test"] > len(FILES["/uv/install.sh"]) and seen.denied == {
             "evil.example.test": 1}
+
+
+def test_a_cached_answer_that_varies_serves_only_requests_like_its_own(proxy_of):
+    """PyPI's index answers JSON or HTML by Accept: pip's HTML must not be served to uv asking for JSON."""
+    from rl360cli.egress.standin import InternetStandIn
+
+    with InternetStandIn(FILES, vary="Accept") as index:
+        proxy = proxy_of('allow = ["files.example.test"]\n' + pinned(index))
+        attached(proxy)
+        port = proxy.route.port
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{port}"}))
+
+        def get_as(accept: str) -> bytes:
+            request = urllib.request.Request(index.url("/simple/index.html", "files.example.test"),
+                                             headers={"Accept": accept})
+            with opener.open(request, timeout=20) as answer:
+                return answer.read()
+
+        html, json_ = b"<html>index</html>\ntext/html", b"<html>index</html>\napplication/json"
+        assert [get_as("text/html"), get_as("application/json"), get_as("text/html")] == [html, json_, html]
+        # The second (another Accept) went upstream; the third was the first's, from the cache.
+        assert index.gets["/simple/index.html"] == 2 and report(proxy).cache_hits == 1
