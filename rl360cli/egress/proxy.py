@@ -35,7 +35,8 @@ What it does with a request:
   model's own doing (rl360cli/sandbox/attempt.py).
 
 Control (a unix socket, one JSON line each way, never reachable from a sandbox): `attach` (sandbox id,
-pid whose namespace to serve), `detach` (returns what that sandbox did), `stats`, `ping`. An attachment
+pid whose namespace to serve; answers the CA certificate the sandbox must trust, "" without an https://
+mirror), `detach` (returns what that sandbox did), `stats`, `ping`. An attachment
 whose process is gone (a crashed orchestrator never detached) is dropped within `GC_INTERVAL_S`.
 
 Test: tests/egress/test_proxy.py (the proxy alone), tests/egress/test_egress_sandboxes.py (both providers).
