@@ -9,6 +9,7 @@ reward rises by at least 0.25 from its start, and held-out pass@1 rises, within 
 
     .venv/bin/python bench/bench_smollm2_agent.py                      # the recipe as it is (~90 min)
     .venv/bin/python bench/bench_smollm2_agent.py --manifest recipes/smollm2-agent-manifest.json
+    .venv/bin/python bench/bench_smollm2_agent.py --full-finetune     # the same recipe, every weight trained
     .venv/bin/python bench/bench_smollm2_agent.py --steps 2 --doc /tmp/b.md   # a check of the bench itself
 
 "Start" is the mean of the first two steps' rewards (one step of 8 tasks is noisy); the rise is the best
@@ -35,6 +36,22 @@ REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "smollm2-agent.toml"
 TITLE = "SmolLM2 agent"
 GOAL_RISE, GOAL_MINUTES = 0.25, 90
+# Full fine-tuning's rate: smollm2-local's (the recipe's 2e-4 is LoRA's, for an adapter whose B starts at 0).
+FULL_FINETUNE_LR = 1e-5
+
+
+def full_finetune_recipe(folder: Path) -> tuple[Path, list[str]]:
+    """The recipe without its `lora` line, in `folder`, and the overrides that keep its relative paths (read
+    against the recipe's own folder) pointing where they did: `--set` cannot remove a key."""
+    text = RECIPE.read_text()
+    kept = [line for line in text.splitlines() if not line.startswith("lora = ")]
+    if len(kept) != len(text.splitlines()) - 1:
+        raise SystemExit(f"{RECIPE}: expected one `lora = ...` line to remove")
+    path = folder / "recipe-full-finetune.toml"
+    path.write_text("\n".join(kept) + "\n")
+    here = RECIPE.parent
+    return path, [f"trainer.lr={FULL_FINETUNE_LR}", f"tasks.path={here / 'tasks' / 'shell-train'}",
+                  f"tasks.manifest={here / 'smollm2-agent-manifest.json'}", f"eval.path={here / 'tasks' / 'shell-heldout'}"]
 
 
 def profile_on_free_ports(folder: Path) -> Path:
@@ -63,6 +80,10 @@ def _f(value, spec: str = ".3f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _mib(nbytes) -> str:
+    return "-" if not nbytes else f"{nbytes / 2**20:.1f}"
+
+
 def rise(rewards: list[float]) -> float | None:
     """Best mean of three steps in a row after the first two, less the first two's mean."""
     if len(rewards) < 5:
@@ -71,7 +92,7 @@ def rise(rewards: list[float]) -> float | None:
     return max(statistics.mean(rewards[i:i + 3]) for i in range(2, len(rewards) - 2)) - start
 
 
-def section(rows: list[dict], *, command: str, wall_s: float, done: bool, ended: str = "") -> str:
+def section(rows: list[dict], *, command: str, wall_s: float, done: bool, ended: str = "", update: str = "LoRA step") -> str:
     """The section's text; `ended`: why a run that did not finish stopped (its last line), else ""."""
     steps = [row for row in rows if "reward_mean" in row]
     evals = {row["step"]: row["eval/pass@1"] for row in rows if "eval/pass@1" in row}
@@ -82,15 +103,15 @@ def section(rows: list[dict], *, command: str, wall_s: float, done: bool, ended:
         (f"`{command}` in a fresh state file (`bench/bench_smollm2_agent.py`), rewritten after every step. "
          f"Goal (issue 38): training reward +{GOAL_RISE} from its start and held-out pass@1 up, within "
          f"{GOAL_MINUTES} minutes on 2 cores. Steps counted from 0; reward: mean of the step's first round; "
-         "time split: generation, update (LoRA step), weight sync, and the rest of the step (the batch, "
+         f"time split: generation, update ({update}), weight sync, and the rest of the step (the batch, "
          "logging); eval s: the held-out evaluation after the step, outside the step's time; tokens/s: "
-         "generated tokens over the whole step."),
+         "generated tokens over the whole step; RSS: the trainer's peak; sync MiB: bytes sent to the engine."),
         "",
         f"Held-out pass@1 before training (policy v0): {_f(before)} ({_f(eval_s.get(-1), '.1f')} s).",
         "",
         ("| step | reward | pass rate | held-out pass@1 | generation s | update s | sync s | other s | step s "
-         "| tokens/s | eval s |"),
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+         "| tokens/s | RSS MiB | sync MiB | eval s |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in steps:
         parts = [row.get("generation_s") or 0.0, row.get("train_s") or 0.0, row.get("weight_sync_s") or 0.0]
@@ -98,7 +119,9 @@ def section(rows: list[dict], *, command: str, wall_s: float, done: bool, ended:
         lines.append(f"| {row['step']} | {_f(row['reward_mean'])} | {_f(row.get('pass_rate'))} | "
                      f"{_f(evals.get(row['step']))} | {parts[0]:.1f} | {parts[1]:.1f} | {parts[2]:.1f} | "
                      f"{other:.1f} | {row['step_s']:.1f} | {_f(row.get('tokens_per_s'), '.1f')} | "
+                     f"{_f(row.get('trainer_peak_rss_mb'), '.0f')} | {_mib(row.get('weight_sync_bytes'))} | "
                      f"{_f(eval_s.get(row['step']), '.1f')} |")
+    lines += by_kind([row for row in rows if "eval/pass@1" in row])
     minutes = wall_s / 60
     gained = rise(rewards)
     after = [v for s, v in sorted(evals.items()) if s >= 0]
@@ -117,29 +140,53 @@ def section(rows: list[dict], *, command: str, wall_s: float, done: bool, ended:
     return "\n".join(lines)
 
 
+def by_kind(evaluated: list[dict]) -> list[str]:
+    """Held-out pass@1 per task tag at each evaluation (the tags of shell-heldout: its kind, and `hint-call` for
+    a task whose instruction shows the whole call): whether a rise is the call format carrying over."""
+    prefix = "eval/pass@1/domain/"
+    tags = sorted({key[len(prefix):] for row in evaluated for key in row if key.startswith(prefix)})
+    if not tags:
+        return []
+    lines = ["", "Held-out pass@1 by tag (`hint-call`: the instruction shows the whole call):", "",
+             "| tag | " + " | ".join("before" if row["step"] < 0 else f"after step {row['step']}" for row in evaluated)
+             + " |", "|---|" + "---|" * len(evaluated)]
+    for tag in tags:
+        lines.append(f"| {tag} | " + " | ".join(_f(row.get(prefix + tag)) for row in evaluated) + " |")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=None, help="loop.num_steps (default: the recipe's)")
     parser.add_argument("--manifest", type=Path, default=None, help="tasks.manifest: the calibrated training tasks")
     parser.add_argument("--set", dest="sets", action="append", default=[], help="more recipe overrides (K=V)")
+    parser.add_argument("--full-finetune", action="store_true",
+                        help=f"train every weight (no [trainer] lora; lr {FULL_FINETUNE_LR}): LoRA's comparison")
     parser.add_argument("--doc", type=Path, default=BENCHMARKS, help="where the section goes")
     parser.add_argument("--poll-s", type=float, default=10.0)
     args = parser.parse_args()
 
     folder = Path(tempfile.mkdtemp(prefix="rl360-smollm2-agent-"))
     state = folder / "state.json"
-    sets = list(args.sets)
+    recipe, sets = RECIPE, []
+    if args.full_finetune:
+        recipe, sets = full_finetune_recipe(folder)
+    title = f"{TITLE}, full fine-tuning" if args.full_finetune else TITLE
+    update = "full fine-tuning step" if args.full_finetune else "LoRA step"
+    sets += args.sets
     if args.steps is not None:
         sets.append(f"loop.num_steps={args.steps}")
     if args.manifest is not None:
         sets.append(f"tasks.manifest={args.manifest.resolve()}")
     extra = ["--profile", str(profile_on_free_ports(folder))] + [a for s in sets for a in ("--set", s)]
-    command = " ".join(["rl360 up --recipe recipes/smollm2-agent.toml", *(f"--set {s}" for s in sets)])
+    shown = [s for s in sets if not s.startswith(("tasks.path=", "tasks.manifest=", "eval.path="))]
+    command = " ".join(["rl360 up --recipe recipes/smollm2-agent.toml", *(["(without lora)"] if args.full_finetune
+                                                                          else []), *(f"--set {s}" for s in shown)])
     env = {**os.environ, "RL360_STATE": str(state)}
     rl360 = [sys.executable, "-m", "rl360cli"]
     started = time.monotonic()
     log = (folder / "up.log").open("w")
-    proc = subprocess.Popen([*rl360, "up", "--recipe", str(RECIPE), *extra], cwd=folder, env=env, stdout=log,
+    proc = subprocess.Popen([*rl360, "up", "--recipe", str(recipe), *extra], cwd=folder, env=env, stdout=log,
                             stderr=subprocess.STDOUT)
     written = 0
     try:
@@ -148,8 +195,8 @@ def main() -> int:
             rows = read_rows(state)
             if len(rows) > written:  # a new step (or evaluation) row: the section as it stands
                 written = len(rows)
-                write_section(TITLE, section(rows, command=command, wall_s=time.monotonic() - started, done=False),
-                              path=args.doc)
+                write_section(title, section(rows, command=command, wall_s=time.monotonic() - started, done=False,
+                                             update=update), path=args.doc)
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -162,8 +209,9 @@ def main() -> int:
         print((folder / "up.log").read_text()[-3000:], file=sys.stderr)
     last_line = next((line for line in reversed((folder / "up.log").read_text().splitlines()) if line.strip()), "")
     text = section(rows, command=command, wall_s=wall_s, done=proc.returncode == 0,
-                   ended="" if proc.returncode == 0 else f"rl360 up exited {proc.returncode}: {last_line.strip()}")
-    write_section(TITLE, text, path=args.doc)
+                   ended="" if proc.returncode == 0 else f"rl360 up exited {proc.returncode}: {last_line.strip()}",
+                   update=update)
+    write_section(title, text, path=args.doc)
     print(text)
     return proc.returncode
 

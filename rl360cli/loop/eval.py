@@ -13,7 +13,9 @@ submitted after it) and logs a row of its own, step `BEFORE_TRAINING_STEP` (-1; 
 live view show it as "before training"). The samples never reach `build_batch`, the ledger or samples.jsonl: nothing is
 trained on them. A sample whose infrastructure failed has no verdict: it is left out of its task's n
 and counted in `eval/infra_failures` (by cause); a task with fewer than k valid samples is left out
-of pass@k (`eval/tasks_short_of_k`), one with none out of pass@1 too.
+of pass@k (`eval/tasks_short_of_k`), one with none out of pass@1 too. Per task tag (a task's `[metadata] tags`,
+as the training figures' domains, domains.py), `eval/pass@1/domain/<tag>` over that tag's tasks: which kinds of
+held-out task moved.
 """
 
 from __future__ import annotations
@@ -69,9 +71,12 @@ def eval_metrics(trajectories: list[Trajectory], *, k: int, step: int, policy_ve
     sample, however many segments it made."""
     trajectories = [t for t in trajectories if t.segment == 0]
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # task -> [valid samples n, passed c]
+    tags: dict[str, set[str]] = defaultdict(set)  # tag -> its tasks
     infra = Counter()
     for t in trajectories:
         counts[t.task_id]  # a task all of whose samples failed is still one of the set
+        for tag in t.metadata.get("tags") or ():
+            tags[str(tag)].add(t.task_id)
         if not t.is_valid:  # an infra failure (with its cause): no verdict on the policy
             infra[t.cause.value if t.cause is not None else "unknown"] += 1
             continue
@@ -79,7 +84,7 @@ def eval_metrics(trajectories: list[Trajectory], *, k: int, step: int, policy_ve
         counts[t.task_id][1] += int(t.reward >= pass_threshold)
     scored = [(n, c) for n, c in counts.values()]
     valid = [t for t in trajectories if t.is_valid]
-    return {
+    figures = {
         "eval/step": step,
         "eval/policy_version": policy_version,
         "eval/k": k,
@@ -92,3 +97,6 @@ def eval_metrics(trajectories: list[Trajectory], *, k: int, step: int, policy_ve
         "eval/infra_failures": sum(infra.values()),
         "eval/infra_failures_by_cause": dict(infra),
     }
+    for tag, task_ids in sorted(tags.items()):
+        figures[f"eval/pass@1/domain/{tag}"] = mean_pass_at_k([counts[task] for task in sorted(task_ids)], 1)
+    return figures

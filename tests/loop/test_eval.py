@@ -25,6 +25,7 @@ import pytest
 
 from rl360cli.config import load_recipe
 from rl360cli.configload import ConfigError
+from rl360cli.demo import arith, warmup
 from rl360cli.loop.config import EvalConfig
 from rl360cli.loop.eval import Evaluation, eval_metrics
 from rl360cli.loop.ledger import read_ledger
@@ -32,7 +33,6 @@ from rl360cli.loop.train_loop import train_loop
 from rl360cli.metrics import BEFORE_TRAINING_STEP
 from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.rl.trajectory import Trajectory
-from rl360cli.demo import arith, warmup
 from tests.conftest import REPO
 from tests.loop.conftest import TASKS
 from tests.loop.loop_standins import (
@@ -190,11 +190,12 @@ def test_no_held_out_task_is_a_training_task_or_in_what_policy_v0_was_built_from
 # ----------------------------------------------------------------------------- the figures
 
 
-def sample(task_id: str, reward: float | None, *, cause: InfraCause | None = None) -> Trajectory:
+def sample(task_id: str, reward: float | None, *, cause: InfraCause | None = None, tags: tuple = ()) -> Trajectory:
     return Trajectory(task_id=task_id, group_id=f"eval0-{task_id}", sample_index=0,
                       token_ids=np.array([1, 2, 3], np.int32), loss_mask=np.array([0, 1, 1], np.uint8),
                       logprobs=np.array([0, -1, -1], np.float32), versions=(0,), num_prompt_tokens=1,
-                      reward=reward, outcome=Outcome.INFRA_FAILURE if cause else Outcome.OK, cause=cause)
+                      reward=reward, outcome=Outcome.INFRA_FAILURE if cause else Outcome.OK, cause=cause,
+                      metadata={"tags": list(tags)} if tags else {})
 
 
 def test_infra_failures_leave_n_and_are_counted_by_cause():
@@ -215,6 +216,19 @@ def test_infra_failures_leave_n_and_are_counted_by_cause():
     partial = [sample("d", 0.5), sample("d", 0.2)]
     assert eval_metrics(partial, k=1, step=0, policy_version=0)["eval/pass@1"] == 0.0
     assert eval_metrics(partial, k=1, step=0, policy_version=0, pass_threshold=0.5)["eval/pass@1"] == 0.5
+
+
+def test_pass_at_1_per_tag_is_over_that_tags_tasks():
+    hint, bare = ("copy-file", "hint-call"), ("copy-file",)
+    trajectories = ([sample("shown", 1.0, tags=hint), sample("shown", 1.0, tags=hint)]
+                    + [sample("unshown", 0.0, tags=bare), sample("unshown", 1.0, tags=bare)]
+                    + [sample("failed", None, cause=InfraCause.SANDBOX_START, tags=bare)] * 2)
+    figures = eval_metrics(trajectories, k=1, step=0, policy_version=1)
+    # hint-call: "shown" alone (1.0); copy-file: "shown" and "unshown" (1.0 and 0.5); "failed" has no verdict.
+    assert figures["eval/pass@1/domain/hint-call"] == pytest.approx(1.0)
+    assert figures["eval/pass@1/domain/copy-file"] == pytest.approx(0.75)
+    assert figures["eval/pass@1"] == pytest.approx(0.75)
+    assert not any("/domain/" in key for key in eval_metrics([sample("a", 1.0)], k=1, step=0, policy_version=0))
 
 
 # ----------------------------------------------------------------------------- in the loop (stand-ins)

@@ -106,6 +106,9 @@ def test_a_ci_sized_smollm2_agent_trains_its_adapter_and_evaluates_held_out(run_
     for row in evaluated:
         assert row["eval/num_tasks"] == len(HELD) and row["eval/num_samples"] == 2 * len(HELD)
         assert 0.0 <= row["eval/pass@1"] <= 1.0 and row["eval/infra_failures"] == 0, row
+        # Per kind of held-out task (its tags), so that a rise can be told apart from the call format carrying over.
+        assert {"eval/pass@1/domain/copy-file", "eval/pass@1/domain/write-word",
+                "eval/pass@1/domain/hint-call"} <= row.keys(), sorted(row)
     kept = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines() if line.strip()]
     assert kept and {s["task"] for s in kept} <= set(TRAIN)
     assert run_cli("down", state=state_path, cwd=run_folder).returncode == 0
