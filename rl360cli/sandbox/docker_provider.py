@@ -87,6 +87,8 @@ class DockerProvider(SandboxProvider):
         self._clients_lock = threading.Lock()
         self._clock_offset: dict[str, float] = {}
         self._has_bridge: dict[str, bool] = {}
+        # Each node's CPU architecture, as its daemon says (x86_64, aarch64; "" before the first start there).
+        self.architecture: dict[str, str] = {}
         self._next = 0
         # The reservations of the live sandboxes on each node (CPUs, MB), which the warm pool must leave be.
         self._reserved: dict[str, list[float]] = {name: [0.0, 0] for name in self.specs}
@@ -136,7 +138,9 @@ class DockerProvider(SandboxProvider):
         if node in self._clock_offset:
             return
         api = self.api(node)
-        stamp = api.info().get("SystemTime", "")
+        info = api.info()
+        stamp = info.get("SystemTime", "")
+        self.architecture[node] = info.get("Architecture", "")
         offset = 0.0
         with contextlib.suppress(ValueError):
             offset = _parse_time(stamp) - time.time()
