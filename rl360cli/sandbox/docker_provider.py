@@ -206,12 +206,12 @@ class DockerProvider(SandboxProvider):
             raise
         except Exception as e:  # noqa: BLE001
             raise node_lost(node, e) from None
-        ref, warm = await self.ensure_image(node, task)
-        try:
+        try:  # before the image: a sandbox that cannot start must not cost a build
             env = resolve_env(task.env)
         except KeyError as e:
             raise SandboxError(Event.START_FAILED, f"[environment.env] needs ${{{e.args[0]}}}, which is not set",
                                node=node) from None
+        ref, warm = await self.ensure_image(node, task)
         sidecars = None
         if task.sidecars:
             # One private network per sandbox, its sidecars on it by name (docker_sidecars.py).
