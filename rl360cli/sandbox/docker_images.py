@@ -57,6 +57,8 @@ class NodeImages:
         self.ids: dict[tuple[str, str], str] = {}
         # (node, image ref) -> the image's USER ("" for root), whom commands run as.
         self.users: dict[tuple[str, str], str] = {}
+        # (node, image ref) -> the image's ENTRYPOINT (empty: none), which a sandbox runs first (docker_entrypoint.py).
+        self.entrypoints: dict[tuple[str, str], tuple[str, ...]] = {}
         self.pulls = 0
         self.builds = 0
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
@@ -113,6 +115,7 @@ class NodeImages:
             attrs = await owner.call(lambda: owner.api(node).inspect_image(ref))
             # Commands run as the image's USER (the container itself is created as root, for its init).
             self.users[(node, ref)] = (attrs.get("Config") or {}).get("User") or ""
+            self.entrypoints[(node, ref)] = tuple((attrs.get("Config") or {}).get("Entrypoint") or ())
             return attrs["Id"]
         except docker.errors.ImageNotFound:
             return None

@@ -254,6 +254,11 @@ class DockerProvider(SandboxProvider):
             except (EgressUnavailable, docker.errors.APIError, KeyError) as e:
                 await sandbox.stop()
                 raise SandboxError(Event.START_FAILED, f"the container's way out: {e}", node=node) from None
+        try:
+            await sandbox.settle()
+        except BaseException:
+            await asyncio.shield(sandbox.stop())
+            raise
         return sandbox
 
     def _take_gpus(self, node: str, count: int) -> tuple[str, ...]:
