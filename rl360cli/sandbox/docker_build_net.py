@@ -91,8 +91,7 @@ class BuildNetwork:
         the proxy detaches (its counts kept in `reports[(node, ref)]`) and the holder is removed."""
         owner = self.owner
         api = owner.api(node)
-        if node not in self._images:
-            await owner.call(self._ensure_image, node)
+        await owner.call(self.ensure_image, node)
         config = api.create_host_config(network_mode="none", auto_remove=False)
         all_labels = {**labels, MANAGED_LABEL: "true", "rl360.run": owner.run_id or "none",
                       "rl360.build-net": ref}
@@ -116,7 +115,10 @@ class BuildNetwork:
             with contextlib.suppress(Exception):
                 await owner.call(api.remove_container, cid, force=True)
 
-    def _ensure_image(self, node: str) -> None:
+    def ensure_image(self, node: str) -> None:
+        """HOLDER_IMAGE on `node` (imported, once per node; blocking)."""
+        if node in self._images:
+            return
         api = self.owner.api(node)
         try:
             api.inspect_image(HOLDER_IMAGE)

@@ -217,8 +217,12 @@ class DockerProvider(SandboxProvider):
             # One private network per sandbox, its sidecars on it by name (docker_sidecars.py).
             outbound = (task.network and self.config.network == "task" and self.egress.mode == "open"
                         and bool(self._has_bridge.get(node)))
+            # Under `allow` they go out as the sandbox does: through the proxy (docker_sidecars.py).
+            through_proxy = (task.network and self.config.network == "task" and self.egress.mode == "allow"
+                             and self.specs[node].docker_host.startswith("unix://"))
             sidecars = DockerSidecars(self, node, task, sandbox_labels(labels, run_id=self.run_id, task=task,
-                                                                       attempt_id=attempt_id), outbound=outbound)
+                                                                       attempt_id=attempt_id), outbound=outbound,
+                                      egress=through_proxy)
         spec = self._container_spec(node, task, ref, env, labels, sidecars=sidecars,
                                     gpus=self._take_gpus(node, task.gpus))
         # Before the pool looks at the node: its refill must count this sandbox (and its sidecars).

@@ -409,6 +409,8 @@ class DockerSandbox(Sandbox):
             except EgressUnavailable as e:  # the proxy died under the sandbox: its network failed it
                 line = f"rl360 egress: {e}"
                 self._egress = EgressReport(failed={"egress-proxy": 1}, lines=(line,), failure=line)
+        if self.sidecars is not None and self.sidecars.holders:  # what its sidecars fetched is the sandbox's too
+            self._egress = EgressReport.merged([self._egress, *await self.sidecars.detach_egress()])
         # Nothing waits on the removal (the reservation is free once the attempt ends): the provider
         # finishes it in the background, and its close waits for it.
         self.owner.release(self.node, self.spec, self.container_id, self.sidecars)
