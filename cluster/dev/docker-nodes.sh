@@ -316,6 +316,14 @@ import_push() { # NAME REF TARBALL CMD CHECK...
     dev_log "$name image: imported, tested, pushed to $ref and removed from n1 in $(dev_ms_since "$t0") ms"
 }
 
+# python312_home -> the prefix of a CPython 3.12 built on this machine (RL360_DEV_PYTHON312, else pyenv's),
+# which python:3.12-slim's stand-in gets (images/standin/Dockerfile); fails when there is none.
+python312_home() {
+    local home=${RL360_DEV_PYTHON312:-}
+    [ -n "$home" ] || home=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12.* 2>/dev/null | sort -V | tail -n1)
+    [ -n "$home" ] && [ -x "$home/bin/python3.12" ] && echo "$home"
+}
+
 # wheel_of NAME VERSION TAG -> the path of NAME==VERSION's wheel whose file name holds TAG: /opt/wheels's,
 # else one fetched from PyPI once (its simple API, as JSON, names the files) into $DEV_CACHE/wheels.
 wheel_of() {
@@ -376,7 +384,7 @@ ensure_images() {
             bash -c 'python3 -m pytest --version && python3 -c "import sys; assert sys.version_info[:2] == (3, 11)"'
         built=1
     fi
-    local base ref ctx t0 with_pip wheel
+    local base ref ctx t0 with_pip wheel note py312
     for base in "${STANDINS[@]}"; do
         ref=$REG_ADDR/hub/library/$base
         if [ -z "$force" ] && registry_has "$ref"; then
@@ -387,14 +395,20 @@ ensure_images() {
         ctx=$DEV_ROOT/build/standin
         rm -rf "$ctx"; mkdir -p "$ctx/extra"
         cp "$HERE/../../images/standin/Dockerfile" "$ctx/"
-        with_pip=
+        with_pip= note=
         case $base in python:*)
             with_pip=1
             wheel=$(wheel_of pip "$PIP_VERSION" py3-none-any) || exit 1
             cp "$wheel" "$ctx/extra/" ;;
         esac
+        if [ "$base" = python:3.12-slim ] && py312=$(python312_home); then
+            tar -C "$py312" -cf "$ctx/extra/python3.12.tar" --exclude=lib/python3.12/test \
+                --exclude=lib/python3.12/idlelib --exclude='lib/python3.12/config-*' \
+                --exclude=lib/python3.12/site-packages bin/python3.12 lib
+            note=", and CPython $("$py312/bin/python3.12" -c 'import platform; print(platform.python_version())') as python3"
+        fi
         dk n1 build -q --network none --build-arg "BASE=$PYTHON_REF" --build-arg "STANDS_FOR=$base" \
-            --build-arg "WITH_PIP=$with_pip" -t "$ref" "$ctx" >"$ctx.log" 2>&1 \
+            --build-arg "WITH_PIP=$with_pip" --build-arg "PYTHON_NOTE=$note" -t "$ref" "$ctx" >"$ctx.log" 2>&1 \
             || { tail -n 20 "$ctx.log" >&2; dev_die "stand-in $base: build failed (log $ctx.log)"; }
         dk n1 push "$ref" >/dev/null
         dk n1 rmi "$ref" >/dev/null
