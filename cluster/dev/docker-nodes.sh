@@ -396,6 +396,12 @@ ensure_images() {
         rm -rf "$ctx"; mkdir -p "$ctx/extra"
         cp "$HERE/../../images/standin/Dockerfile" "$ctx/"
         with_pip= note=
+        # What this machine added to its trust store (its way out may re-sign TLS): images/standin/Dockerfile.
+        if [ -n "$(ls /usr/local/share/ca-certificates/*.crt 2>/dev/null)" ] && [ -s /etc/ssl/certs/ca-certificates.crt ]; then
+            mkdir -p "$ctx/extra/local-ca"
+            cp /usr/local/share/ca-certificates/*.crt "$ctx/extra/local-ca/"
+            cp /etc/ssl/certs/ca-certificates.crt "$ctx/extra/"
+        fi
         case $base in python:*)
             with_pip=1
             wheel=$(wheel_of pip "$PIP_VERSION" py3-none-any) || exit 1

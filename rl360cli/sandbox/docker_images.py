@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 # A build's error line that says one of its RUN steps failed (the classic builder's wording).
 _RUN_FAILED = re.compile(r"returned a non-zero code")
+# Terminal colours in a build's output (pip's warnings carry them).
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _NOT_FOUND = re.compile(r"not found|manifest unknown|repository does not exist|pull access denied|"
                         r"no such image|name unknown", re.IGNORECASE)
 
@@ -180,6 +182,8 @@ class NodeImages:
             through_proxy = False
         network = "bridge" if egress.mode == "open" and owner._has_bridge.get(node) else "none"
 
+        said: list[str] = []  # the build's last output line, which Docker's error line does not carry
+
         def build(network_mode: str, buildargs: dict[str, str]) -> None:
             stream = owner.api(node, stream=True).build(
                 **where, tag=ref, rm=True, forcerm=True, pull=False, decode=True, network_mode=network_mode,
@@ -187,6 +191,9 @@ class NodeImages:
             for line in stream:
                 if isinstance(line, dict) and line.get("error"):
                     raise _PullError((line.get("errorDetail") or {}).get("message") or line["error"])
+                text = _ANSI.sub("", line.get("stream", "")).strip() if isinstance(line, dict) else ""
+                if text and not text.startswith(("--->", "Removing intermediate")):
+                    said[:] = [text.splitlines()[-1]]
 
         async def run_build() -> None:
             if not through_proxy:
@@ -206,6 +213,8 @@ class NodeImages:
                 raise node_lost(node, e) from None
             why = one_line(str(e))
             if _RUN_FAILED.search(why):
+                if said:
+                    why += f" (its last line: {one_line(said[0])[:300]})"
                 why += self._network_note(node, ref, through_proxy=through_proxy, network=network)
             raise SandboxError(Event.IMAGE_BUILD_FAILED, f"build of task {task.id} on {node}: {why}",
                                node=node) from None
