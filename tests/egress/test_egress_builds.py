@@ -64,6 +64,8 @@ def test_a_host_off_the_list_is_refused_with_the_proxys_line(docker_provider, pr
     assert caught.value.event == Event.IMAGE_BUILD_FAILED
     line = str(caught.value)
     assert "\n" not in line and "returned a non-zero code" in line, line
+    # The RUN step's own last line, which Docker's error line does not carry, then the proxy's.
+    assert "(its last line: wget: server returned error: HTTP/1.1 403 Forbidden: rl360 egress:" in line, line
     assert "(through the egress proxy: rl360 egress: evil.example.test is not on the profile's [egress] allow list" \
         in line, line
     assert not outside.gets
