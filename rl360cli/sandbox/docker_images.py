@@ -29,6 +29,7 @@ import docker.errors
 from rl360cli.images.config import RegistrySpec
 from rl360cli.images.mirrors import MirrorRefused, rewrite_dockerfile, through_mirrors
 from rl360cli.sandbox.docker_build_net import BuildNetwork
+from rl360cli.sandbox.dockerfile import for_classic_builder
 from rl360cli.sandbox.docker_errors import as_sandbox_error, is_connection_error, node_lost, one_line
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 
@@ -166,7 +167,7 @@ class NodeImages:
         context = task.dockerfile.parent
         try:
             dockerfile = task.dockerfile.read_text()
-            mirrored = rewrite_dockerfile(dockerfile, self.registry)
+            mirrored = for_classic_builder(rewrite_dockerfile(dockerfile, self.registry))
         except MirrorRefused as e:
             raise SandboxError(Event.IMAGE_BUILD_FAILED, f"task {task.id}: {e}", node=node) from None
         # With its FROM lines rewritten the context travels as a tar holding the rewritten Dockerfile.
