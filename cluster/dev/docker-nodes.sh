@@ -413,7 +413,7 @@ ensure_images() {
                 --exclude=lib/python3.12/site-packages bin/python3.12 lib
             note=", and CPython $("$py312/bin/python3.12" -c 'import platform; print(platform.python_version())') as python3"
         fi
-        dk n1 build -q --network none --build-arg "BASE=$PYTHON_REF" --build-arg "STANDS_FOR=$base" \
+        dk n1 build -q --force-rm --network none --build-arg "BASE=$PYTHON_REF" --build-arg "STANDS_FOR=$base" \
             --build-arg "WITH_PIP=$with_pip" --build-arg "PYTHON_NOTE=$note" -t "$ref" "$ctx" >"$ctx.log" 2>&1 \
             || { tail -n 20 "$ctx.log" >&2; dev_die "stand-in $base: build failed (log $ctx.log)"; }
         dk n1 push "$ref" >/dev/null
@@ -431,7 +431,7 @@ ensure_images() {
         wheel=$(wheel_of uv "$UV_VERSION" manylinux_2_17_x86_64) || exit 1
         unzip -q -j -o "$wheel" \
             "uv-$UV_VERSION.data/scripts/uv" "uv-$UV_VERSION.data/scripts/uvx" -d "$ctx"
-        dk n1 build -q --network none --build-arg "UV_VERSION=$UV_VERSION" -t "$UV_STANDIN_REF" "$ctx" \
+        dk n1 build -q --force-rm --network none --build-arg "UV_VERSION=$UV_VERSION" -t "$UV_STANDIN_REF" "$ctx" \
             >"$ctx.log" 2>&1 || { tail -n 20 "$ctx.log" >&2; dev_die "stand-in uv: build failed (log $ctx.log)"; }
         dk n1 push "$UV_STANDIN_REF" >/dev/null
         dk n1 rmi "$UV_STANDIN_REF" >/dev/null
