@@ -103,9 +103,9 @@ def test_a_refused_task_gets_its_own_row_and_the_others_are_checked(cli, bwrap, 
     assert rows["good"]["passed"] and rows["good"]["oracle"]["reward"] == 1
     assert not rows["windows"]["passed"] and rows["windows"]["oracle"] is None
     assert rows["windows"]["problems"][0].startswith("refused: task windows: Windows tasks need a Windows node")
-    assert rows["needs-key"]["oracle"] is None and rows["needs-key"]["problems"] == [
+    assert rows["needs-key"]["oracle"] is None and rows["needs-key"]["problems"] == [(
         "refused: task needs-key: [environment.env] needs ${RL360_TEST_UNSET_KEY}, which is not set; set "
-        "RL360_TEST_UNSET_KEY in the environment rl360 runs in (Harbor reads it from --env-file)"]
+        "RL360_TEST_UNSET_KEY in the environment rl360 runs in (Harbor reads it from --env-file)")]
     # A set none of whose tasks loads is one line, naming the first refusal.
     only = cli("tasks", "check", str(tmp_path / "set"), "--include", "windows", env=env)
     assert only.returncode == 1 and "windows: Windows tasks need a Windows node" in only.stdout + only.stderr
