@@ -20,6 +20,7 @@ from rl360cli.loop.calibration import Band
 from rl360cli.sandbox.check import CheckRow, check_tasks
 from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig
 from rl360cli.sandbox.providers import make_provider
+from rl360cli.sandbox.task import resolve_env
 from rl360cli.sandbox.task_loader import TaskError, load_task_set
 from rl360cli.stages import egress
 from rl360cli.stages.calibrate import calibrate as run_calibration
@@ -61,6 +62,16 @@ def check(
             elif not refused_here:  # the set itself is wrong (no such folder, no task in it, a bad --include)
                 raise
         refused.update(refused_here)
+    # A task whose [environment.env] names a variable this process lacks cannot start anywhere: its own row,
+    # before any image is built for it (harbor-cookbook's computer-use-windows needs DAYTONA_API_KEY).
+    for task in list(tasks):
+        try:
+            resolve_env(task.env)
+        except KeyError as e:
+            tasks.remove(task)
+            refused[task.id] = TaskError(f"task {task.id}: [environment.env] needs ${{{e.args[0]}}}, which is not "
+                                         "set", f"set {e.args[0]} in the environment rl360 runs in (Harbor reads "
+                                         "it from --env-file)")
     ids = [t.id for t in tasks] + list(refused)
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:

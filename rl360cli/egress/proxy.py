@@ -65,6 +65,7 @@ from rl360cli.egress.ca import EgressCA
 from rl360cli.egress.cache import PRIVATE_REQUEST, GetCache, freshness, varied
 from rl360cli.egress.config import EgressConfig, is_ip
 from rl360cli.egress.netns import NetnsError, listen_in
+from rl360cli.egress.own_networks import is_own, node_networks
 
 log = logging.getLogger("rl360cli.egress")
 
@@ -123,6 +124,8 @@ class Refused(Exception):
 class EgressProxy:
     def __init__(self, config: EgressConfig, cache_dir: Path):
         self.config = config
+        # The addresses an allowed name must not lead to (own_networks.py), read once at the start.
+        self.own_networks = node_networks()
         self.cache = GetCache(cache_dir, max_bytes=config.cache_mb << 20, ttl_s=config.cache_ttl_s)
         # Only a profile with an https:// mirror makes (or reads) a CA: without one every CONNECT is blind.
         self.ca = EgressCA.load_or_make(ca_folder(cache_dir)) if config.tls_hosts else None
@@ -309,8 +312,9 @@ class EgressProxy:
     # ------------------------------------------------------------------ upstream
 
     async def _connect(self, host: str, port: int, *, trusted: bool, tls: bool = False):
-        """A connection to `host`:`port`. An address of the node's own networks (loopback, private, link-local)
-        is refused unless the operator named it: a pinned or mirrored host, or an allowed IP address."""
+        """A connection to `host`:`port`. An address of the node's own networks (loopback, private, link-local,
+        its interfaces': own_networks.py) is refused unless the operator named it: a pinned or mirrored host,
+        or an allowed IP address."""
         pinned = self.config.pinned(host)
         address = pinned or host
         try:
@@ -318,7 +322,7 @@ class EgressProxy:
                 infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
                 address = infos[0][4][0]
             named = trusted or pinned is not None or is_ip(host)
-            if not named and not ipaddress.ip_address(address).is_global:
+            if not named and is_own(ipaddress.ip_address(address), self.own_networks):
                 raise Refused(502, f"rl360 egress: {host} resolves to {address}, an address of the node's own "
                                    "networks: pin it in [egress.hosts] if that is meant", host=host, failed=True)
             async with asyncio.timeout(self.config.connect_timeout_s):

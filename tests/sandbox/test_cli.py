@@ -94,12 +94,18 @@ def test_a_refused_task_gets_its_own_row_and_the_others_are_checked(cli, bwrap, 
     ok = "[ -f /app/done ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
     write_task(tmp_path / "set", "good", test_sh=ok, solve_sh="touch /app/done\n")
     write_task(tmp_path / "set", "windows", toml='[environment]\nos = "windows"\n')
+    # One that needs a variable this process lacks (harbor-cookbook's computer-use-windows: DAYTONA_API_KEY).
+    write_task(tmp_path / "set", "needs-key", toml='[environment.env]\nKEY = "${RL360_TEST_UNSET_KEY}"\n',
+               solve_sh="true\n")
     proc = cli("tasks", "check", str(tmp_path / "set"), "--json", env=env)
     assert proc.returncode == 1
     rows = {r["task"]: r for r in json.loads(proc.stdout)["tasks"]}
     assert rows["good"]["passed"] and rows["good"]["oracle"]["reward"] == 1
     assert not rows["windows"]["passed"] and rows["windows"]["oracle"] is None
     assert rows["windows"]["problems"][0].startswith("refused: task windows: Windows tasks need a Windows node")
+    assert rows["needs-key"]["oracle"] is None and rows["needs-key"]["problems"] == [(
+        "refused: task needs-key: [environment.env] needs ${RL360_TEST_UNSET_KEY}, which is not set; set "
+        "RL360_TEST_UNSET_KEY in the environment rl360 runs in (Harbor reads it from --env-file)")]
     # A set none of whose tasks loads is one line, naming the first refusal.
     only = cli("tasks", "check", str(tmp_path / "set"), "--include", "windows", env=env)
     assert only.returncode == 1 and "windows: Windows tasks need a Windows node" in only.stdout + only.stderr
