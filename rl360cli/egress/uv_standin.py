@@ -7,7 +7,7 @@ harbor-cookbook's verifiers run `curl -LsSf https://astral.sh/uv/0.9.7/install.s
 $HOME/.local/bin/env; uvx ...`. With the dev profile's mirror `"https://astral.sh/uv/" =
 "http://127.0.0.1:5081/uv/"` (cluster/dev-docker.toml) the egress proxy answers that https:// URL from here:
 
-- `/uv/<any version>/install.sh`: a stand-in script (it says so when it runs) that downloads
+- `/uv/<any version>/install.sh` and `/uv/install.sh` (the latest): a stand-in script (it says so when it runs) that downloads
   `https://astral.sh/uv/stand-in/uv-x86_64-unknown-linux-gnu.tar.gz` (under the same mirror key, `--public`,
   so through the same proxy path) and installs `uv` and `uvx` into `$UV_INSTALL_DIR`, else `$XDG_BIN_HOME`, else `$HOME/.local/bin`,
   and writes `env` there as the real installer does (a sh file that puts the folder on PATH);
@@ -34,7 +34,8 @@ from pathlib import Path
 
 TARGET = "uv-x86_64-unknown-linux-gnu"
 TARBALL = f"/uv/stand-in/{TARGET}.tar.gz"
-_INSTALL = re.compile(r"^/uv/([A-Za-z0-9._+-]+)/install\.sh$")
+# The versioned URL (`/uv/0.9.7/install.sh`) and the latest (`/uv/install.sh`, mcp-tools' oracle).
+_INSTALL = re.compile(r"^/uv/(?:([A-Za-z0-9._+-]+)/)?install\.sh$")
 
 SCRIPT = r"""#!/bin/sh
 # rl360's STAND-IN for astral.sh's uv installer (rl360cli/egress/uv_standin.py), served on a dev machine
@@ -108,13 +109,13 @@ class UvInstallerStandIn:
                 standin.gets[self.path] = standin.gets.get(self.path, 0) + 1
                 asked = _INSTALL.match(self.path)
                 if asked:
-                    body = (SCRIPT.replace("WHEEL_VERSION", standin.version).replace("ASKED_VERSION", asked.group(1))
+                    body = (SCRIPT.replace("WHEEL_VERSION", standin.version).replace("ASKED_VERSION", asked.group(1) or "latest")
                             .replace("TARGET", TARGET).replace("PUBLIC_PREFIX", standin.public).encode())
                     kind = "text/x-shellscript"
                 elif self.path == TARBALL:
                     body, kind = tarball, "application/gzip"
                 else:
-                    body, kind = b"rl360 stand-in for astral.sh: only /uv/<version>/install.sh is served\n", "text/plain"
+                    body, kind = b"rl360 stand-in for astral.sh: only /uv/[<version>/]install.sh is served\n", "text/plain"
                 self.send_response(200 if kind != "text/plain" else 404)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))

@@ -118,7 +118,8 @@ class DockerSandbox(Sandbox):
         while True:
             try:
                 exec_id = (await owner.call(lambda: owner.api(node).exec_create(
-                    self.container_id, [*SHELL, AWAIT_INIT + command], environment={**self.trust_env, **self._exec_env, **(env or {})},
+                    self.container_id, [*SHELL, AWAIT_INIT + command],
+                    environment={**self.trust_env, **self._exec_env, **(env or {})},
                     user=user or owner.node_images.users.get((node, self.image), ""),
                     workdir=self.task.workdir)))["Id"]
                 break

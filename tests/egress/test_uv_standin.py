@@ -5,6 +5,8 @@ writes `$HOME/.local/bin/env`, after which `uv` and `uvx` are on PATH. Loopback 
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
 import zipfile
 
 import pytest
@@ -48,3 +50,14 @@ def test_the_installer_stand_in_installs_uv_behind_an_https_mirror(request, prov
         assert standin.gets == {"/uv/0.9.7/install.sh": 1, "/uv/stand-in/uv-x86_64-unknown-linux-gnu.tar.gz": 1}
         assert result.outcome == Outcome.OK and not result.egress.denied and not result.egress.failed
         assert proxy.stats()["tls_terminated"] == 2
+
+
+def test_the_stand_in_serves_the_latest_installer_too_and_nothing_else(tmp_path):
+    """mcp-tools' oracle fetches the unversioned https://astral.sh/uv/install.sh."""
+    with UvInstallerStandIn(made_wheel(tmp_path), public="https://astral.example.test/uv/") as standin:
+        for path, asked in (("/uv/install.sh", "latest"), ("/uv/0.9.7/install.sh", "0.9.7")):
+            script = urllib.request.urlopen(standin.url(path), timeout=10).read().decode()
+            assert f"installing uv 0.0.1 (the URL asked for {asked})" in script, script[:300]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(standin.url("/uv/0.9.7/uv.sh"), timeout=10)
+        assert refused.value.code == 404
