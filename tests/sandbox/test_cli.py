@@ -58,7 +58,8 @@ def test_tasks_check_passes_the_examples_on_the_dev_docker_nodes(cli, dev_profil
 
 
 def test_tasks_check_fails_a_bad_task_set_and_says_why(cli, bwrap, env, tmp_path):
-    ok = "[ -f /app/done ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+    ok = ("[ -f /app/done ] && echo 1 > /logs/verifier/reward.txt || { echo 'no /app/done'; "
+          "echo 0 > /logs/verifier/reward.txt; }\n")
     write_task(tmp_path / "set", "good", test_sh=ok, solve_sh="touch /app/done\n")
     write_task(tmp_path / "set", "wrong-oracle", test_sh=ok, solve_sh="true\n")
     write_task(tmp_path / "set", "always-passes", test_sh="echo 1 > /logs/verifier/reward.txt\n",
@@ -69,6 +70,7 @@ def test_tasks_check_fails_a_bad_task_set_and_says_why(cli, bwrap, env, tmp_path
     rows = {r["task"]: r for r in json.loads(proc.stdout)["tasks"]}
     assert rows["good"]["passed"]
     assert rows["wrong-oracle"]["problems"] == ["oracle reward 0 < 1"]
+    assert "no /app/done" in rows["wrong-oracle"]["oracle"]["verifier_output"]  # why, for the one who reads it
     assert rows["always-passes"]["problems"] == ["no-op reward 1 reaches 1: the tests pass without any work"]
     assert rows["no-solution"]["problems"] == ["no solution/solve.sh"]
     table = cli("tasks", "check", str(tmp_path / "set"), "--include", "good", "--include", "wrong-oracle", env=env)
