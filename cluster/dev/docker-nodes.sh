@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Emulated Docker nodes for development and tests, on this one machine:
 # a loopback registry and one dockerd per node (n1..nN), each with its own
-# data root, exec root, socket and cgroup parent; no bridge, no iptables.
+# data root, exec root, socket and cgroup parent; no bridge, no iptables;
+# and a loopback stand-in for astral.sh's uv installer (rl360cli/egress/uv_standin.py),
+# which cluster/dev-docker.toml's [egress.mirrors] serves for https://astral.sh/uv/.
 #
 #   docker-nodes.sh up [N=3]      install if missing, start, build/push base images
 #   docker-nodes.sh down          stop what this script started (by pid file)
 #   docker-nodes.sh status        one line per daemon
 #   docker-nodes.sh images        (re)build the base images, push, drop from caches
+#   docker-nodes.sh standins      (re)build the stand-ins only (hub/, ghcr/), push
 #   docker-nodes.sh cold          remove the base images from every node's cache
 #   docker-nodes.sh stop-node nX  stop one dockerd (TERM; containers stop)
 #   docker-nodes.sh kill-node nX  SIGKILL one dockerd (a crash; running containers die when it restarts)
@@ -20,7 +23,7 @@ DEV_LOG_PREFIX=docker-nodes
 # shellcheck source=lib.sh
 source "$HERE/lib.sh"
 
-dev_settings "$DEV_ROOT/docker/settings.env" RL360_DEV_REGISTRY_PORT=5000
+dev_settings "$DEV_ROOT/docker/settings.env" RL360_DEV_REGISTRY_PORT=5000 RL360_DEV_UV_STANDIN_PORT=5081
 REG_PORT=$RL360_DEV_REGISTRY_PORT
 REG_ADDR=127.0.0.1:$REG_PORT
 REG_DIR=$DEV_ROOT/registry
@@ -32,9 +35,20 @@ PYTHON_REF=$REG_ADDR/rl360/python:3.11
 # Stand-ins for the Docker Hub bases Harbor tasks start FROM, under the registry's hub/ (the mirror that
 # cluster/dev-docker.toml names for docker.io): images/standin/Dockerfile says what they are and are not.
 STANDINS=(ubuntu:24.04 python:3.12-slim python:3.11-slim)
+# The python:* stand-ins get pip (its wheel), and ghcr.io/astral-sh/uv:latest's stand-in, under the registry's
+# ghcr/ (the mirror cluster/dev-docker.toml names for ghcr.io), holds /uv and /uvx of uv's wheel
+# (images/standin-uv/Dockerfile). Wheels come from /opt/wheels when there, else from PyPI.
+PIP_VERSION=24.3.1
+UV_VERSION=0.9.7
+UV_STANDIN_REF=$REG_ADDR/ghcr/astral-sh/uv:latest
 SUITE=bookworm
 PY_INCLUDE=python3-minimal,python3-pytest
 PACKAGES=(docker.io docker-registry busybox-static debootstrap)
+# The uv installer's stand-in: cluster/dev-docker.toml's mirror names this port (change both together).
+UV_PORT=$RL360_DEV_UV_STANDIN_PORT
+UV_VERSION=0.9.7   # harbor-cookbook's verifiers ask for this one
+UV_DIR=$DEV_ROOT/uv-standin
+REPO_ROOT=$(cd "$HERE/../.." && pwd)
 
 # Containers of node nX live in cgroup /rl360-nX (absolute); another
 # DEV_ROOT gets its own prefix so that two sets of nodes never share one.
@@ -108,6 +122,43 @@ registry_has() { # REF -> manifest present
     curl --noproxy '*' -fsS -o /dev/null -m 5 \
         -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
         "http://$REG_ADDR/v2/$repo/manifests/$tag" 2>/dev/null
+}
+
+# ---------------------------------------------------------------- uv installer stand-in
+
+uv_wheel() { # PYTHON -> path of PyPI's uv wheel: /opt/wheels', else the cache's, else downloaded once; 1 if none
+    local w
+    w=$(ls /opt/wheels/uv-"$UV_VERSION"-*manylinux*x86_64*.whl 2>/dev/null | head -n1 || true)
+    [ -n "$w" ] || w=$(ls "$DEV_CACHE"/wheels/uv-"$UV_VERSION"-*manylinux*x86_64*.whl 2>/dev/null | head -n1 || true)
+    if [ -z "$w" ]; then
+        mkdir -p "$DEV_CACHE/wheels"
+        "$1" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+            --platform manylinux2014_x86_64 -d "$DEV_CACHE/wheels" "uv==$UV_VERSION" >&2 || return 1
+        w=$(ls "$DEV_CACHE"/wheels/uv-"$UV_VERSION"-*manylinux*x86_64*.whl | head -n1)
+    fi
+    echo "$w"
+}
+
+start_uv_standin() {
+    local pidfile=$UV_DIR/rl360.pid log=$UV_DIR/uv-standin.log py wheel
+    mkdir -p "$UV_DIR"
+    if dev_running "$pidfile"; then
+        dev_log "uv stand-in: already running on 127.0.0.1:$UV_PORT (pid $DEV_PID)"
+        return
+    fi
+    # The real interpreter, not a shim (dev_start records the process it execs into); stdlib only.
+    py=$(python3 -c 'import sys; print(sys.executable)')
+    # Not fatal: without it only the tasks whose verifiers fetch astral.sh's installer fail (their line says so).
+    wheel=$(uv_wheel "$py") || {
+        dev_log "uv stand-in: NOT started: no uv==$UV_VERSION wheel (PyPI unreachable? put it in /opt/wheels)"
+        return 0
+    }
+    dev_port_free 127.0.0.1 "$UV_PORT" \
+        || dev_die "127.0.0.1:$UV_PORT is taken by another process; set RL360_DEV_UV_STANDIN_PORT (and the mirror in cluster/dev-docker.toml)"
+    dev_start "$pidfile" "$log" "rl360cli.egress.uv_standin --port $UV_PORT" \
+        env PYTHONPATH="$REPO_ROOT" "$py" -m rl360cli.egress.uv_standin --port "$UV_PORT" --wheel "$wheel"
+    dev_wait_tcp 127.0.0.1 "$UV_PORT" 30 "$pidfile" "$log"
+    dev_log "uv stand-in: started on 127.0.0.1:$UV_PORT (pid $DEV_PID, uv from $wheel)"
 }
 
 # ---------------------------------------------------------------- nodes
@@ -309,6 +360,36 @@ import_push() { # NAME REF TARBALL CMD CHECK...
     dev_log "$name image: imported, tested, pushed to $ref and removed from n1 in $(dev_ms_since "$t0") ms"
 }
 
+# python312_home -> the prefix of a CPython 3.12 built on this machine (RL360_DEV_PYTHON312, else pyenv's),
+# which python:3.12-slim's stand-in gets (images/standin/Dockerfile); fails when there is none.
+python312_home() {
+    local home=${RL360_DEV_PYTHON312:-}
+    [ -n "$home" ] || home=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12.* 2>/dev/null | sort -V | tail -n1)
+    [ -n "$home" ] && [ -x "$home/bin/python3.12" ] && echo "$home"
+}
+
+# wheel_of NAME VERSION TAG -> the path of NAME==VERSION's wheel whose file name holds TAG: /opt/wheels's,
+# else one fetched from PyPI once (its simple API, as JSON, names the files) into $DEV_CACHE/wheels.
+wheel_of() {
+    local name=$1 version=$2 tag=$3 found dir=$DEV_CACHE/wheels url
+    found=$(ls /opt/wheels/"$name-$version"-*"$tag"*.whl "$dir/$name-$version"-*"$tag"*.whl 2>/dev/null | head -n1 || true)
+    if [ -z "$found" ]; then
+        mkdir -p "$dir"
+        url=$(curl -fsSL --retry 3 -H 'Accept: application/vnd.pypi.simple.v1+json' \
+            "https://pypi.org/simple/$name/" | python3 -c '
+import json, sys
+name, version, tag = sys.argv[1:]
+prefix = f"{name}-{version}-"
+print(next(f["url"] for f in json.load(sys.stdin)["files"]
+           if f["filename"].startswith(prefix) and f["filename"].endswith(".whl") and tag in f["filename"]))
+' "$name" "$version" "$tag" 2>/dev/null) || dev_die "wheel $name==$version ($tag): not found on PyPI"
+        found=$dir/${url##*/}
+        curl -fsSL --retry 3 -o "$found.tmp" "$url" && mv -f "$found.tmp" "$found" \
+            || dev_die "wheel $name==$version: download from $url failed"
+    fi
+    echo "$found"
+}
+
 # ensure_images [force]: make the registry hold both base images.
 # The registry's storage right after the base images were pushed, cached so
 # that a fresh DEV_ROOT gets them in a second instead of an import + push.
@@ -319,14 +400,15 @@ registry_snapshot() {
         | sha256sum | cut -c1-12)
     echo "$DEV_CACHE/registry-base-images-$key.tar"
 }
-REG_REPO_VERSION=2   # bump when the image recipes below change
+REG_REPO_VERSION=3   # bump when the image recipes below change
 
-# ensure_images [force]: make the registry hold the base images and the stand-ins.
+# ensure_images [force|standins]: make the registry hold the base images and the stand-ins (force:
+# rebuild all; standins: rebuild the stand-ins only).
 ensure_images() {
     local force=${1:-} built=0 snap
     mkdir -p "$DEV_ROOT/build" "$DEV_CACHE"
     snap=$(registry_snapshot)
-    if [ -z "$force" ] && registry_has "$BUSYBOX_REF"; then
+    if { [ -z "$force" ] || [ "$force" = standins ]; } && registry_has "$BUSYBOX_REF"; then
         dev_log "busybox image: present in registry ($BUSYBOX_REF)"
     else
         local tb t0
@@ -337,7 +419,7 @@ ensure_images() {
         rm -f "$tb"
         built=1
     fi
-    if [ -z "$force" ] && registry_has "$PYTHON_REF"; then
+    if { [ -z "$force" ] || [ "$force" = standins ]; } && registry_has "$PYTHON_REF"; then
         dev_log "python image: present in registry ($PYTHON_REF)"
     else
         local tb
@@ -346,7 +428,7 @@ ensure_images() {
             bash -c 'python3 -m pytest --version && python3 -c "import sys; assert sys.version_info[:2] == (3, 11)"'
         built=1
     fi
-    local base ref ctx t0
+    local base ref ctx t0 with_pip wheel note py312
     for base in "${STANDINS[@]}"; do
         ref=$REG_ADDR/hub/library/$base
         if [ -z "$force" ] && registry_has "$ref"; then
@@ -355,15 +437,51 @@ ensure_images() {
         fi
         t0=$(date +%s%N)
         ctx=$DEV_ROOT/build/standin
-        mkdir -p "$DEV_ROOT/build"
-        dk n1 build -q --network none --build-arg "BASE=$PYTHON_REF" --build-arg "STANDS_FOR=$base" -t "$ref" \
-            "$HERE/../../images/standin" >"$ctx.log" 2>&1 \
+        rm -rf "$ctx"; mkdir -p "$ctx/extra"
+        cp "$HERE/../../images/standin/Dockerfile" "$ctx/"
+        with_pip= note=
+        # What this machine added to its trust store (its way out may re-sign TLS): images/standin/Dockerfile.
+        if [ -n "$(ls /usr/local/share/ca-certificates/*.crt 2>/dev/null)" ] && [ -s /etc/ssl/certs/ca-certificates.crt ]; then
+            mkdir -p "$ctx/extra/local-ca"
+            cp /usr/local/share/ca-certificates/*.crt "$ctx/extra/local-ca/"
+            cp /etc/ssl/certs/ca-certificates.crt "$ctx/extra/"
+        fi
+        case $base in python:*)
+            with_pip=1
+            wheel=$(wheel_of pip "$PIP_VERSION" py3-none-any) || exit 1
+            cp "$wheel" "$ctx/extra/" ;;
+        esac
+        if [ "$base" = python:3.12-slim ] && py312=$(python312_home); then
+            tar -C "$py312" -cf "$ctx/extra/python3.12.tar" --exclude=lib/python3.12/test \
+                --exclude=lib/python3.12/idlelib --exclude='lib/python3.12/config-*' \
+                --exclude=lib/python3.12/site-packages bin/python3.12 lib
+            note=", and CPython $("$py312/bin/python3.12" -c 'import platform; print(platform.python_version())') as python3"
+        fi
+        dk n1 build -q --force-rm --network none --build-arg "BASE=$PYTHON_REF" --build-arg "STANDS_FOR=$base" \
+            --build-arg "WITH_PIP=$with_pip" --build-arg "PYTHON_NOTE=$note" -t "$ref" "$ctx" >"$ctx.log" 2>&1 \
             || { tail -n 20 "$ctx.log" >&2; dev_die "stand-in $base: build failed (log $ctx.log)"; }
         dk n1 push "$ref" >/dev/null
         dk n1 rmi "$ref" >/dev/null
         dev_log "stand-in $base: built on $PYTHON_REF, pushed to $ref in $(dev_ms_since "$t0") ms"
         built=1
     done
+    if [ -z "$force" ] && registry_has "$UV_STANDIN_REF"; then
+        dev_log "stand-in ghcr.io/astral-sh/uv:latest: present in registry ($UV_STANDIN_REF)"
+    else
+        t0=$(date +%s%N)
+        ctx=$DEV_ROOT/build/standin-uv
+        rm -rf "$ctx"; mkdir -p "$ctx"
+        cp "$HERE/../../images/standin-uv/Dockerfile" "$ctx/"
+        wheel=$(wheel_of uv "$UV_VERSION" manylinux_2_17_x86_64) || exit 1
+        unzip -q -j -o "$wheel" \
+            "uv-$UV_VERSION.data/scripts/uv" "uv-$UV_VERSION.data/scripts/uvx" -d "$ctx"
+        dk n1 build -q --force-rm --network none --build-arg "UV_VERSION=$UV_VERSION" -t "$UV_STANDIN_REF" "$ctx" \
+            >"$ctx.log" 2>&1 || { tail -n 20 "$ctx.log" >&2; dev_die "stand-in uv: build failed (log $ctx.log)"; }
+        dk n1 push "$UV_STANDIN_REF" >/dev/null
+        dk n1 rmi "$UV_STANDIN_REF" >/dev/null
+        dev_log "stand-in ghcr.io/astral-sh/uv:latest: uv $UV_VERSION's binaries, pushed to $UV_STANDIN_REF in $(dev_ms_since "$t0") ms"
+        built=1
+    fi
     if [ $built = 1 ] || [ ! -s "$snap" ]; then
         tar -C "$REG_REG_DATA" -cf "$snap.tmp" . && mv -f "$snap.tmp" "$snap"
         dev_log "registry: cached its storage at $snap ($(du -m "$snap" | cut -f1) MB)"
@@ -443,6 +561,7 @@ cmd_up() {
     [ -x "$DOCKER_CLI" ] || dev_die "no docker CLI ($DOCKER_CLI); set RL360_DEV_DOCKER_CLI"
     mkdir -p "$DOCKER_DIR"
     start_registry
+    start_uv_standin
     for i in $(seq 1 "$num"); do nodes+=("n$i"); done
     # Nodes beyond N that an earlier "up" started: stop them ("up N" is the
     # desired state).
@@ -466,6 +585,7 @@ cmd_down() {
     done
     for n in "${pids[@]+"${pids[@]}"}"; do wait "$n" || true; done
     dev_log "registry: $(dev_stop "$REG_DIR/rl360.pid" 10)"
+    dev_log "uv stand-in: $(dev_stop "$UV_DIR/rl360.pid" 10)"
     # No description file while down: tests that only look for it skip.
     rm -f "$DOCKER_DIR/nodes.json"
     dev_log "down: done"
@@ -477,6 +597,11 @@ cmd_status() {
         dev_log "registry: running on $REG_ADDR (pid $DEV_PID)"
     else
         dev_log "registry: not running"; rc=1
+    fi
+    if dev_running "$UV_DIR/rl360.pid"; then
+        dev_log "uv stand-in: running on 127.0.0.1:$UV_PORT (pid $DEV_PID)"
+    else
+        dev_log "uv stand-in: not running"   # not a failure: up goes on without it (start_uv_standin)
     fi
     local nodes
     nodes=$(json_nodes)   # what "up" asked for; else every node ever started
@@ -504,6 +629,10 @@ main() {
             dev_running "$(node_pidfile n1)" || dev_die "n1 not running; run: $0 up"
             ensure_images force
             make_cold ;;
+        standins)
+            dev_running "$REG_DIR/rl360.pid" || dev_die "registry not running; run: $0 up"
+            dev_running "$(node_pidfile n1)" || dev_die "n1 not running; run: $0 up"
+            ensure_images standins ;;
         cold) make_cold ;;
         stop-node) check_node_name "${1:-}"; stop_node "$1"; refresh_json ;;
         kill-node) check_node_name "${1:-}"; stop_node "$1" 0 KILL; refresh_json ;;
@@ -514,7 +643,7 @@ main() {
             find "$DOCKER_DIR" -mindepth 1 -maxdepth 1 ! -name settings.env -exec rm -rf {} +
             rm -rf "$REG_DIR" "$DEV_ROOT/build"
             dev_log "purge: removed $DOCKER_DIR and $REG_DIR (cache $DEV_CACHE kept)" ;;
-        *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || [ "$cmd" = help ] || [ "$cmd" = -h ] || exit 2 ;;
+        *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || [ "$cmd" = help ] || [ "$cmd" = -h ] || exit 2 ;;
     esac
 }
 

@@ -5,6 +5,7 @@ of those worth training on."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 from typing import Annotated
@@ -20,6 +21,7 @@ from rl360cli.loop.calibration import Band
 from rl360cli.sandbox.check import CheckRow, check_tasks
 from rl360cli.sandbox.config import SandboxConfig, WarmPoolConfig
 from rl360cli.sandbox.providers import make_provider
+from rl360cli.sandbox.task import resolve_env
 from rl360cli.sandbox.task_loader import TaskError, load_task_set
 from rl360cli.stages import egress
 from rl360cli.stages.calibrate import calibrate as run_calibration
@@ -61,6 +63,16 @@ def check(
             elif not refused_here:  # the set itself is wrong (no such folder, no task in it, a bad --include)
                 raise
         refused.update(refused_here)
+    # A task whose [environment.env] names a variable this process lacks cannot start anywhere: its own row,
+    # before any image is built for it (harbor-cookbook's computer-use-windows needs DAYTONA_API_KEY).
+    for task in list(tasks):
+        try:
+            resolve_env(task.env)
+        except KeyError as e:
+            tasks.remove(task)
+            refused[task.id] = TaskError(f"task {task.id}: [environment.env] needs ${{{e.args[0]}}}, which is not "
+                                         "set", f"set {e.args[0]} in the environment rl360 runs in (Harbor reads "
+                                         "it from --env-file)")
     ids = [t.id for t in tasks] + list(refused)
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
@@ -73,20 +85,20 @@ def check(
     config = SandboxConfig(provider=provider, max_concurrent=2 * concurrency, wave_size=max(4, 2 * concurrency),
                            wave_interval_s=0.2, warm_pool=WarmPoolConfig(size=0))
     run_id = f"check-{time.strftime('%Y%m%d-%H%M%S')}"
-    if egress.applies(ctx) and provider != "daytona":  # the machine's egress proxy (kept for later checks and runs)
-        egress.apply(ctx)
-    sandboxes = make_provider(config, nodes=ctx.profile.nodes, run_id=run_id,
-                              node_images=queries.image_digests(ctx.state.read()),
-                              registry=ctx.profile.registry, egress=egress.route(ctx))
+    # The machine's egress proxy for the check's sandboxes and builds: one `rl360 up` started is left running.
+    proxy = egress.for_one_command(ctx) if egress.applies(ctx) and provider != "daytona" else contextlib.nullcontext()
 
-    async def run():
+    async def run(sandboxes):
         try:
             return await check_tasks(sandboxes, tasks, run_id=run_id, concurrency=concurrency)
         finally:
             await sandboxes.close()
 
-
-    rows = asyncio.run(run()) if tasks else []
+    with proxy:
+        sandboxes = make_provider(config, nodes=ctx.profile.nodes, run_id=run_id,
+                                  node_images=queries.image_digests(ctx.state.read()),
+                                  registry=ctx.profile.registry, egress=egress.route(ctx))
+        rows = asyncio.run(run(sandboxes)) if tasks else []
     rows = sorted(rows + [CheckRow.refused_row(name, e) for name, e in refused.items()], key=lambda r: r.task)
     failed = [r for r in rows if not r.passed]
     ctx.event("tasks", "check", f"{len(rows)} tasks", outcome="failed" if failed else "ok", provider=provider,

@@ -2,7 +2,9 @@
 
 What is cached: a 200 answer to a GET that carried no credentials (no Authorization, Cookie or Range),
 unless the answer says `no-store`, `private` or `no-cache`, fresh for its `max-age` (else the profile's
-`cache_ttl_s`). Bytes of HTTPS tunnels are never seen, so never cached. The least recently used entries
+`cache_ttl_s`). An answer that says `Vary` is kept with the request's values of the headers it names, and
+served only to a request with the same values (RFC 9111 4.1: PyPI's simple index answers JSON or HTML by
+`Accept`); another request is fetched upstream, not cached. Bytes of HTTPS tunnels are never seen, so never cached. The least recently used entries
 go first once the cache is past `cache_mb`. `fetch_once` lets one request per URL go upstream at a time:
 N sandboxes that ask for the same file together cost one upstream fetch, the others served from what
 it brought. The index lives as long as the proxy; the folder is emptied when a proxy starts.
@@ -36,6 +38,22 @@ class Entry:
     path: Path
     size: int
     expires: float
+    # The request's values of the headers the answer's Vary names (lowercase names): who else it may serve.
+    varies: tuple[tuple[str, str], ...] = ()
+
+    def serves(self, request: list[tuple[str, str]]) -> bool:
+        """Whether this entry answers a request with these headers (its Vary headers have the same values)."""
+        return all(_value(request, name) == value for name, value in self.varies)
+
+
+def _value(headers: list[tuple[str, str]], name: str) -> str:
+    return next((v for k, v in headers if k.lower() == name), "")
+
+
+def varied(answer: dict[str, str], request: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """The request's values of the headers that an answer (lowercase header names) says it varies by."""
+    names = [n.strip().lower() for n in answer.get("vary", "").split(",") if n.strip()]
+    return tuple((name, _value(request, name)) for name in names)
 
 
 def freshness(headers: dict[str, str], default_s: float) -> float | None:
@@ -75,7 +93,7 @@ class GetCache:
         return self.folder / f"{digest}.{os.getpid()}.{time.monotonic_ns()}.part"
 
     def commit(self, url: str, part: Path, *, status: bytes, headers: tuple[tuple[str, str], ...],
-               fresh_s: float) -> None:
+               fresh_s: float, varies: tuple[tuple[str, str], ...] = ()) -> None:
         """Keep the fetched answer in `part` for `url`; least recently used entries make room."""
         size = part.stat().st_size
         if size > self.max_bytes:
@@ -85,7 +103,7 @@ class GetCache:
         os.replace(part, final)
         self._drop(url)
         self.entries[url] = Entry(status=status, headers=headers, path=final, size=size,
-                                  expires=time.monotonic() + fresh_s)
+                                  expires=time.monotonic() + fresh_s, varies=varies)
         self.size += size
         while self.size > self.max_bytes and self.entries:
             self._drop(next(iter(self.entries)))

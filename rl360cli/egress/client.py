@@ -2,7 +2,7 @@
 node's proxy, and what the proxy counted for it.
 
     route = EgressRoute(mode="allow", control="/.../egress/control.sock")
-    await route.attach(sandbox_id, pid)          # the proxy now listens in that process's namespace
+    ca_pem = await route.attach(sandbox_id, pid) # the proxy now listens in that process's namespace
     env = route.proxy_env(no_proxy=("mcp-server",))
     report = await route.detach(sandbox_id)      # EgressReport: bytes, denials, failures per host
 
@@ -95,9 +95,11 @@ class EgressRoute:
         return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
                 "NO_PROXY": local, "no_proxy": local}
 
-    async def attach(self, sandbox: str, pid: int) -> None:
-        """Have the proxy listen in the network namespace of process `pid` for `sandbox`."""
-        await self._call({"op": "attach", "sandbox": sandbox, "pid": pid})
+    async def attach(self, sandbox: str, pid: int) -> str:
+        """Have the proxy listen in the network namespace of process `pid` for `sandbox`. Returns the rl360
+        egress CA's certificate (PEM) that the sandbox must trust, "" when the profile has no https:// mirror
+        (trust.py says where a provider puts it)."""
+        return str((await self._call({"op": "attach", "sandbox": sandbox, "pid": pid})).get("ca") or "")
 
     async def detach(self, sandbox: str) -> EgressReport:
         """Stop serving `sandbox`; what it did."""

@@ -20,10 +20,11 @@
 
 Host patterns are Harbor's (its `allowed_hosts`): a name (`pypi.org`, that host only), a leading
 wildcard (`*.debian.org`: its subdomains, not `debian.org` itself) or an IP address. A mirror's key is an
-`http://` URL prefix: the proxy sees an `https://` URL only inside the client's TLS tunnel, so it could
-never rewrite one (a client told to use `http://` where the origin serves both can be mirrored). `hosts`
-pins names to addresses, as curl's `--resolve` does: a pinned or mirrored address may be one of the
-node's own networks (a mirror on 127.0.0.1); a host that DNS resolves there is refused.
+`http://` or `https://` URL prefix. An `https://` key makes the proxy terminate TLS for a CONNECT to that
+key's host and port (a certificate signed by the proxy's own CA, which sandboxes trust: proxy.py, ca.py),
+so it can read and rewrite the URLs inside; every other CONNECT stays a blind tunnel. `hosts` pins names
+to addresses, as curl's `--resolve` does: a pinned or mirrored address may be one of the node's own
+networks (a mirror on 127.0.0.1); a host that DNS resolves there is refused.
 
 Test: tests/egress/test_egress_config.py.
 """
@@ -101,10 +102,11 @@ class EgressConfig:
             if problem:
                 raise ValueError(f"allow: {pattern!r}: {problem} (e.g. \"pypi.org\", \"*.debian.org\")")
         for prefix, target in self.mirrors.items():
-            if not prefix.startswith("http://") or not urlsplit(prefix).hostname:
-                raise ValueError(f"mirrors: {prefix!r} must be an http:// URL prefix: the proxy sees an https:// "
-                                 "URL only inside its client's TLS tunnel and cannot rewrite it; allow its host "
-                                 "instead (allow = [\"host\"]), or mirror the http:// form")
+            if not prefix.startswith(("http://", "https://")) or not urlsplit(prefix).hostname:
+                raise ValueError(f"mirrors: {prefix!r} must be an http:// or https:// URL prefix "
+                                 "(e.g. \"https://astral.sh/uv/\")")
+            if urlsplit(prefix).path == "":
+                raise ValueError(f"mirrors: {prefix!r} needs a path, at least \"/\" (e.g. {prefix + '/'!r})")
             if not target.startswith(("http://", "https://")) or not urlsplit(target).hostname:
                 raise ValueError(f"mirrors.{prefix!r}: {target!r} must be an http:// or https:// URL prefix")
         for name, address in self.hosts.items():
@@ -123,6 +125,17 @@ class EgressConfig:
         """The URL fetched in place of `url` (the longest matching prefix's), or None when none maps it."""
         best = max((p for p in self.mirrors if url.startswith(p)), key=len, default=None)
         return None if best is None else self.mirrors[best] + url[len(best):]
+
+    def terminates_tls(self, host: str, port: int) -> bool:
+        """Whether a CONNECT to `host`:`port` is one the proxy answers itself (an `https://` mirror key names
+        that host and port), rather than a blind tunnel."""
+        return (host, port) in self.tls_hosts
+
+    @property
+    def tls_hosts(self) -> frozenset[tuple[str, int]]:
+        """(host, port) of every `https://` mirror key."""
+        return frozenset(((urlsplit(p).hostname or "").lower(), urlsplit(p).port or 443)
+                         for p in self.mirrors if p.startswith("https://"))
 
     def pinned(self, host: str) -> str | None:
         """The address `hosts` pins `host` to, if any."""

@@ -18,6 +18,14 @@ and denial is counted for the sandbox that caused it.
 
 What it does with a request:
 - `CONNECT host:port` (HTTPS): tunnelled to a host of the allow-list, bytes counted, never looked into;
+- `CONNECT` to the host and port of an `https://` mirror key: answered by the proxy itself. It ends the TLS
+  with a certificate for that host signed by its own CA (ca.py; kept in `ca/` beside the cache folder,
+  key 0600, never leaving the node; providers put the certificate where a sandbox's clients look, client.py),
+  reads the request inside and serves it as a plain-HTTP one: a mirrored URL is rewritten (to http:// or
+  https://) and its GET cached; a path no mirror maps is forwarded upstream over verified TLS only when the
+  host is also on the allow list, else refused `403` inside the TLS session. A client that refuses the
+  proxy's certificate (it does not trust the CA) is counted as a `failed` connection to that host: the CA
+  did not reach that client, which is the infrastructure's doing;
 - `GET http://...` (and other methods): rewritten when a mirror maps the URL, else only to an allowed host;
   GET answers cached per node (cache.py), one upstream fetch per URL at a time;
 - anything else is refused: `403` whose status line and body say why in one line (`rl360 egress: evil.test
@@ -27,7 +35,8 @@ What it does with a request:
   model's own doing (rl360cli/sandbox/attempt.py).
 
 Control (a unix socket, one JSON line each way, never reachable from a sandbox): `attach` (sandbox id,
-pid whose namespace to serve), `detach` (returns what that sandbox did), `stats`, `ping`. An attachment
+pid whose namespace to serve; answers the CA certificate the sandbox must trust, "" without an https://
+mirror), `detach` (returns what that sandbox did), `stats`, `ping`. An attachment
 whose process is gone (a crashed orchestrator never detached) is dropped within `GC_INTERVAL_S`.
 
 Test: tests/egress/test_proxy.py (the proxy alone), tests/egress/test_egress_sandboxes.py (both providers).
@@ -52,9 +61,11 @@ from urllib.parse import urlsplit
 
 from rl360cli import procinfo
 from rl360cli.configload import from_mapping, read_toml
-from rl360cli.egress.cache import PRIVATE_REQUEST, GetCache, freshness
+from rl360cli.egress.ca import EgressCA
+from rl360cli.egress.cache import PRIVATE_REQUEST, GetCache, freshness, varied
 from rl360cli.egress.config import EgressConfig, is_ip
 from rl360cli.egress.netns import NetnsError, listen_in
+from rl360cli.egress.own_networks import is_own, node_networks
 
 log = logging.getLogger("rl360cli.egress")
 
@@ -113,22 +124,27 @@ class Refused(Exception):
 class EgressProxy:
     def __init__(self, config: EgressConfig, cache_dir: Path):
         self.config = config
+        # The addresses an allowed name must not lead to (own_networks.py), read once at the start.
+        self.own_networks = node_networks()
         self.cache = GetCache(cache_dir, max_bytes=config.cache_mb << 20, ttl_s=config.cache_ttl_s)
+        # Only a profile with an https:// mirror makes (or reads) a CA: without one every CONNECT is blind.
+        self.ca = EgressCA.load_or_make(ca_folder(cache_dir)) if config.tls_hosts else None
         self.attached: dict[str, Attachment] = {}
         self.totals = Counter()
 
     # ------------------------------------------------------------------ control
 
     async def attach(self, sandbox: str, pid: int) -> dict:
+        answer = {"ok": True, "port": self.config.sandbox_port, "ca": self.ca.pem if self.ca else ""}
         if sandbox in self.attached:
-            return {"ok": True, "port": self.config.sandbox_port}
+            return answer
         started = procinfo.start_time(pid)
         sock = await asyncio.to_thread(listen_in, pid, self.config.sandbox_port)
         tally = Tally()
         server = await asyncio.start_server(lambda r, w: self._client(r, w, tally), sock=sock, limit=MAX_HEAD)
         self.attached[sandbox] = Attachment(server=server, pid=pid, pid_start=started, tally=tally)
         self.totals["attached"] += 1
-        return {"ok": True, "port": self.config.sandbox_port}
+        return answer
 
     async def detach(self, sandbox: str) -> dict:
         attachment = self.attached.pop(sandbox, None)
@@ -181,6 +197,8 @@ class EgressProxy:
             method, target, headers = _parse_head(head)
             if method == "CONNECT":
                 await self._tunnel(target, reader, writer, tally)
+            elif not target.startswith("http://"):
+                raise Refused(400, "rl360 egress: send an absolute http:// URL, or CONNECT for https", host="?")
             else:
                 await self._forward(method, target, headers, reader, writer, tally)
         except Refused as e:
@@ -189,7 +207,8 @@ class EgressProxy:
                 if not e.answered:
                     writer.write(_answer(e.status, e.line))
                     await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError, ValueError):
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError, ValueError,
+                ssl.SSLError):
             pass
         finally:
             with contextlib.suppress(OSError):
@@ -205,6 +224,9 @@ class EgressProxy:
         host = host.strip("[]").lower()
         if not host or not port.isdigit():
             raise Refused(400, f"rl360 egress: CONNECT {target!r} is not host:port", host=host or "?")
+        if self.ca is not None and self.config.terminates_tls(host, int(port)):
+            await self._terminate(host, int(port), reader, writer, tally)
+            return
         if not self.config.allows(host):
             raise Refused(403, _denial(host), host=host)
         up_reader, up_writer = await self._connect(host, int(port), trusted=False)
@@ -217,10 +239,37 @@ class EgressProxy:
 
         await asyncio.gather(_pipe(reader, up_writer, count), _pipe(up_reader, writer, count))
 
+    async def _terminate(self, host: str, port: int, reader, writer, tally: Tally) -> None:
+        """Answer a CONNECT to an https:// mirror's host as that host: end its TLS with the CA's leaf and serve
+        the one request inside (the answer says `Connection: close`, as every answer of the proxy does)."""
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+        try:
+            async with asyncio.timeout(IDLE_S):
+                await writer.start_tls(self.ca.server_context(host))
+        except ssl.SSLError as e:
+            why = e.reason or type(e).__name__
+            line = (f"rl360 egress: a client refused the proxy's certificate for {host} ({why}): it does not "
+                    "trust the rl360 egress CA (docs/sandboxes.md, \"What a sandbox trusts\")")
+            raise Refused(502, line, host=host, failed=True, answered=True) from None
+        self.totals["tls_terminated"] += 1
+        async with asyncio.timeout(IDLE_S):
+            head = await reader.readuntil(b"\r\n\r\n")
+        method, target, headers = _parse_head(head)
+        if not target.startswith("/"):
+            raise Refused(400, f"rl360 egress: inside TLS to {host}, send a path (origin-form), not {target!r}",
+                          host=host)
+        url = f"https://{host}{'' if port == 443 else f':{port}'}{target}"
+        if self.config.mirrored(url) is None and not self.config.allows(host):
+            raise Refused(403, f"rl360 egress: {url} is under no https:// prefix of [egress.mirrors] and {host} "
+                               "is not on the profile's [egress] allow list (the operator maps it, or allows the "
+                               "host)", host=host)
+        await self._forward(method, url, headers, reader, writer, tally)
+
     async def _forward(self, method: str, target: str, headers: list[tuple[str, str]], reader, writer,
                        tally: Tally) -> None:
-        if not target.startswith("http://"):
-            raise Refused(400, "rl360 egress: send an absolute http:// URL, or CONNECT for https", host="?")
+        """Serve an absolute `target` URL (http://, or https:// read inside a TLS the proxy ended): its mirror
+        when one maps it, else the URL itself when its host is allowed."""
         host = (urlsplit(target).hostname or "").lower()
         mirrored = self.config.mirrored(target)
         if mirrored is None and not self.config.allows(host):
@@ -237,6 +286,9 @@ class EgressProxy:
             tally.bytes[host] += await self._fetch(method, url, headers, body, writer, trusted=mirrored is not None)
             return
         entry = self.cache.get(url)
+        if entry is not None and not entry.serves(headers):  # kept for another Accept: this one goes upstream
+            tally.bytes[host] += await self._fetch(method, url, headers, body, writer, trusted=mirrored is not None)
+            return
         if entry is None:
             served: list[int] = []
 
@@ -249,7 +301,7 @@ class EgressProxy:
                 tally.bytes[host] += served[0]
                 return
             entry = self.cache.get(url)  # another sandbox's fetch of it just ended
-            if entry is None:
+            if entry is None or not entry.serves(headers):
                 tally.bytes[host] += await self._fetch(method, url, headers, body, writer,
                                                        trusted=mirrored is not None)
                 return
@@ -260,8 +312,9 @@ class EgressProxy:
     # ------------------------------------------------------------------ upstream
 
     async def _connect(self, host: str, port: int, *, trusted: bool, tls: bool = False):
-        """A connection to `host`:`port`. An address of the node's own networks (loopback, private, link-local)
-        is refused unless the operator named it: a pinned or mirrored host, or an allowed IP address."""
+        """A connection to `host`:`port`. An address of the node's own networks (loopback, private, link-local,
+        its interfaces': own_networks.py) is refused unless the operator named it: a pinned or mirrored host,
+        or an allowed IP address."""
         pinned = self.config.pinned(host)
         address = pinned or host
         try:
@@ -269,15 +322,17 @@ class EgressProxy:
                 infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
                 address = infos[0][4][0]
             named = trusted or pinned is not None or is_ip(host)
-            if not named and not ipaddress.ip_address(address).is_global:
+            if not named and is_own(ipaddress.ip_address(address), self.own_networks):
                 raise Refused(502, f"rl360 egress: {host} resolves to {address}, an address of the node's own "
                                    "networks: pin it in [egress.hosts] if that is meant", host=host, failed=True)
             async with asyncio.timeout(self.config.connect_timeout_s):
+                # Upstream TLS is verified against the node's own trust store, for mirrors and allowed hosts.
                 return await asyncio.open_connection(address, port, limit=CHUNK,
                                                      ssl=ssl.create_default_context() if tls else None,
                                                      server_hostname=host if tls else None)
         except (OSError, TimeoutError) as e:
-            why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+            why = "timed out" if isinstance(e, TimeoutError) else (
+                getattr(e, "reason", None) or e.strerror or str(e))
             raise Refused(502, f"rl360 egress: cannot reach {host}:{port}: {why}", host=host, failed=True) from None
 
     async def _fetch(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes, writer, *,
@@ -328,7 +383,8 @@ class EgressProxy:
             await writer.drain()
             self.totals["bytes_upstream"] += served
             if part is not None:
-                self.cache.commit(cache_as, part, status=status, headers=kept, fresh_s=fresh)
+                self.cache.commit(cache_as, part, status=status, headers=kept, fresh_s=fresh,
+                                  varies=varied(fields, headers))
             return served
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, IndexError) as e:
             raise Refused(502, f"rl360 egress: {host} sent a broken answer ({type(e).__name__})", host=host,
@@ -336,6 +392,11 @@ class EgressProxy:
         finally:
             with contextlib.suppress(OSError):
                 up_writer.close()
+
+
+def ca_folder(cache_dir: Path) -> Path:
+    """Where the proxy keeps its CA: `ca/` beside its cache folder (which is emptied at each start)."""
+    return cache_dir.parent / "ca"
 
 
 # ----------------------------------------------------------------------------- HTTP, the little it takes

@@ -3,8 +3,11 @@
 The dev machines reach no host but Debian's and PyPI's package registries (FACTS.md), and the egress tests
 must never send a packet off this machine. So "pypi.org" or "astral.sh" in a test is this server, which the
 test's profile pins with `[egress.hosts]` (or a mirror maps to): it serves the files it was given, at any
-Host, counts the GETs per path (how many fetches reached "upstream"), and answers 404 otherwise. It is
-no model of any real site.
+Host, counts the GETs per path (how many fetches reached "upstream"), and answers 404 otherwise. Given
+`tls` (a server SSLContext, e.g. one of a test's own CA), it speaks HTTPS with that certificate: a host
+reached through a blind tunnel, whose key the egress proxy never has. Given `vary` (a request header's
+name), its answers say `Vary: <name>` and end with that header's value (an index answering JSON or HTML by
+`Accept`, as PyPI's does). It is no model of any real site.
 
     with InternetStandIn({"/uv/install.sh": b"echo installed\\n"}) as outside:
         outside.url("/uv/install.sh"), outside.gets["/uv/install.sh"]
@@ -14,6 +17,7 @@ Used by tests/egress/ and bench/bench_egress.py.
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,7 +26,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class InternetStandIn:
     """A stand-in for the internet on 127.0.0.1 (see the module docstring)."""
 
-    def __init__(self, files: dict[str, bytes], *, cache_control: str = ""):
+    def __init__(self, files: dict[str, bytes], *, cache_control: str = "", tls: ssl.SSLContext | None = None,
+                 vary: str = ""):
         self.files = dict(files)
         self.gets: Counter = Counter()
         standin = self
@@ -35,9 +40,13 @@ class InternetStandIn:
                 body = standin.files.get(self.path)
                 self.send_response(200 if body is not None else 404)
                 body = body if body is not None else b"not here\n"
+                if vary:
+                    body += (self.headers.get(vary) or "").encode()
                 self.send_header("Content-Length", str(len(body)))
                 if cache_control:
                     self.send_header("Cache-Control", cache_control)
+                if vary:
+                    self.send_header("Vary", vary)
                 self.end_headers()
                 self.wfile.write(body)
 
@@ -46,11 +55,16 @@ class InternetStandIn:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        if tls is not None:
+            # The handshake runs in the handler's thread (the first read), not in the accepting one.
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True,
+                                                 do_handshake_on_connect=False)
+        self.scheme = "https" if tls is not None else "http"
         self.port = self.server.server_address[1]
         self._thread = threading.Thread(target=self.server.serve_forever, name="internet-standin", daemon=True)
 
     def url(self, path: str, host: str = "127.0.0.1") -> str:
-        return f"http://{host}:{self.port}{path}"
+        return f"{self.scheme}://{host}:{self.port}{path}"
 
     def __enter__(self) -> InternetStandIn:
         self._thread.start()

@@ -31,6 +31,8 @@ from rl360cli.images.config import ImageRef, RegistrySpec
 DOCKER_HUB = "docker.io"
 _HUB_ALIASES = {"docker.io", "index.docker.io", "registry-1.docker.io"}
 _FROM = re.compile(r"^(\s*FROM\s+)((?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE)
+# `COPY --from=<image>`: an image the classic builder pulls as it pulls a FROM's.
+_COPY_FROM = re.compile(r"^(\s*COPY\s+(?:--\S+\s+)*?--from=)(\S+)(.*)$", re.IGNORECASE)
 _STAGE = re.compile(r"\bAS\s+(\S+)", re.IGNORECASE)
 
 
@@ -67,10 +69,11 @@ def through_mirrors(ref: str, registry: RegistrySpec) -> str:
 
 
 def rewrite_dockerfile(text: str, registry: RegistrySpec) -> str:
-    """The Dockerfile with every base image's `FROM` through the mirrors (unchanged without mirrors)."""
+    """The Dockerfile with every base image's `FROM` (and `COPY --from=<image>`) through the mirrors (unchanged without mirrors)."""
     if not registry.mirrors:
         return text
     stages: set[str] = set()
+    count = 0  # the stages so far (COPY --from=0 names the first)
     lines = []
     for number, line in enumerate(text.splitlines(keepends=True), start=1):
         match = _FROM.match(line.rstrip("\r\n"))
@@ -86,6 +89,16 @@ def rewrite_dockerfile(text: str, registry: RegistrySpec) -> str:
             if stage:
                 stages.add(stage.group(1).lower())
             line = f"{head}{flags}{image}{tail}" + line[len(line.rstrip("\r\n")):]
+            count += 1
+        copy = _COPY_FROM.match(line.rstrip("\r\n"))
+        if copy:
+            head, image, tail = copy.groups()
+            if "$" in image:
+                raise MirrorRefused(f"Dockerfile line {number}: COPY --from={image} takes its image from a build "
+                                    "argument, which rl360 cannot send through the profile's mirrors",
+                                    "write the image's reference in the COPY line")
+            if image.lower() not in stages and not (image.isdigit() and int(image) < count):
+                line = f"{head}{through_mirrors(image, registry)}{tail}" + line[len(line.rstrip("\r\n")):]
         lines.append(line)
     return "".join(lines)
 

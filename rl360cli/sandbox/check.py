@@ -75,7 +75,9 @@ class CheckRow:
                     "rewards": r.rewards, "detail": r.detail, "node": r.node,
                     "timings": {k: round(v, 4) for k, v in r.timings.items()},
                     "egress": r.egress.to_json() if r.egress else None,
-                    **({"steps": list(r.steps)} if r.steps else {})}
+                    **({"steps": list(r.steps)} if r.steps else {}),
+                    # Why a verifier scored what it did (its output's tail): where a failing check is read.
+                    "verifier_output": r.verifier_output}
 
         return {"task": self.task, "passed": self.passed, "problems": self.problems, "seconds": round(self.seconds, 3),
                 "oracle": attempt(self.oracle), "noop": attempt(self.noop), "refused": self.refused}

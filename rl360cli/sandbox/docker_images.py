@@ -28,12 +28,18 @@ import docker.errors
 
 from rl360cli.images.config import RegistrySpec
 from rl360cli.images.mirrors import MirrorRefused, rewrite_dockerfile, through_mirrors
+from rl360cli.sandbox.docker_build_net import BuildNetwork
+from rl360cli.sandbox.dockerfile import for_classic_builder
 from rl360cli.sandbox.docker_errors import as_sandbox_error, is_connection_error, node_lost, one_line
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 
 if TYPE_CHECKING:
     from rl360cli.sandbox.docker_provider import DockerProvider
 
+# A build's error line that says one of its RUN steps failed (the classic builder's wording).
+_RUN_FAILED = re.compile(r"returned a non-zero code")
+# Terminal colours in a build's output (pip's warnings carry them).
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _NOT_FOUND = re.compile(r"not found|manifest unknown|repository does not exist|pull access denied|"
                         r"no such image|name unknown", re.IGNORECASE)
 
@@ -54,10 +60,14 @@ class NodeImages:
         self.ids: dict[tuple[str, str], str] = {}
         # (node, image ref) -> the image's USER ("" for root), whom commands run as.
         self.users: dict[tuple[str, str], str] = {}
+        # (node, image ref) -> the image's ENTRYPOINT (empty: none), which a sandbox runs first (docker_entrypoint.py).
+        self.entrypoints: dict[tuple[str, str], tuple[str, ...]] = {}
         self.pulls = 0
         self.builds = 0
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._pull_slots: asyncio.Semaphore | None = None
+        # Where a build's RUN steps go out under `[egress] mode = "allow"` (docker_build_net.py).
+        self.build_net = BuildNetwork(owner)
 
     def ref(self, task) -> str:
         """What the node must hold: the task's image through the profile's mirrors (a build's own tag as is).
@@ -108,6 +118,7 @@ class NodeImages:
             attrs = await owner.call(lambda: owner.api(node).inspect_image(ref))
             # Commands run as the image's USER (the container itself is created as root, for its init).
             self.users[(node, ref)] = (attrs.get("Config") or {}).get("User") or ""
+            self.entrypoints[(node, ref)] = tuple((attrs.get("Config") or {}).get("Entrypoint") or ())
             return attrs["Id"]
         except docker.errors.ImageNotFound:
             return None
@@ -156,7 +167,7 @@ class NodeImages:
         context = task.dockerfile.parent
         try:
             dockerfile = task.dockerfile.read_text()
-            mirrored = rewrite_dockerfile(dockerfile, self.registry)
+            mirrored = for_classic_builder(rewrite_dockerfile(dockerfile, self.registry))
         except MirrorRefused as e:
             raise SandboxError(Event.IMAGE_BUILD_FAILED, f"task {task.id}: {e}", node=node) from None
         # With its FROM lines rewritten the context travels as a tar holding the rewritten Dockerfile.
@@ -164,16 +175,36 @@ class NodeImages:
                  {"fileobj": _context_tar(context, task.dockerfile.name, mirrored), "custom_context": True,
                   "dockerfile": task.dockerfile.name})
 
-        def build() -> None:
+        egress = self.owner.egress
+        # The RUN steps get what a sandbox gets (docker_build_net.py): under `allow` the node's proxy, on a
+        # daemon of this machine (where the proxy runs); under `open` the node's bridge, when it has one.
+        through_proxy = egress.mode == "allow" and owner.specs[node].docker_host.startswith("unix://")
+        if through_proxy and not self.build_net.available(node):
+            through_proxy = False
+        network = "bridge" if egress.mode == "open" and owner._has_bridge.get(node) else "none"
+
+        said: list[str] = []  # the build's last output line, which Docker's error line does not carry
+
+        def build(network_mode: str, buildargs: dict[str, str]) -> None:
             stream = owner.api(node, stream=True).build(
-                **where, tag=ref, rm=True, forcerm=True, pull=False, decode=True, network_mode="none",
-                labels={"rl360.task": task.id})
+                **where, tag=ref, rm=True, forcerm=True, pull=False, decode=True, network_mode=network_mode,
+                buildargs=buildargs, labels={"rl360.task": task.id})
             for line in stream:
                 if isinstance(line, dict) and line.get("error"):
                     raise _PullError((line.get("errorDetail") or {}).get("message") or line["error"])
+                text = _ANSI.sub("", line.get("stream", "")).strip() if isinstance(line, dict) else ""
+                if text and not text.startswith(("--->", "Removing intermediate")):
+                    said[:] = [text.splitlines()[-1]]
+
+        async def run_build() -> None:
+            if not through_proxy:
+                await owner.call(build, network, {})
+                return
+            async with self.build_net.holder(node, ref, {"rl360.task": task.id}) as mode:
+                await owner.call(build, mode, self.build_net.build_args())
 
         try:
-            await asyncio.wait_for(owner.call(build), task.build_timeout_s)
+            await asyncio.wait_for(run_build(), task.build_timeout_s)
             self.builds += 1
         except TimeoutError:
             raise SandboxError(Event.IMAGE_BUILD_FAILED, f"build of {ref} on {node} ran past build_timeout_sec "
@@ -181,12 +212,36 @@ class NodeImages:
         except (_PullError, docker.errors.BuildError, docker.errors.APIError) as e:
             if isinstance(e, docker.errors.APIError) and is_connection_error(e):
                 raise node_lost(node, e) from None
-            raise SandboxError(Event.IMAGE_BUILD_FAILED, f"build of task {task.id} on {node}: "
-                               f"{one_line(str(e))}", node=node) from None
+            why = one_line(str(e))
+            if _RUN_FAILED.search(why):
+                if said:
+                    why += f" (its last line: {one_line(said[0])[:300]})"
+                why += self._network_note(node, ref, through_proxy=through_proxy, network=network)
+            raise SandboxError(Event.IMAGE_BUILD_FAILED, f"build of task {task.id} on {node}: {why}",
+                               node=node) from None
         except SandboxError:
             raise
         except Exception as e:  # noqa: BLE001
             raise as_sandbox_error(node, e, Event.IMAGE_BUILD_FAILED, f"build {ref}") from None
+
+    def _network_note(self, node: str, ref: str, *, through_proxy: bool, network: str) -> str:
+        """What a failed RUN step had for a network: the reason it may have failed, with the fix."""
+        mode = self.owner.egress.mode
+        if through_proxy:
+            report = self.build_net.reports.get((node, ref))
+            lines = report.lines if report else ()
+            return f" (through the egress proxy: {lines[0]})" if lines else ""
+        if network != "none":
+            return ""
+        if mode == "none":
+            return (' (the build had no network: [egress] mode = "allow" in the profile lets its RUN steps '
+                    "reach the allow list through the egress proxy)")
+        if mode == "allow" and not self.build_net.available(node):
+            return " (the build had no network: the build network's holder runs on x86-64 nodes only)"
+        if mode == "allow":
+            return (" (the build had no network: its node is not a daemon of this machine, where the egress "
+                    "proxy runs)")
+        return " (the build had no network: under [egress] mode = \"open\" its node has no bridge network)"
 
 
 class _PullError(Exception):

@@ -42,6 +42,7 @@ import docker
 import docker.errors
 
 from rl360cli.egress.client import EgressRoute, EgressUnavailable
+from rl360cli.egress.trust import container_trust_command
 from rl360cli.errors import Rl360Error
 from rl360cli.images.config import RegistrySpec
 from rl360cli.nodes.docker_runtime import docker_client
@@ -87,6 +88,8 @@ class DockerProvider(SandboxProvider):
         self._clients_lock = threading.Lock()
         self._clock_offset: dict[str, float] = {}
         self._has_bridge: dict[str, bool] = {}
+        # Each node's CPU architecture, as its daemon says (x86_64, aarch64; "" before the first start there).
+        self.architecture: dict[str, str] = {}
         self._next = 0
         # The reservations of the live sandboxes on each node (CPUs, MB), which the warm pool must leave be.
         self._reserved: dict[str, list[float]] = {name: [0.0, 0] for name in self.specs}
@@ -136,7 +139,9 @@ class DockerProvider(SandboxProvider):
         if node in self._clock_offset:
             return
         api = self.api(node)
-        stamp = api.info().get("SystemTime", "")
+        info = api.info()
+        stamp = info.get("SystemTime", "")
+        self.architecture[node] = info.get("Architecture", "")
         offset = 0.0
         with contextlib.suppress(ValueError):
             offset = _parse_time(stamp) - time.time()
@@ -202,19 +207,23 @@ class DockerProvider(SandboxProvider):
             raise
         except Exception as e:  # noqa: BLE001
             raise node_lost(node, e) from None
-        ref, warm = await self.ensure_image(node, task)
-        try:
+        try:  # before the image: a sandbox that cannot start must not cost a build
             env = resolve_env(task.env)
         except KeyError as e:
             raise SandboxError(Event.START_FAILED, f"[environment.env] needs ${{{e.args[0]}}}, which is not set",
                                node=node) from None
+        ref, warm = await self.ensure_image(node, task)
         sidecars = None
         if task.sidecars:
             # One private network per sandbox, its sidecars on it by name (docker_sidecars.py).
             outbound = (task.network and self.config.network == "task" and self.egress.mode == "open"
                         and bool(self._has_bridge.get(node)))
+            # Under `allow` they go out as the sandbox does: through the proxy (docker_sidecars.py).
+            through_proxy = (task.network and self.config.network == "task" and self.egress.mode == "allow"
+                             and self.specs[node].docker_host.startswith("unix://"))
             sidecars = DockerSidecars(self, node, task, sandbox_labels(labels, run_id=self.run_id, task=task,
-                                                                       attempt_id=attempt_id), outbound=outbound)
+                                                                       attempt_id=attempt_id), outbound=outbound,
+                                      egress=through_proxy)
         spec = self._container_spec(node, task, ref, env, labels, sidecars=sidecars,
                                     gpus=self._take_gpus(node, task.gpus))
         # Before the pool looks at the node: its refill must count this sandbox (and its sidecars).
@@ -246,10 +255,23 @@ class DockerProvider(SandboxProvider):
         if spec.egress:
             try:
                 pid = (await self.call(lambda: self.api(node).inspect_container(cid)))["State"]["Pid"]
-                await self.egress.attach(cid, pid)
+                ca_pem = await self.egress.attach(cid, pid)
             except (EgressUnavailable, docker.errors.APIError, KeyError) as e:
                 await sandbox.stop()
                 raise SandboxError(Event.START_FAILED, f"the container's way out: {e}", node=node) from None
+            if ca_pem:  # an https:// mirror: its root trusts the proxy's CA beside its own roots (egress/trust.py)
+                trusted = await sandbox.exec(container_trust_command(ca_pem), timeout_s=30, user="root")
+                if trusted.exit_code != 0:
+                    await sandbox.stop()
+                    raise SandboxError(Event.START_FAILED, "cannot install the rl360 egress CA in the container: "
+                                       f"{trusted.output.strip()[-200:]}", node=node)
+                bundle = trusted.output.strip()
+                sandbox.trust_env = {"SSL_CERT_FILE": bundle} if bundle.startswith("/") else {}
+        try:
+            await sandbox.settle()
+        except BaseException:
+            await asyncio.shield(sandbox.stop())
+            raise
         return sandbox
 
     def _take_gpus(self, node: str, count: int) -> tuple[str, ...]:

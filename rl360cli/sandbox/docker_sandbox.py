@@ -33,6 +33,7 @@ from rl360cli.egress.client import EgressReport, EgressUnavailable
 from rl360cli.sandbox.docker_container import ContainerSpec, within
 from rl360cli.sandbox.docker_errors import as_sandbox_error, node_lost
 from rl360cli.sandbox.docker_sidecars import DockerSidecars
+from rl360cli.sandbox.docker_entrypoint import ENTRYPOINT_WAIT_S, SNAPSHOT, kill_except, parse_snapshot
 from rl360cli.sandbox.provider import ExecResult, OutputBuffer, Sandbox, own_command_failed
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 
@@ -88,6 +89,12 @@ class DockerSandbox(Sandbox):
         self._ooms_seen = 0
         self._stopped = False
         self._egress: EgressReport | None = None
+        # SSL_CERT_FILE naming the system bundle that holds the egress CA, for every command (egress/trust.py).
+        self.trust_env: dict[str, str] = {}
+        # Set by `settle`: what every command's environment adds (NO_PROXY with /etc/hosts' names), and the
+        # processes the image's entrypoint left running, which the kill before the verifier spares.
+        self._exec_env: dict[str, str] = {}
+        self._kept_pids: tuple[int, ...] = ()
 
     def info(self) -> dict[str, Any]:
         return {"node": self.node, "provider": "docker", "task": self.task.id, "attempt": self.attempt_id,
@@ -111,7 +118,8 @@ class DockerSandbox(Sandbox):
         while True:
             try:
                 exec_id = (await owner.call(lambda: owner.api(node).exec_create(
-                    self.container_id, [*SHELL, AWAIT_INIT + command], environment=dict(env or {}),
+                    self.container_id, [*SHELL, AWAIT_INIT + command],
+                    environment={**self.trust_env, **self._exec_env, **(env or {})},
                     user=user or owner.node_images.users.get((node, self.image), ""),
                     workdir=self.task.workdir)))["Id"]
                 break
@@ -194,13 +202,60 @@ class DockerSandbox(Sandbox):
         if result.exit_code != 0:
             raise own_command_failed(result, f"cannot reset {remote_path}", node=self.node)
 
+    async def settle(self) -> None:
+        """Before the agent: run the image's ENTRYPOINT as Harbor would (docker_entrypoint.py), then learn
+        what it left (its processes, kept through the verifier's kill) and, for a sandbox whose commands
+        go through the egress proxy, the names its /etc/hosts maps (never the proxy's to resolve)."""
+        owner, node = self.owner, self.node
+        entrypoint = owner.node_images.entrypoints.get((node, self.image), ())
+        if not entrypoint and not self.spec.egress:
+            return
+        if entrypoint:
+            await self._run_entrypoint(entrypoint)
+        snapshot = await self.exec(SNAPSHOT, timeout_s=30, user="root")
+        if snapshot.exit_code != 0:
+            raise own_command_failed(snapshot, f"cannot read what {self.id} holds", node=node)
+        names, pids = parse_snapshot(snapshot.output)
+        if entrypoint:
+            self._kept_pids = pids
+        if self.spec.egress:
+            base = dict(self.spec.env).get("NO_PROXY", "")
+            listed = base.split(",") if base else []
+            local = ",".join([*listed, *(n for n in names if n not in listed)])
+            self._exec_env = {"NO_PROXY": local, "no_proxy": local}
+
+    async def _run_entrypoint(self, entrypoint: tuple[str, ...]) -> None:
+        owner, node = self.owner, self.node
+        api = owner.api(node)
+        try:
+            exec_id = (await owner.call(lambda: api.exec_create(
+                self.container_id, [*entrypoint, "true"], environment=self._exec_env,
+                user=owner.node_images.users.get((node, self.image), ""), workdir=self.task.workdir)))["Id"]
+            await owner.call(lambda: api.exec_start(exec_id, detach=True))
+            deadline = time.monotonic() + ENTRYPOINT_WAIT_S
+            while True:
+                state = await owner.call(lambda: api.exec_inspect(exec_id))
+                if not state.get("Running") or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.1)
+        except Exception as e:  # noqa: BLE001
+            raise await self._lost(e) from None
+        if not state.get("Running") and state.get("ExitCode"):
+            raise SandboxError(Event.START_FAILED, f"the image's ENTRYPOINT {list(entrypoint)} exited "
+                               f"{state.get('ExitCode')} (run as Harbor does, before the agent)", node=node)
+
     async def prepare_verifier(self) -> None:
-        """One exec: kill what the agent left running, then empty /tests and /logs/verifier."""
-        result = await self.exec(PREPARE_VERIFIER, timeout_s=60, user="root")
+        """One exec: kill what the agent left running (not what the image's entrypoint started), then empty
+        /tests and /logs/verifier."""
+        prepare = PREPARE_VERIFIER
+        if self._kept_pids:
+            prepare = (f"{kill_except(self._kept_pids)}; {reset_command('/tests')} && "
+                       f"{reset_command('/logs/verifier')}")
+        result = await self.exec(prepare, timeout_s=60, user="root")
         if result.limit == "processes":
             # It could not start: what the agent left holds every pid. The init kills it, then once more.
             await self._kill_all()
-            result = await self.exec(PREPARE_VERIFIER, timeout_s=60, user="root")
+            result = await self.exec(prepare, timeout_s=60, user="root")
         if result.exit_code != 0:
             raise own_command_failed(result, f"cannot prepare the verifier in {self.id}", node=self.node)
 
@@ -357,6 +412,8 @@ class DockerSandbox(Sandbox):
             except EgressUnavailable as e:  # the proxy died under the sandbox: its network failed it
                 line = f"rl360 egress: {e}"
                 self._egress = EgressReport(failed={"egress-proxy": 1}, lines=(line,), failure=line)
+        if self.sidecars is not None and self.sidecars.holders:  # what its sidecars fetched is the sandbox's too
+            self._egress = EgressReport.merged([self._egress, *await self.sidecars.detach_egress()])
         # Nothing waits on the removal (the reservation is free once the attempt ends): the provider
         # finishes it in the background, and its close waits for it.
         self.owner.release(self.node, self.spec, self.container_id, self.sidecars)

@@ -9,6 +9,14 @@ Sidecars carry the sandbox's labels (`rl360.managed`, `rl360.run`, `rl360.task`,
 `rl360.sidecar=<service>`; the network carries them too, so the janitor's sweep by label removes
 everything a crashed run left. `remove_blocking` removes the containers, then the network.
 
+Under `[egress] mode = "allow"`, where the sandbox goes out through the node's proxy, so do its sidecars
+(Harbor's sidecars have the network: harbor-cookbook's mcp-tools server runs `uv run server.py`, which
+fetches its dependencies from PyPI as it starts). A process must find the proxy from its first instant,
+so each sidecar gets a holder first (docker_build_net.py's pause container, Kubernetes' pod pattern): on
+the private network under the service's name, attached to the proxy, and the sidecar runs in its
+namespace (`network_mode="container:<holder>"`) with the proxy's environment (NO_PROXY naming the other
+services and `main`). What they fetched joins the sandbox's counts at its stop.
+
 A sidecar runs the task author's server, not the policy's code, but the policy's code talks to it:
 it gets no-new-privileges, every capability dropped but those a server's entrypoint may need to drop
 its own privileges, the sandbox's memory and CPU limits, and the pids limit.
@@ -26,6 +34,8 @@ from typing import TYPE_CHECKING
 
 import docker.errors
 
+from rl360cli.egress.client import EgressReport, EgressUnavailable
+from rl360cli.sandbox.docker_build_net import HOLDER_IMAGE
 from rl360cli.sandbox.sidecars import MAIN, Sidecar, image_task, wait_healthy
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 
@@ -40,15 +50,20 @@ SIDECAR_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID", "KILL")
 class DockerSidecars:
     """The network and sidecar containers of one sandbox on one node."""
 
-    def __init__(self, owner: DockerProvider, node: str, task, labels: Mapping[str, str], *, outbound: bool):
+    def __init__(self, owner: DockerProvider, node: str, task, labels: Mapping[str, str], *, outbound: bool,
+                 egress: bool = False):
         self.owner = owner
         self.node = node
         self.task = task
         self.labels = dict(labels)
         self.outbound = outbound
+        # Through the node's egress proxy, each sidecar in a holder's namespace (the module's docstring).
+        self.egress = egress
         self.network = f"rl360-net-{uuid.uuid4().hex[:12]}"
         self.network_id: str | None = None
         self.containers: dict[str, str] = {}
+        # service name -> its holder container (egress only); removed after the sidecars.
+        self.holders: dict[str, str] = {}
 
     async def start(self, *, cpus: float, memory_mb: int) -> None:
         """Make the network, then start the sidecars in order, waiting where compose waits; on failure,
@@ -57,7 +72,9 @@ class DockerSidecars:
             self.network_id = (await self.owner.call(self._create_network))["Id"]
             for sidecar in self.task.sidecars:
                 ref, _ = await self.owner.ensure_image(self.node, image_task(self.task, sidecar))
-                self.containers[sidecar.name] = await self.owner.call(self._create, sidecar, ref, cpus, memory_mb)
+                holder = await self._hold(sidecar) if self.egress else None
+                self.containers[sidecar.name] = await self.owner.call(self._create, sidecar, ref, cpus, memory_mb,
+                                                                      holder)
                 if sidecar.healthcheck is not None and (sidecar.wait_healthy or self._awaited(sidecar)):
                     await wait_healthy(sidecar, lambda t, s=sidecar: self._probe(s, t),
                                        lambda s=sidecar: self._stopped(s), node=self.node)
@@ -80,14 +97,54 @@ class DockerSidecars:
             self.network, driver="bridge", internal=not self.outbound, labels=self.labels, options=options,
             check_duplicate=True)
 
-    def _create(self, sidecar: Sidecar, ref: str, cpus: float, memory_mb: int) -> str:
+    async def _hold(self, sidecar: Sidecar) -> str:
+        """A started holder on the private network as `sidecar`, the proxy listening in its namespace."""
+        owner, node = self.owner, self.node
+        api = owner.api(node)
+        await owner.call(owner.node_images.build_net.ensure_image, node)
+
+        def create() -> str:
+            host_config = api.create_host_config(network_mode=self.network, security_opt=["no-new-privileges"],
+                                                 cap_drop=["ALL"])
+            networking = api.create_networking_config(
+                {self.network: api.create_endpoint_config(aliases=[sidecar.name])})
+            cid = api.create_container(HOLDER_IMAGE, command=["/pause"], host_config=host_config,
+                                       networking_config=networking, hostname=sidecar.name,
+                                       name=f"{self.network}-{sidecar.name}-holder"[:120],
+                                       labels={**self.labels, SIDECAR_LABEL: f"{sidecar.name}.holder"})["Id"]
+            self.holders[sidecar.name] = cid
+            api.start(cid)
+            return cid
+
+        cid = await owner.call(create)
+        pid = (await owner.call(api.inspect_container, cid))["State"]["Pid"]
+        try:
+            await owner.egress.attach(cid, pid)
+        except EgressUnavailable as e:
+            raise SandboxError(Event.START_FAILED, f"sidecar {sidecar.name}'s way out: {e}", node=node) from None
+        return cid
+
+    async def detach_egress(self) -> list[EgressReport]:
+        """What the sidecars did through the proxy (their holders detached); before their removal."""
+        reports = []
+        for cid in self.holders.values():
+            with contextlib.suppress(EgressUnavailable):
+                reports.append(await self.owner.egress.detach(cid))
+        return reports
+
+    def _create(self, sidecar: Sidecar, ref: str, cpus: float, memory_mb: int, holder: str | None = None) -> str:
         api = self.owner.api(self.node)
         config = self.owner.config
         host_config = api.create_host_config(
             nano_cpus=int(cpus * 1e9), mem_limit=f"{memory_mb}m", memswap_limit=f"{memory_mb}m",
-            pids_limit=config.pids_limit, network_mode=self.network, security_opt=["no-new-privileges"],
-            cap_drop=["ALL"], cap_add=list(SIDECAR_CAPS))
-        networking = api.create_networking_config({self.network: api.create_endpoint_config(aliases=[sidecar.name])})
+            pids_limit=config.pids_limit, network_mode=f"container:{holder}" if holder else self.network,
+            security_opt=["no-new-privileges"], cap_drop=["ALL"], cap_add=list(SIDECAR_CAPS))
+        networking = None if holder else api.create_networking_config(
+            {self.network: api.create_endpoint_config(aliases=[sidecar.name])})
+        environment = dict(sidecar.environment)
+        if holder:
+            others = [s.name for s in self.task.sidecars if s.name != sidecar.name]
+            environment = {**self.owner.egress.proxy_env(no_proxy=[*others, MAIN]), **environment}
         kwargs = {}
         if sidecar.entrypoint is not None:
             kwargs["entrypoint"] = list(sidecar.entrypoint)
@@ -98,9 +155,11 @@ class DockerSidecars:
         if sidecar.user:
             kwargs["user"] = sidecar.user
         name = f"{self.network}-{sidecar.name}"[:120]
+        if not holder:  # in a holder's namespace, the holder has the name
+            kwargs["hostname"] = sidecar.name
         container = api.create_container(
-            ref, labels={**self.labels, SIDECAR_LABEL: sidecar.name}, environment=dict(sidecar.environment),
-            host_config=host_config, networking_config=networking, name=name, hostname=sidecar.name, **kwargs)
+            ref, labels={**self.labels, SIDECAR_LABEL: sidecar.name}, environment=environment,
+            host_config=host_config, networking_config=networking, name=name, **kwargs)
         cid = container["Id"]
         api.start(cid)
         return cid
@@ -136,11 +195,14 @@ class DockerSidecars:
         return f"exit {state.get('ExitCode')} ({' '.join(logs.decode(errors='replace').split())[-200:] or 'no output'})"
 
     def info(self) -> dict:
-        return {"network": self.network, "network_id": self.network_id, "sidecars": dict(self.containers)}
+        holders = {f"{name}.holder": cid for name, cid in self.holders.items()}
+        return {"network": self.network, "network_id": self.network_id, "sidecars": {**self.containers, **holders}}
 
     def remove_blocking(self) -> None:
-        """Remove the sidecars, then their network (a network with containers on it cannot go)."""
-        remove_sidecars(self.owner.api(self.node), list(self.containers.values()), self.network_id)
+        """Remove the sidecars, then their holders, then their network (a network with containers on it
+        cannot go)."""
+        remove_sidecars(self.owner.api(self.node), [*self.containers.values(), *self.holders.values()],
+                        self.network_id)
 
 
 def remove_sidecars(api, container_ids: list[str], network_id: str | None) -> None:

@@ -4,7 +4,8 @@ Enough of Docker's syntax for what rl360 needs from a task's
 `environment/Dockerfile`: comments, parser directives, line continuations,
 and the shell and JSON (exec) forms of arguments. Used for the task's default
 working directory (the last WORKDIR), the content-hash image tag, and the
-process provider's build of simple Dockerfiles (rl360cli/sandbox/process_image.py).
+process provider's build of simple Dockerfiles (rl360cli/sandbox/process_image.py), and
+`for_classic_builder`, the one rewrite the docker provider's builds need (docker_images.py).
 
 Test: tests/sandbox/test_dockerfile.py.
 """
@@ -120,3 +121,22 @@ def context_hash(folder: Path) -> str:
                     digest.update(chunk)
             digest.update(b"\0")
     return digest.hexdigest()
+
+
+def for_classic_builder(text: str) -> str:
+    """`text` as Docker's classic builder (rl360's builds, whose RUN steps get a `container:` network) reads
+    what BuildKit (Harbor's `docker compose build`) reads: a COPY or ADD of several sources into `.` is
+    written `./` (the classic builder wants a destination that ends with a slash; BuildKit takes `.`, the
+    working directory: harbor-cookbook's simulated-user has `COPY server.py persona.md .`). One-line
+    instructions in shell form only; nothing else changes."""
+    lines = []
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        words = body.split()
+        if (len(words) >= 2 and words[0].upper() in ("COPY", "ADD") and not body.endswith("\\")
+                and not words[1].startswith("[")):
+            paths = [w for w in words[1:] if not w.startswith("--")]
+            if len(paths) >= 3 and paths[-1] in (".", "./."):
+                line = body[: body.rstrip().rfind(paths[-1])] + "./" + line[len(body):]
+        lines.append(line)
+    return "".join(lines)

@@ -59,6 +59,7 @@ from typing import Any
 from rl360cli import procinfo
 from rl360cli.backends.local import machine_resources
 from rl360cli.egress.client import EgressReport, EgressRoute, EgressUnavailable
+from rl360cli.egress.trust import process_trust
 from rl360cli.errors import Rl360Error
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.isolation import DEFAULT_PATH, RESERVED, Isolation, chown_tree, filled_pipe, rlimit_args
@@ -271,9 +272,12 @@ class ProcessProvider(SandboxProvider):
             if task.sidecars or network == "egress":  # a namespace of the sandbox's own, its commands join it
                 sidecars = ProcessSidecars(self, task, folder)
                 await sidecars.start(networked=network == "slirp4netns")
+            trust_env: dict[str, str] = {}
             if network == "egress":
                 try:
-                    await self.egress.attach(sid, sidecars.holder_pid)
+                    ca_pem = await self.egress.attach(sid, sidecars.holder_pid)
+                    if ca_pem:  # an https:// mirror: the sandbox trusts the proxy's CA beside the host's roots
+                        sidecars.trust_binds, trust_env = await self.files(process_trust, ca_pem, folder)
                 except EgressUnavailable as e:
                     await self.files(sidecars.stop)
                     raise SandboxError(Event.START_FAILED, str(e), node=NODE) from None
@@ -289,7 +293,7 @@ class ProcessProvider(SandboxProvider):
             raise
         return ProcessSandbox(self, task, sid=sid, folder=folder, uid=uid, lock_fd=fd, attempt_id=attempt_id,
                               image_env=image.env if image else {}, start_s=time.monotonic() - started,
-                              sidecars=sidecars, network=network)
+                              sidecars=sidecars, network=network, trust_env=trust_env)
 
     async def detach(self, sandbox: Sandbox) -> dict[str, Any]:
         """Start a keeper process that holds the sandbox's uid and marks it live after this process exits."""
@@ -302,8 +306,11 @@ class ProcessSandbox(Sandbox):
 
     def __init__(self, owner: ProcessProvider, task, *, sid: str, folder: Path, uid: int | None,
                  lock_fd: int | None, attempt_id: str, image_env: dict[str, str], start_s: float,
-                 sidecars: ProcessSidecars | None = None, network: str = "none"):
+                 sidecars: ProcessSidecars | None = None, network: str = "none",
+                 trust_env: Mapping[str, str] | None = None):
         self.owner = owner
+        # SSL_CERT_FILE and REQUESTS_CA_BUNDLE naming the bundle that holds the egress CA (egress/trust.py).
+        self.trust_env = dict(trust_env or {})
         # The sandbox's own network namespace (with its sidecars, if the task has any), or None.
         self.sidecars = sidecars
         self.network = network
@@ -347,6 +354,7 @@ class ProcessSandbox(Sandbox):
         env.update(self.task_env())
         if self.network == "egress":
             env.update(self.owner.egress.proxy_env(no_proxy=[s.name for s in self.task.sidecars]))
+            env.update(self.trust_env)
         if extra:
             env.update({str(k): str(v) for k, v in extra.items()})
         return env

@@ -65,6 +65,8 @@ class ProcessSidecars:
         self.uid_of: dict[str, int] = {}
         self.addresses = {s.name: f"127.0.0.{index + 2}" for index, s in enumerate(task.sidecars)}
         self.hosts = self.folder / "hosts"
+        # The system trust bundle with the egress CA, over the host's (rl360cli/egress/trust.py), once attached.
+        self.trust_binds: tuple[tuple[str, str], ...] = ()
 
     @property
     def netns(self) -> str:
@@ -75,7 +77,7 @@ class ProcessSidecars:
         return f"/proc/{self.holder_pid}/ns/net"
 
     def ro_binds(self) -> tuple[tuple[str, str], ...]:
-        return ((str(self.hosts), "/etc/hosts"),)
+        return ((str(self.hosts), "/etc/hosts"), *self.trust_binds)
 
     async def start(self, *, networked: bool) -> None:
         """The namespace (with slirp4netns when `networked`), then each sidecar, waiting where compose

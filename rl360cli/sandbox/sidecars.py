@@ -64,6 +64,8 @@ _WHY_NOT = {
 }
 # The variable every command of a sandbox with MCP servers sees: the servers, as JSON (name, transport, url).
 MCP_ENV = "RL360_MCP_SERVERS"
+# Compose's interpolation of a value: $$, ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?err}, ${VAR?err}, $VAR.
+_INTERPOLATE = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us)")
 
 
@@ -354,11 +356,37 @@ def _environment(value: Any, where: str) -> dict[str, str]:
         out = {}
         for key, val in value.items():
             if val is not None:
-                out[str(key)] = str(val)
+                out[str(key)] = interpolate(str(val), where=f"{where}: environment {key}")
             elif str(key) in os.environ:
                 out[str(key)] = os.environ[str(key)]
         return out
     raise ComposeRefused(f"{where}: environment must be a list or a mapping")
+
+
+def interpolate(value: str, *, where: str, environ: Any = None) -> str:
+    """`value` with compose's variables filled from the loader's environment, as compose fills them from its
+    shell's: an unset one is empty (`${ANTHROPIC_API_KEY}` in harbor-cookbook's simulated-user), `:-` / `-`
+    give a default, `:?` / `?` refuse (ComposeRefused, with the message), `$$` is a `$`."""
+    environ = os.environ if environ is None else environ
+
+    def fill(match: re.Match) -> str:
+        dollar, name, op, arg, bare = match.groups()
+        if dollar:
+            return "$"
+        name = name or bare
+        found = environ.get(name)
+        if op in (":-", ":?") and not found:
+            found = None
+        if found is not None:
+            return found
+        if op in (":-", "-"):
+            return arg
+        if op in (":?", "?"):
+            raise ComposeRefused(f"{where}: ${{{name}}} is not set ({arg or 'compose requires it'})",
+                                 f"set {name} in the environment rl360 runs in")
+        return ""
+
+    return _INTERPOLATE.sub(fill, value)
 
 
 def _depends_on(value: Any, where: str) -> dict[str, bool]:

@@ -5,7 +5,9 @@ serves this machine's process sandboxes and the containers of the Docker daemons
 nodes). Its control socket is a short path under /tmp (a unix socket's path is at most 107 bytes), its
 per-node cache under the state file's folder. It belongs to the cluster, not to a run: recorded like every
 component (`start_component`, through rl360cli/state/transitions.py), kept across runs, stopped by `rl360
-down`. Idempotent: a proxy that runs is left alone. `route(ctx)` is what providers are given.
+down`. Idempotent: a proxy that runs is left alone. `route(ctx)` is what providers are given. A command that
+needs the proxy only while it runs (`rl360 tasks check`) uses `for_one_command`: it stops the proxy at its end
+when it started it, and leaves one that `rl360 up` (or another command) started running.
 
 On Slurm, a proxy per rollout node is not built yet: the plan refuses `allow` there in one line.
 
@@ -15,16 +17,18 @@ Test: tests/egress/test_egress_stage.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from rl360cli.backends.base import ComponentSpec
 from rl360cli.egress.client import EGRESS_COMPONENT, EgressRoute, EgressUnavailable
 from rl360cli.errors import Rl360Error, RunFailed
-from rl360cli.stages.base import Action, Context, python_argv, start_component
-from rl360cli.state import queries
+from rl360cli.stages.base import Action, Context, component_is_live, python_argv, start_component
+from rl360cli.state import queries, transitions
 
 NAME = "egress"
 READY_TIMEOUT_S = 30.0
@@ -83,6 +87,29 @@ def apply(ctx: Context) -> dict:
                 raise RunFailed(f"{spec.id} did not answer on {way.control} within {READY_TIMEOUT_S:g}s ({e})",
                                 f"see its log {record.get('log_path')}") from None
             time.sleep(0.1)
+
+
+def stop(ctx: Context) -> None:
+    """Stop the proxy and forget its record (what `rl360 down` does to every component)."""
+    record = queries.component(ctx.state.read(), EGRESS_COMPONENT)
+    if record is None:
+        return
+    for backend, records in queries.by_backend({EGRESS_COMPONENT: record}).items():
+        ctx.backend_named(backend).stop(records, grace_s=5.0)
+    transitions.forget(ctx.state, components=[EGRESS_COMPONENT])
+    ctx.event(NAME, "stop", EGRESS_COMPONENT)
+
+
+@contextlib.contextmanager
+def for_one_command(ctx: Context) -> Iterator[None]:
+    """The proxy while one command runs: started unless it runs, stopped at the end only if started here."""
+    started_here = not component_is_live(ctx, EGRESS_COMPONENT)
+    apply(ctx)
+    try:
+        yield
+    finally:
+        if started_here:
+            stop(ctx)
 
 
 def route(ctx: Context) -> EgressRoute:

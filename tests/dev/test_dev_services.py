@@ -28,6 +28,35 @@ def _client(node: dict[str, Any]):
     return docker.DockerClient(base_url=node["docker_host"], version="1.41", timeout=60)
 
 
+def _uv_standin_port() -> int:
+    from tests.conftest import DEV_ROOT
+
+    settings = DEV_ROOT / "docker" / "settings.env"
+    found = [line.split("=", 1)[1] for line in (settings.read_text().splitlines() if settings.exists() else [])
+             if line.startswith("RL360_DEV_UV_STANDIN_PORT=")]
+    return int(found[-1]) if found else 5081
+
+
+@pytest.mark.docker
+def test_the_uv_installer_stand_in_serves_its_script_and_uv(docker_nodes):
+    """docker-nodes.sh up starts it for cluster/dev-docker.toml's https://astral.sh/uv/ mirror."""
+    import io
+    import tarfile
+    import urllib.error
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    base = f"http://127.0.0.1:{_uv_standin_port()}"
+    try:
+        script = opener.open(f"{base}/uv/0.9.7/install.sh", timeout=10).read().decode()
+    except (urllib.error.URLError, OSError) as e:
+        need(False, f"the uv installer's stand-in does not answer on {base} ({e}): bash cluster/dev/docker-nodes.sh up")
+    assert "STAND-IN for astral.sh's uv installer" in script and "https://astral.sh/uv/stand-in/" in script
+    tarball = opener.open(f"{base}/uv/stand-in/uv-x86_64-unknown-linux-gnu.tar.gz", timeout=30).read()
+    with tarfile.open(fileobj=io.BytesIO(tarball)) as tar:
+        assert sorted(tar.getnames()) == ["uv-x86_64-unknown-linux-gnu/uv", "uv-x86_64-unknown-linux-gnu/uvx"]
+
+
 @pytest.mark.docker
 def test_nodes_json_describes_every_node(docker_nodes):
     assert docker_nodes["registry"].startswith("127.")

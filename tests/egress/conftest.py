@@ -19,9 +19,16 @@ import pytest
 from rl360cli.egress.client import EgressRoute
 from rl360cli.egress.standin import InternetStandIn
 from tests.conftest import REPO, need
+
 # The real providers of the sandbox tests (bubblewrap, the dev Docker nodes), as they are there.
-from tests.sandbox.conftest import (bwrap, docker_node_specs, docker_provider, process_config,  # noqa: F401
-                                    process_provider, sandbox_root)
+from tests.sandbox.conftest import (  # noqa: F401
+    bwrap,
+    docker_node_specs,
+    docker_provider,
+    process_config,
+    process_provider,
+    sandbox_root,
+)
 
 FILES = {"/uv/install.sh": b"echo uv installed\n", "/pkg/big.bin": bytes(range(256)) * 4096,
          "/simple/index.html": b"<html>index</html>\n"}
@@ -31,6 +38,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture(params=["process", "docker"])
+def provider_of(request):
+    """`provider_of(route)`: a provider of the parametrized kind whose network tasks go out by `route`."""
+    fixture = request.getfixturevalue("process_provider" if request.param == "process" else "docker_provider")
+    if request.param == "docker":
+        from rl360cli.sandbox.config import WarmPoolConfig
+
+        return lambda route: fixture(egress=route, warm_pool=WarmPoolConfig(size=0))
+    return lambda route: fixture(egress=route)
 
 
 @pytest.fixture

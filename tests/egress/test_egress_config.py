@@ -40,6 +40,16 @@ def test_the_longest_mirror_prefix_wins():
     assert egress.mirrored("http://a.test/z") == "http://m/one/z"
 
 
+def test_an_https_mirror_names_the_hosts_whose_tls_the_proxy_ends():
+    egress = EgressConfig(mode="allow", mirrors={"https://astral.sh/uv/": "http://127.0.0.1:1/uv/",
+                                                 "https://m.test:8443/": "https://127.0.0.1:2/",
+                                                 "http://plain.test/": "http://127.0.0.1:3/"})
+    assert egress.tls_hosts == {("astral.sh", 443), ("m.test", 8443)}
+    assert egress.terminates_tls("astral.sh", 443) and not egress.terminates_tls("astral.sh", 8443)
+    assert not egress.terminates_tls("plain.test", 443) and not egress.terminates_tls("pypi.org", 443)
+    assert egress.mirrored("https://astral.sh/uv/0.9.7/install.sh") == "http://127.0.0.1:1/uv/0.9.7/install.sh"
+
+
 @pytest.mark.parametrize("egress, says", [
     ('mode = "everything"', "mode"),
     ('allow = ["pypi.org"]', 'set mode = "allow", or remove them'),
@@ -47,7 +57,8 @@ def test_the_longest_mirror_prefix_wins():
     ('mode = "allow"\nallow = ["PyPI.org"]', "lowercase"),
     ('mode = "allow"\nallow = ["pypi.*"]', "only a leading '*.' wildcard"),
     ('mode = "allow"\nallow = ["*.10.0.0.1"]', "not addresses"),
-    ('mode = "allow"\n[egress.mirrors]\n"https://astral.sh/uv/" = "http://127.0.0.1:1/uv/"', "cannot rewrite it"),
+    ('mode = "allow"\n[egress.mirrors]\n"ftp://astral.sh/uv/" = "http://127.0.0.1:1/uv/"', "http:// or https:// URL"),
+    ('mode = "allow"\n[egress.mirrors]\n"https://astral.sh" = "http://127.0.0.1:1/uv/"', "needs a path"),
     ('mode = "allow"\n[egress.mirrors]\n"http://a.test/" = "ftp://m/"', "http:// or https:// URL prefix"),
     ('[egress.hosts]\n"a.test" = "not-an-address"', "map a host name to an IP address"),
     ("cache_mb = 0", "cache_mb must be at least 1"),

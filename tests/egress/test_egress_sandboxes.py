@@ -24,17 +24,6 @@ FETCH = ("python3 -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib
 PINNED = '[egress.hosts]\n"files.example.test" = "127.0.0.1"\n"evil.example.test" = "127.0.0.1"\n'
 
 
-@pytest.fixture(params=["process", "docker"])
-def provider_of(request):
-    """`provider_of(route)`: a provider of the parametrized kind whose network tasks go out by `route`."""
-    fixture = request.getfixturevalue("process_provider" if request.param == "process" else "docker_provider")
-    if request.param == "docker":
-        from rl360cli.sandbox.config import WarmPoolConfig
-
-        return lambda route: fixture(egress=route, warm_pool=WarmPoolConfig(size=0))
-    return lambda route: fixture(egress=route)
-
-
 def network_task(tmp_path, name="net", test_sh="mkdir -p /logs/verifier; echo 0 > /logs/verifier/reward.txt\n",
                  solve_sh=None):
     # No network key at all: Harbor's default, the internet.
@@ -184,3 +173,60 @@ def test_https_is_tunnelled_to_an_allowed_host_only(provider_of, proxy_of, outsi
     assert outside.gets["/uv/install.sh"] == 1 and result.egress.denied == {"evil.example.test": 1}
     assert result.egress.bytes["files.example.test"] > len(FILES["/uv/install.sh"])  # both ways, headers included
     assert result.egress.cache_hits == 0  # a tunnel's bytes are never cached
+
+
+# ----------------------------------------------------------------------------- https:// mirrors
+
+FETCH_TLS = """python3 - {url} {cadata} <<'PY'
+import ssl, sys, urllib.request
+# With a CA given, that CA alone; else what the sandbox trusts (its system bundle, SSL_CERT_FILE).
+context = ssl.create_default_context(cadata=sys.argv[2]) if len(sys.argv) > 2 else ssl.create_default_context()
+sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], timeout=20, context=context).read())
+PY"""
+
+
+def test_an_https_mirror_is_trusted_in_the_sandbox_and_other_https_stays_a_blind_tunnel(request, provider_of,
+                                                                                         proxy_of, outside, tmp_path):
+    """A client in the sandbox fetches https://astral.example.test/... with its default trust and gets the
+    stand-in's bytes (the proxy answered as that host, under the rl360 egress CA the provider installed); an
+    allowed https host is reached through a blind tunnel, its own certificate verified (a CA the proxy never
+    had); an https host on no list is refused."""
+    import shlex
+
+    from rl360cli.egress.ca import EgressCA
+    from rl360cli.egress.standin import InternetStandIn
+
+    docker = request.node.callspec.params["provider_of"] == "docker"
+    origin_ca = EgressCA.load_or_make(tmp_path / "origin-ca")
+    with InternetStandIn(FILES, tls=origin_ca.server_context("files.example.test")) as origin:
+        proxy = proxy_of('allow = ["files.example.test"]\n' + PINNED +
+                         f'[egress.mirrors]\n"https://astral.example.test/uv/" = "{outside.url("/uv/")}"\n')
+        if docker:
+            # What Debian's ca-certificates and openssl lay out (here with the origin's root as the system one).
+            task = load_task(write_task(tmp_path, "tls", image=None, files={"environment/bundle.pem": origin_ca.pem},
+                                        dockerfile=f"FROM {PYTHON}\nCOPY bundle.pem /etc/ssl/certs/ca-certificates.crt\n"
+                                                   "RUN mkdir -p /usr/lib/ssl && ln -s /etc/ssl/certs/ca-certificates.crt"
+                                                   " /usr/lib/ssl/cert.pem\n"))
+        else:
+            task = network_task(tmp_path, "tls")
+        blind = origin.url("/uv/install.sh", "files.example.test")
+        commands = [FETCH_TLS.format(url="https://astral.example.test/uv/install.sh", cadata=""),
+                    FETCH_TLS.format(url=blind, cadata=shlex.quote(origin_ca.pem)),
+                    FETCH_TLS.format(url="https://evil.example.test/x", cadata="")]
+        if docker:  # the system bundle kept its own roots: the default trust verifies the blind tunnel's host too
+            commands.append(FETCH_TLS.format(url=blind, cadata=""))
+        commands.append("printenv SSL_CERT_FILE")  # for uv, which reads its own roots otherwise
+        result, seen = attempt(provider_of(proxy.route), task, *commands)
+        assert seen.pop().output == "/etc/ssl/certs/ca-certificates.crt\n"
+        mirrored, tunnelled, refused = seen[:3]
+        assert mirrored.exit_code == 0 and mirrored.output == FILES["/uv/install.sh"].decode(), mirrored.output
+        assert tunnelled.exit_code == 0 and tunnelled.output == FILES["/uv/install.sh"].decode(), tunnelled.output
+        assert refused.exit_code != 0 and "403 Forbidden: rl360 egress: evil.example.test is not on" in refused.output
+        if docker:
+            assert seen[3].exit_code == 0 and seen[3].output == FILES["/uv/install.sh"].decode(), seen[3].output
+        assert outside.gets["/uv/install.sh"] == 1 and origin.gets["/uv/install.sh"] == 1 + docker
+        stats = proxy.stats()
+        assert stats["tls_terminated"] == 1 and stats["tunnels"] == 1 + docker
+        assert result.outcome == Outcome.OK and result.egress.denied == {"evil.example.test": 1}
+        assert result.egress.bytes["astral.example.test"] == len(FILES["/uv/install.sh"])
+        assert result.egress.bytes["files.example.test"] > len(FILES["/uv/install.sh"]) and not result.egress.failed

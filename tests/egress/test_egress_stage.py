@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from rl360cli import procinfo
+from rl360cli.commands import common
+from rl360cli.stages import egress
 from tests.conftest import REPO, need
 from tests.egress.conftest import FILES
 from tests.sandbox.conftest import PYTHON, write_task
@@ -34,7 +36,7 @@ def installer_task(root: Path, name: str, url: str) -> Path:
                               "echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
 
 
-def test_tasks_check_starts_the_proxy_and_down_stops_it(cli, state_path, tmp_path, outside, bwrap):
+def test_tasks_check_starts_the_proxy_it_needs_and_stops_it(cli, state_path, tmp_path, outside, bwrap):
     need(os.geteuid() == 0, "the egress proxy enters sandboxes' network namespaces: run as root")
     path = profile(tmp_path, f'mode = "allow"\n[egress.mirrors]\n"http://astral.example.test/uv/" = '
                              f'"{outside.url("/uv/")}"\n')
@@ -54,10 +56,42 @@ def test_tasks_check_starts_the_proxy_and_down_stops_it(cli, state_path, tmp_pat
         "oracle reward 0 < 1 (rl360 egress: astral.elsewhere.test is not on the profile's [egress] allow list (the "
         "operator adds it to allow, or maps its URLs in [egress.mirrors]))"]
 
-    doc = json.loads(state_path.read_text())
-    record = doc["components"]["rollout/egress"]
+    # The check started the proxy, so it stopped it: no daemon is left behind by a one-off command.
+    assert "rollout/egress" not in json.loads(state_path.read_text())["components"]
+    assert not proxies_of(state_path)
+
+
+def proxies_of(state_path: Path) -> list[int]:
+    """The pids of egress proxies whose cache is under this state file's folder (its argv names it)."""
+    cache = str(state_path.parent.absolute() / "egress" / "cache")
+    found = []
+    for proc in procinfo.all_processes():
+        try:
+            argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"rl360cli.egress.proxy" in argv and cache.encode() in argv:
+            found.append(proc.pid)
+    return found
+
+
+def test_a_proxy_that_runs_is_left_running_by_tasks_check_and_down_stops_it(cli, state_path, tmp_path, outside,
+                                                                           bwrap, monkeypatch):
+    need(os.geteuid() == 0, "the egress proxy enters sandboxes' network namespaces: run as root")
+    path = profile(tmp_path, f'mode = "allow"\n[egress.mirrors]\n"http://astral.example.test/uv/" = '
+                             f'"{outside.url("/uv/")}"\n')
+    # Started as `rl360 up` starts it (the stage's apply), before the check.
+    monkeypatch.setattr(common.GLOBALS, "state_path", state_path)
+    egress.apply(common.context(profile=path, quiet=True))
+    record = json.loads(state_path.read_text())["components"]["rollout/egress"]
     control = Path(record["url"].removeprefix("unix://"))
     assert record["status"] == "running" and procinfo.is_alive(record["pid"], record["start_time"]) and control.exists()
+
+    installer_task(tmp_path / "tasks", "mirrored", "http://astral.example.test/uv/install.sh")
+    checked = cli("tasks", "check", str(tmp_path / "tasks"), "--profile", str(path), "--json", timeout=240)
+    assert json.loads(checked.stdout)["passed"], checked.stdout[-2000:]
+    assert procinfo.is_alive(record["pid"], record["start_time"])  # not the check's to stop
+    assert json.loads(state_path.read_text())["components"]["rollout/egress"]["pid"] == record["pid"]
     down = cli("down")
     assert down.returncode == 0, down.stderr
     assert not procinfo.is_alive(record["pid"], record["start_time"]) and not control.exists()

@@ -50,6 +50,21 @@ def test_a_dockerfile_gets_its_base_images_rewritten_and_keeps_its_stages():
         "COPY --from=build /w /w\n")
 
 
+def test_copy_from_an_image_goes_through_the_mirrors_and_from_a_stage_stays():
+    both = RegistrySpec(address="127.0.0.1:5000", mirrors={"docker.io": "127.0.0.1:5000/hub",
+                                                           "ghcr.io": "127.0.0.1:5000/ghcr"})
+    text = ("FROM python:3.12-slim AS base\nCOPY --from=ghcr.io/astral-sh/uv:latest /uv /uvx /bin/\n"
+            "FROM base\nCOPY --chown=1:1 --from=base /a /a\nCOPY --from=0 /b /b\nCOPY --from=busybox:1 /bin/sh /sh\n")
+    assert rewrite_dockerfile(text, both) == (
+        "FROM 127.0.0.1:5000/hub/library/python:3.12-slim AS base\n"
+        "COPY --from=127.0.0.1:5000/ghcr/astral-sh/uv:latest /uv /uvx /bin/\n"
+        "FROM base\nCOPY --chown=1:1 --from=base /a /a\nCOPY --from=0 /b /b\n"
+        "COPY --from=127.0.0.1:5000/hub/library/busybox:1 /bin/sh /sh\n")
+    # A host the profile does not mirror is refused, as in a FROM line.
+    with pytest.raises(MirrorRefused, match="ghcr.io"):
+        rewrite_dockerfile("FROM python:3.12-slim\nCOPY --from=ghcr.io/astral-sh/uv:latest /uv /bin/\n", HUB)
+
+
 def test_a_base_image_from_a_build_argument_is_refused_with_mirrors_set():
     with pytest.raises(MirrorRefused, match="line 2: FROM \\$BASE"):
         rewrite_dockerfile("ARG BASE=python:3.12\nFROM $BASE\n", HUB)

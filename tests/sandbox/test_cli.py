@@ -58,7 +58,8 @@ def test_tasks_check_passes_the_examples_on_the_dev_docker_nodes(cli, dev_profil
 
 
 def test_tasks_check_fails_a_bad_task_set_and_says_why(cli, bwrap, env, tmp_path):
-    ok = "[ -f /app/done ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+    ok = ("[ -f /app/done ] && echo 1 > /logs/verifier/reward.txt || { echo 'no /app/done'; "
+          "echo 0 > /logs/verifier/reward.txt; }\n")
     write_task(tmp_path / "set", "good", test_sh=ok, solve_sh="touch /app/done\n")
     write_task(tmp_path / "set", "wrong-oracle", test_sh=ok, solve_sh="true\n")
     write_task(tmp_path / "set", "always-passes", test_sh="echo 1 > /logs/verifier/reward.txt\n",
@@ -69,6 +70,7 @@ def test_tasks_check_fails_a_bad_task_set_and_says_why(cli, bwrap, env, tmp_path
     rows = {r["task"]: r for r in json.loads(proc.stdout)["tasks"]}
     assert rows["good"]["passed"]
     assert rows["wrong-oracle"]["problems"] == ["oracle reward 0 < 1"]
+    assert "no /app/done" in rows["wrong-oracle"]["oracle"]["verifier_output"]  # why, for the one who reads it
     assert rows["always-passes"]["problems"] == ["no-op reward 1 reaches 1: the tests pass without any work"]
     assert rows["no-solution"]["problems"] == ["no solution/solve.sh"]
     table = cli("tasks", "check", str(tmp_path / "set"), "--include", "good", "--include", "wrong-oracle", env=env)
@@ -94,12 +96,18 @@ def test_a_refused_task_gets_its_own_row_and_the_others_are_checked(cli, bwrap, 
     ok = "[ -f /app/done ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
     write_task(tmp_path / "set", "good", test_sh=ok, solve_sh="touch /app/done\n")
     write_task(tmp_path / "set", "windows", toml='[environment]\nos = "windows"\n')
+    # One that needs a variable this process lacks (harbor-cookbook's computer-use-windows: DAYTONA_API_KEY).
+    write_task(tmp_path / "set", "needs-key", toml='[environment.env]\nKEY = "${RL360_TEST_UNSET_KEY}"\n',
+               solve_sh="true\n")
     proc = cli("tasks", "check", str(tmp_path / "set"), "--json", env=env)
     assert proc.returncode == 1
     rows = {r["task"]: r for r in json.loads(proc.stdout)["tasks"]}
     assert rows["good"]["passed"] and rows["good"]["oracle"]["reward"] == 1
     assert not rows["windows"]["passed"] and rows["windows"]["oracle"] is None
     assert rows["windows"]["problems"][0].startswith("refused: task windows: Windows tasks need a Windows node")
+    assert rows["needs-key"]["oracle"] is None and rows["needs-key"]["problems"] == [(
+        "refused: task needs-key: [environment.env] needs ${RL360_TEST_UNSET_KEY}, which is not set; set "
+        "RL360_TEST_UNSET_KEY in the environment rl360 runs in (Harbor reads it from --env-file)")]
     # A set none of whose tasks loads is one line, naming the first refusal.
     only = cli("tasks", "check", str(tmp_path / "set"), "--include", "windows", env=env)
     assert only.returncode == 1 and "windows: Windows tasks need a Windows node" in only.stdout + only.stderr

@@ -47,3 +47,14 @@ def test_context_hash_sees_content_names_and_the_execute_bit(tmp_path):
     assert second != first
     (tmp_path / "f").rename(tmp_path / "g")
     assert dockerfile.context_hash(tmp_path) != second
+
+
+def test_several_sources_into_dot_are_written_for_the_classic_builder():
+    from rl360cli.sandbox.dockerfile import for_classic_builder
+
+    text = ("FROM x\nWORKDIR /app\nCOPY server.py persona.md .\nCOPY a .\nCOPY --chown=1 a b .\r\nADD a b ./\n"
+            'COPY ["a", "b", "."]\nRUN echo a b .\n')
+    assert for_classic_builder(text) == (
+        "FROM x\nWORKDIR /app\nCOPY server.py persona.md ./\nCOPY a .\nCOPY --chown=1 a b ./\r\nADD a b ./\n"
+        'COPY ["a", "b", "."]\nRUN echo a b .\n')
+

@@ -119,6 +119,21 @@ def test_a_variable_named_without_a_value_passes_the_loaders_own_as_compose_does
         assert sidecar.environment == {"RL360_TEST_KEY": "from-the-shell", "A": "1"}
 
 
+def test_a_value_gets_composes_interpolation(tmp_path, monkeypatch):
+    """harbor-cookbook's simulated-user: `ANTHROPIC_API_KEY=${ANTHROPIC_API_KEY}`, `SIM_USER_MODEL=${SIM_USER_MODEL:-}`."""
+    monkeypatch.setenv("RL360_TEST_KEY", "k")
+    monkeypatch.setenv("RL360_TEST_EMPTY", "")
+    monkeypatch.delenv("RL360_TEST_UNSET", raising=False)
+    compose = ("services:\n  db:\n    image: busybox\n    environment:\n"
+               "      - A=${RL360_TEST_KEY}\n      - B=${RL360_TEST_UNSET}\n      - C=${RL360_TEST_UNSET:-dflt}\n"
+               "      - D=${RL360_TEST_EMPTY:-dflt}\n      - E=${RL360_TEST_EMPTY-dflt}\n      - F=$$HOME and $RL360_TEST_KEY\n")
+    [sidecar] = load_task(sidecar_task(tmp_path, compose)).sidecars
+    assert sidecar.environment == {"A": "k", "B": "", "C": "dflt", "D": "dflt", "E": "", "F": "$HOME and k"}
+    required = "services:\n  db:\n    image: busybox\n    environment:\n      - X=${RL360_TEST_UNSET:?needs a key}\n"
+    with pytest.raises(TaskError, match=r"\$\{RL360_TEST_UNSET\} is not set \(needs a key\)"):
+        load_task(sidecar_task(tmp_path, required))
+
+
 def test_harbors_mcp_and_gpu_fixtures_load_and_are_refused_only_at_placement(tmp_path):
     need(HARBOR.is_dir(), f"Harbor's example tasks are not at {HARBOR}")
     mcp = load_task(complete(Path(shutil.copytree(HARBOR / "hello-mcp", tmp_path / "hello-mcp"))))

@@ -1,0 +1,156 @@
+"""UvInstallerStandIn: a loopback stand-in for astral.sh's uv installer, for the dev machines, which reach no
+host but Debian's and PyPI's. It is not astral.sh and not its installer.
+
+    python -m rl360cli.egress.uv_standin --port 5081 --wheel DEV_CACHE/wheels/uv-0.9.7-...-x86_64.whl
+
+harbor-cookbook's verifiers run `curl -LsSf https://astral.sh/uv/0.9.7/install.sh | sh; source
+$HOME/.local/bin/env; uvx ...`. With the dev profile's mirror `"https://astral.sh/uv/" =
+"http://127.0.0.1:5081/uv/"` (cluster/dev-docker.toml) the egress proxy answers that https:// URL from here:
+
+- `/uv/<any version>/install.sh` and `/uv/install.sh` (the latest): a stand-in script (it says so when it runs) that downloads
+  `https://astral.sh/uv/stand-in/uv-x86_64-unknown-linux-gnu.tar.gz` (under the same mirror key, `--public`,
+  so through the same proxy path) and installs `uv` and `uvx` into `$UV_INSTALL_DIR`, else `$XDG_BIN_HOME`, else `$HOME/.local/bin`,
+  and writes `env` there as the real installer does (a sh file that puts the folder on PATH);
+- `/uv/stand-in/uv-x86_64-unknown-linux-gnu.tar.gz`: `uv` and `uvx` from the uv wheel given (PyPI's
+  manylinux x86_64 wheel, which `cluster/dev/docker-nodes.sh up` downloads once), made at start.
+
+What it does not do: other architectures or musl (the wheel is x86_64 glibc), the version in the URL (the
+wheel's version is installed whatever the URL asks; the script says both), checksums, shell-profile
+edits, receipts, `uv self update`. It is started and stopped by `cluster/dev/docker-nodes.sh up` / `down`.
+
+Test: tests/egress/test_uv_standin.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+import tarfile
+import threading
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+TARGET = "uv-x86_64-unknown-linux-gnu"
+TARBALL = f"/uv/stand-in/{TARGET}.tar.gz"
+# The versioned URL (`/uv/0.9.7/install.sh`) and the latest (`/uv/install.sh`, mcp-tools' oracle).
+_INSTALL = re.compile(r"^/uv/(?:([A-Za-z0-9._+-]+)/)?install\.sh$")
+
+SCRIPT = r"""#!/bin/sh
+# rl360's STAND-IN for astral.sh's uv installer (rl360cli/egress/uv_standin.py), served on a dev machine
+# that reaches no host but Debian's and PyPI's. Not the real installer: it installs uv WHEEL_VERSION from
+# PyPI's wheel whatever version the URL asks (ASKED_VERSION), x86_64 glibc only, no checksums, no profile edits.
+set -eu
+echo "rl360 stand-in for astral.sh's uv installer: installing uv WHEEL_VERSION (the URL asked for ASKED_VERSION)" >&2
+[ "$(uname -m)" = x86_64 ] || { echo "rl360 stand-in: only x86_64 is served (this is $(uname -m))" >&2; exit 1; }
+dest=${UV_INSTALL_DIR:-${XDG_BIN_HOME:-$HOME/.local/bin}}
+url=PUBLIC_PREFIXstand-in/TARGET.tar.gz
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+if command -v curl >/dev/null 2>&1; then curl -fsSL "$url" -o "$tmp/uv.tar.gz"
+elif command -v wget >/dev/null 2>&1; then wget -q -O "$tmp/uv.tar.gz" "$url"
+else python3 -c 'import sys, urllib.request; open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1]).read())' "$url" "$tmp/uv.tar.gz"
+fi
+tar -xzf "$tmp/uv.tar.gz" -C "$tmp"
+mkdir -p "$dest"
+for bin in uv uvx; do
+    cp "$tmp/TARGET/$bin" "$dest/$bin.tmp" && chmod 755 "$dest/$bin.tmp" && mv -f "$dest/$bin.tmp" "$dest/$bin"
+done
+# As the real installer writes it: `. "$HOME/.local/bin/env"` puts the folder on PATH once.
+cat > "$dest/env" <<EOF
+#!/bin/sh
+# add binaries to PATH if they aren't added yet
+# affix colons on either side of \$PATH to simplify matching
+case ":\${PATH}:" in
+    *:"$dest":*)
+        ;;
+    *)
+        # Prepending path in case a system-installed binary needs to be overridden
+        export PATH="$dest:\$PATH"
+        ;;
+esac
+EOF
+echo "everything's installed! (rl360 stand-in: uv and uvx in $dest)" >&2
+"""
+
+
+def tarball_of_wheel(wheel: Path) -> tuple[str, bytes]:
+    """(the wheel's uv version, a .tar.gz laid out as uv's release archives: TARGET/uv, TARGET/uvx)."""
+    out = io.BytesIO()
+    version = ""
+    with zipfile.ZipFile(wheel) as archive, tarfile.open(fileobj=out, mode="w:gz", compresslevel=1) as tar:
+        for name in ("uv", "uvx"):
+            member = next((n for n in archive.namelist() if re.fullmatch(rf"uv-[^/]+\.data/scripts/{name}", n)), None)
+            if member is None:
+                raise SystemExit(f"{wheel} holds no uv-*.data/scripts/{name}: give the uv wheel of PyPI")
+            version = member.split("/")[0].removeprefix("uv-").removesuffix(".data")
+            data = archive.read(member)
+            info = tarfile.TarInfo(f"{TARGET}/{name}")
+            info.size, info.mode = len(data), 0o755
+            tar.addfile(info, io.BytesIO(data))
+    return version, out.getvalue()
+
+
+class UvInstallerStandIn:
+    """The stand-in's HTTP server on 127.0.0.1:`port` (0: any free port); see the module docstring."""
+
+    def __init__(self, wheel: Path, *, port: int = 0, public: str = "https://astral.sh/uv/"):
+        self.version, tarball = tarball_of_wheel(wheel)
+        # The mirror key this stands behind: the script fetches the tarball from there, through the proxy.
+        self.public = public if public.endswith("/") else public + "/"
+        self.gets: dict[str, int] = {}
+        standin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                standin.gets[self.path] = standin.gets.get(self.path, 0) + 1
+                asked = _INSTALL.match(self.path)
+                if asked:
+                    body = (SCRIPT.replace("WHEEL_VERSION", standin.version).replace("ASKED_VERSION", asked.group(1) or "latest")
+                            .replace("TARGET", TARGET).replace("PUBLIC_PREFIX", standin.public).encode())
+                    kind = "text/x-shellscript"
+                elif self.path == TARBALL:
+                    body, kind = tarball, "application/gzip"
+                else:
+                    body, kind = b"rl360 stand-in for astral.sh: only /uv/[<version>/]install.sh is served\n", "text/plain"
+                self.send_response(200 if kind != "text/plain" else 404)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+
+    def url(self, path: str = "/uv/") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def __enter__(self) -> UvInstallerStandIn:
+        threading.Thread(target=self.server.serve_forever, name="uv-standin", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m rl360cli.egress.uv_standin", description=__doc__.split("\n")[0])
+    parser.add_argument("--port", type=int, required=True, help="the port on 127.0.0.1")
+    parser.add_argument("--wheel", type=Path, required=True, help="PyPI's uv wheel (manylinux x86_64)")
+    parser.add_argument("--public", default="https://astral.sh/uv/", help="the mirror key it stands behind")
+    args = parser.parse_args(argv)
+    standin = UvInstallerStandIn(args.wheel, port=args.port, public=args.public)
+    print(f"rl360 stand-in for astral.sh's uv installer: uv {standin.version} on {standin.url()}", flush=True)
+    standin.server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
