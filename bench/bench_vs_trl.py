@@ -227,7 +227,9 @@ def load_average() -> list[float]:
 # ----------------------------------------------------------------------------- TRL
 
 
-def run_trl(recipe, *, seed: int, steps: int, policy_dir: Path) -> dict:
+def run_trl(recipe, *, seed: int, steps: int, policy_dir: Path, deadline_s: float | None = None) -> dict:
+    """TRL's run (see the module docstring); `deadline_s`: no step starts after that many seconds on its clock
+    (the run ends with the steps it took, as the results say)."""
     import asyncio
 
     import torch
@@ -327,6 +329,8 @@ def run_trl(recipe, *, seed: int, steps: int, policy_dir: Path) -> dict:
 
         def on_step_end(self, args, state, control, **kwargs):
             self.ends.append(time.time())
+            if deadline_s is not None and len(self.ends) % iterations == 0 and self.ends[-1] - self.start > deadline_s:
+                control.should_training_stop = True
 
     clock = Clock()
     trainer = GRPOTrainer(model=model, reward_funcs=verifier_reward, args=args,
@@ -363,7 +367,7 @@ def run_trl(recipe, *, seed: int, steps: int, policy_dir: Path) -> dict:
                       "verify_s": generation["verify_s"], "with_command": generation["with_command"],
                       "generate_s": generate_s[step] if step < len(generate_s) else None, "updates": iterations,
                       "step_s": end - (clock.ends[step * iterations - 1] if step else clock.start)})  # fmt: skip
-    return {"curve": curve, "train_log": logs, "torch_threads": torch.get_num_threads(),
+    return {"curve": curve, "train_log": logs, "torch_threads": torch.get_num_threads(), "deadline_s": deadline_s,
             "trained_weights": sum(param.numel() for param in trained), "prompt_tokens_checked": len(prompts)}
 
 
@@ -438,7 +442,7 @@ def render(results: dict, mode: Mode) -> str:
         s = summary(run["curve"], mode.levels)
         first = "-" if s["first_step_090"] is None else s["first_step_090"]
         lines.append(f"| {name} | {s['steps']} | {s['reward_first']:.3f} | {s['reward_best']:.3f} | "
-                     f"{s['reward_last']:.3f} | {first} | {s['step_s_mean']:.1f} s | {s['samples_per_s']:.1f} | "
+                     f"{s['reward_last']:.3f} | {first} | {s['step_s_mean']:.1f} s | {s['samples_per_s']:.{1 if s['samples_per_s'] >= 1 else 2}f} | "
                      f"{' '.join(f'{x:.1f}' for x in run['load_before'])} / "
                      f"{' '.join(f'{x:.1f}' for x in run.get('load_after') or []) or '-'} |")  # fmt: skip
     lines += ["", "Where a step's time goes (means over the steps):", ""]
@@ -489,6 +493,8 @@ def main() -> None:
                         help="rl360's run seeds when they should differ from --seeds (e.g. one rl360 run)")
     parser.add_argument("--rl360-set", action="append", default=[], metavar="KEY=VALUE",
                         help="extra `--set` for rl360 up (e.g. eval.every=0)")
+    parser.add_argument("--trl-deadline-s", type=float, default=None,
+                        help="TRL starts no step after this many seconds on its clock (its run ends short)")
     parser.add_argument("--label", default="", help="appended to the runs' names (kept beside earlier runs of a seed)")
     parser.add_argument("--no-write", action="store_true", help="print, but write neither results nor docs")
     args = parser.parse_args()
@@ -522,7 +528,8 @@ def main() -> None:
             load = load_average()
             print(f"TRL, seed {seed}, load {load} ...", flush=True)
             name = f"TRL GRPOTrainer, seed {seed}{args.label}"
-            runs[name] = {**run_trl(recipe, seed=seed, steps=steps, policy_dir=policy_dir), "load_before": load,
+            runs[name] = {**run_trl(recipe, seed=seed, steps=steps, policy_dir=policy_dir,
+                                                   deadline_s=args.trl_deadline_s), "load_before": load,
                           "seed": seed, "load_after": load_average()}
             print(json.dumps(summary(runs[name]["curve"], mode.levels)), flush=True)
     if args.only in (None, "rl360"):
