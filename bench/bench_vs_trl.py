@@ -85,6 +85,10 @@ class Mode:
     section: str
     levels: tuple[float, ...] = LEVELS
     rl360_set: tuple[str, ...] = ()
+    # Sequences per forward and backward pass of TRL's update (gradient accumulation over the step's batch; the
+    # loss is normalised over the whole batch either way), None: the whole batch at once. SmolLM2's batch of
+    # 32 x ~250 tokens at once took 15 GB (the kernel ended it); rl360 cuts it by [trainer] micro_batch_tokens.
+    trl_micro_batch: int | None = None
     # What the section says of the form both run, after the common first paragraph.
     form: str = ""
 
@@ -95,7 +99,7 @@ MODES = {
     "smollm2-agent": Mode(
         REPO / "recipes" / "smollm2-agent.toml", REPO / "bench" / "results" / "vs_trl_smollm2_agent.json",
         "rl360 against TRL: SmolLM2 agent, single turn", levels=(0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
-        rl360_set=("rollout.max_turns=1", "eval.enabled=false", "loop.max_steps_without_signal=0"),
+        rl360_set=("rollout.max_turns=1", "eval.enabled=false", "loop.max_steps_without_signal=0"), trl_micro_batch=8,
         form="The single-turn form of the tasks, since TRL's GRPOTrainer generates one turn: the prompt is the "
              "recipe's system prompt and the task's instruction through SmolLM2's chat template (TRL's prompt token "
              "ids checked equal to those rl360's endpoint renders with the bash tool); the completion's first tool "
@@ -227,7 +231,8 @@ def load_average() -> list[float]:
 # ----------------------------------------------------------------------------- TRL
 
 
-def run_trl(recipe, *, seed: int, steps: int, policy_dir: Path, deadline_s: float | None = None) -> dict:
+def run_trl(recipe, *, seed: int, steps: int, policy_dir: Path, deadline_s: float | None = None,
+            micro_batch: int | None = None) -> dict:
     """TRL's run (see the module docstring); `deadline_s`: no step starts after that many seconds on its clock
     (the run ends with the steps it took, as the results say)."""
     import asyncio
@@ -261,11 +266,15 @@ def run_trl(recipe, *, seed: int, steps: int, policy_dir: Path, deadline_s: floa
     tools = [BASH_TOOL] if recipe.agent.action_format == "tool" else None
     # One generation batch is one rl360 step: every one of its prompts `num_samples_per_task` times.
     batch = loop.num_tasks_per_step * loop.num_samples_per_task
+    micro = micro_batch or batch
+    if batch % micro:
+        raise SystemExit(f"TRL's micro-batch of {micro} does not divide the step's {batch} samples")
     iterations = trainer_cfg.num_epochs
     out_dir = Path(tempfile.mkdtemp(prefix="rl360-vs-trl-"))
     args = GRPOConfig(
         output_dir=str(out_dir), seed=seed, data_seed=seed, max_steps=steps * iterations,
-        per_device_train_batch_size=batch, gradient_accumulation_steps=1, steps_per_generation=1,
+        per_device_train_batch_size=micro, gradient_accumulation_steps=batch // micro,
+        steps_per_generation=batch // micro,
         num_generations=loop.num_samples_per_task, num_iterations=iterations,
         learning_rate=trainer_cfg.lr, weight_decay=trainer_cfg.weight_decay, max_grad_norm=trainer_cfg.grad_clip,
         adam_beta1=trainer_cfg.betas[0], adam_beta2=trainer_cfg.betas[1],
@@ -368,6 +377,7 @@ def run_trl(recipe, *, seed: int, steps: int, policy_dir: Path, deadline_s: floa
                       "generate_s": generate_s[step] if step < len(generate_s) else None, "updates": iterations,
                       "step_s": end - (clock.ends[step * iterations - 1] if step else clock.start)})  # fmt: skip
     return {"curve": curve, "train_log": logs, "torch_threads": torch.get_num_threads(), "deadline_s": deadline_s,
+            "micro_batch": micro,
             "trained_weights": sum(param.numel() for param in trained), "prompt_tokens_checked": len(prompts)}
 
 
@@ -529,7 +539,8 @@ def main() -> None:
             print(f"TRL, seed {seed}, load {load} ...", flush=True)
             name = f"TRL GRPOTrainer, seed {seed}{args.label}"
             runs[name] = {**run_trl(recipe, seed=seed, steps=steps, policy_dir=policy_dir,
-                                                   deadline_s=args.trl_deadline_s), "load_before": load,
+                                                   deadline_s=args.trl_deadline_s,
+                                                   micro_batch=mode.trl_micro_batch), "load_before": load,
                           "seed": seed, "load_after": load_average()}
             print(json.dumps(summary(runs[name]["curve"], mode.levels)), flush=True)
     if args.only in (None, "rl360"):
