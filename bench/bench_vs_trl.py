@@ -431,7 +431,7 @@ def render(results: dict, mode: Mode) -> str:
     pool = results.get("num_tasks") or 32
     lines = [
         f"TRL's `GRPOTrainer` and rl360 train policy v0 of `{results['recipe']}` on its {pool} tasks with the "
-        "recipe's settings, one after the other in one invocation (`bench/bench_vs_trl.py"
+        "recipe's settings, one after the other (`bench/bench_vs_trl.py"
         f"{'' if mode is MODES['local-smoke'] else ' --recipe ' + Path(results['recipe']).stem}`). The clock starts "
         "when the first step begins with the model loaded; a step counts at the end of its update, with the "
         f"mean reward of its first {tasks} x {samples} samples.",
@@ -455,6 +455,10 @@ def render(results: dict, mode: Mode) -> str:
                      f"{s['reward_last']:.3f} | {first} | {s['step_s_mean']:.1f} s | {s['samples_per_s']:.{1 if s['samples_per_s'] >= 1 else 2}f} | "
                      f"{' '.join(f'{x:.1f}' for x in run['load_before'])} / "
                      f"{' '.join(f'{x:.1f}' for x in run.get('load_after') or []) or '-'} |")  # fmt: skip
+    for name, run in runs.items():
+        if run.get("deadline_s") is not None:
+            lines += ["", f"{name} stopped after {len(run['curve'])} steps: no step starts past {run['deadline_s']:.0f} s "
+                          "on its clock (`--trl-deadline-s`)."]
     lines += ["", "Where a step's time goes (means over the steps):", ""]
     for name, run in runs.items():
         lines.append(f"- {name}: {split_line(run['curve'])}")
@@ -479,8 +483,11 @@ def split_line(curve: list[dict]) -> str:
     if curve and "verify_s" in curve[0]:
         generate, verify = mean(r.get("generate_s") for r in curve), mean(r["verify_s"] for r in curve)
         rest = step - (generate or 0) - (verify or 0)
+        updates = curve[0].get("updates", 2)
+        # One pass per batch: TRL takes the trainer's own logprobs as the old ones (no pass of their own).
+        update = f"old logprobs and {updates} updates" if updates > 1 else "the update"
         return (f"step {step:.1f} s = generation {generate or 0:.1f} s + sandboxes and verifier {verify:.1f} s + "
-                f"old logprobs and {curve[0].get('updates', 2)} updates {rest:.1f} s")
+                f"{update} {rest:.1f} s")
     split = {key: mean(r["split"].get(key) for r in curve) for key in curve[0]["split"]} if curve else {}
     evals = [r["split"].get("eval/s") for r in curve if r["split"].get("eval/s")]
     # The synchronous loop reports no overlap ratio (nothing generates while it updates).
@@ -506,10 +513,20 @@ def main() -> None:
     parser.add_argument("--trl-deadline-s", type=float, default=None,
                         help="TRL starts no step after this many seconds on its clock (its run ends short)")
     parser.add_argument("--label", default="", help="appended to the runs' names (kept beside earlier runs of a seed)")
+    parser.add_argument("--render", action="store_true",
+                        help="run nothing: the docs section again from the results file (after a change to render)")
     parser.add_argument("--no-write", action="store_true", help="print, but write neither results nor docs")
     args = parser.parse_args()
     mode = MODES[args.recipe]
     recipe_path, results_path = mode.recipe, mode.results
+    if args.render:
+        text = render(json.loads(results_path.read_text()), mode)
+        print(text)
+        if not args.no_write:
+            from bench.report import write_section
+
+            write_section(mode.section, text)
+        return
     # Everything is local (policy v0 from its folder): no hub look-ups and no telemetry from
     # huggingface_hub, transformers or TRL, here or in rl360's processes (they inherit the environment).
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", HF_DATASETS_OFFLINE="1")

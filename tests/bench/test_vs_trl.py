@@ -149,3 +149,9 @@ def test_the_summary_and_table_take_the_modes_levels():
     rows = curve([0.3, 0.45, 1.0])
     assert summary(rows, (0.4, 1.0))["levels"] == {"0.40": 20.0, "1.00": 30.0}
     assert level_table({"TRL": rows}, (0.4, 1.0))[2:] == ["| 0.40 | 20 s (step 1) |", "| 1.00 | 30 s (step 2) |"]
+
+
+def test_one_update_a_step_has_no_old_logprob_pass():
+    trl = [{"step": 0, "reward": 0.4, "wall_s": 9.0, "samples": 32, "step_s": 9.0, "generate_s": 2.0,
+            "verify_s": 1.0, "updates": 1}]
+    assert split_line(trl) == "step 9.0 s = generation 2.0 s + sandboxes and verifier 1.0 s + the update 6.0 s"
