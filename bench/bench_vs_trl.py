@@ -251,6 +251,9 @@ def run_trl(recipe, *, seed: int, steps: int, policy_dir: Path, deadline_s: floa
 
     tasks = {t.id: t for t in load_task_set(Path(recipe.tasks.path), include=recipe.tasks.include)}
     tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+    # Seeded first, as rl360's TorchTrainer is: the LoRA adapter's A comes out the same on both sides (loading
+    # draws nothing from torch's RNG; checked 2026-12-06).
+    torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32)
     loop, trainer_cfg, grpo, rollout = recipe.loop, recipe.trainer, recipe.grpo, recipe.rollout
     if trainer_cfg.lora is not None:
@@ -258,7 +261,6 @@ def run_trl(recipe, *, seed: int, steps: int, policy_dir: Path, deadline_s: floa
 
         # rl360's adapter (peft's LoRA layers, A drawn from torch's RNG, B zero; the rest frozen), before the
         # optimizer is built over the weights that train.
-        torch.manual_seed(seed)
         add_adapter(model, trainer_cfg.lora)
     prompts = [{"prompt": first_messages(recipe.agent, task.instruction), "task_id": task_id}
                for task_id, task in tasks.items()]
