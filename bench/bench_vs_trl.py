@@ -458,7 +458,8 @@ def render(results: dict, mode: Mode) -> str:
                      f"{' '.join(f'{x:.1f}' for x in run['load_before'])} / "
                      f"{' '.join(f'{x:.1f}' for x in run.get('load_after') or []) or '-'} |")  # fmt: skip
     for name, run in runs.items():
-        if run.get("deadline_s") is not None:
+        # Stopped by the deadline (not by its steps): its last step ended past it.
+        if run.get("deadline_s") is not None and run["curve"] and run["curve"][-1]["wall_s"] > run["deadline_s"]:
             lines += ["", f"{name} stopped after {len(run['curve'])} steps: no step starts past {run['deadline_s']:.0f} s "
                           "on its clock (`--trl-deadline-s`)."]
     lines += ["", "Where a step's time goes (means over the steps):", ""]
