@@ -63,6 +63,18 @@ def test_the_builtin_agent_with_tool_calls_solves_a_task_on_the_engines_tokens(s
     assert [t["action"] for t in trajectory.metadata["turns"]] == ["bash", "done"]
 
 
+def test_one_turn_runs_the_first_replys_call_and_then_the_verifier(served, engine, process_provider):
+    """`max_turns = 1` is the single-turn form (bench/bench_vs_trl.py --recipe smollm2-agent): one request, its
+    call runs in the sandbox, the verifier scores what it left; no second reply is asked for."""
+    engine.say(call(HELLO))
+    agent = AgentConfig(action_format="tool")
+    one = RolloutConfig(max_turns=1, max_new_tokens=64, max_total_tokens=4096)
+    [trajectory] = attempt(served, builtin(agent, one), agent=agent, rollout=one, provider=process_provider())
+    assert (trajectory.outcome, trajectory.reward) == (Outcome.OK, 1.0)
+    assert len(engine.requests) == 1 and [t["action"] for t in trajectory.metadata["turns"]] == ["bash"]
+    assert_tokens_are_the_engines(trajectory, engine)
+
+
 def test_the_builtin_agent_with_fences_runs_only_a_bash_block_of_the_answer(served, engine, process_provider):
     # Prose between a python block and a bash block is never run, nor a block drafted in thinking.
     engine.say("<think>```bash\nrm -rf /app\n```</think>```python\nprint(1)\n```\nrm -rf /app\n```bash\n"

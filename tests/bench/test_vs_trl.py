@@ -1,9 +1,20 @@
-"""The pure parts of bench/bench_vs_trl.py, without TRL: the bash block a completion runs (rl360's agent
-reads it the same way), the clock read from rl360's metrics rows, and the per-level table and summary."""
+"""The pure parts of bench/bench_vs_trl.py, without TRL: the command a completion runs (its first bash block, or
+its first tool call as rl360's built-in agent reads it), the clock read from rl360's metrics rows, the per-level
+table and summary, and what the SmolLM2 mode gives each side."""
 
 from __future__ import annotations
 
-from bench.bench_vs_trl import bash_block, first_reaching, level_table, rl360_curve, split_line, summary
+from bench.bench_vs_trl import (
+    MODES,
+    bash_block,
+    first_command,
+    first_messages,
+    first_reaching,
+    level_table,
+    rl360_curve,
+    split_line,
+    summary,
+)
 
 
 def test_the_first_bash_block_is_the_command():
@@ -64,3 +75,83 @@ def test_the_split_line_names_each_part_of_a_step():
     # The synchronous loop (overlap = false) reports no overlap ratio: its generation follows the update.
     rows[0].update(overlap_ratio=None, wait_for_generation_s=12.0)
     assert "(generation 12.0 s over 2.0 rounds, after the previous update)" in split_line(rl360_curve(rows))
+
+
+# ----------------------------------------------------------------------------- the SmolLM2 agent's single-turn form
+
+
+def tool_agent(**kwargs):
+    from rl360cli.agent.config import AgentConfig
+
+    return AgentConfig(action_format="tool", tool_parser="hermes", **kwargs)
+
+
+def test_the_first_tool_call_is_the_command_as_the_builtin_agent_reads_it():
+    agent = tool_agent()
+    call = '<tool_call>{"name": "bash", "arguments": {"command": "cp a.txt b.txt"}}</tool_call>'
+    assert first_command(call, agent) == "cp a.txt b.txt"
+    # Prose around it, a second call: the first call runs, as the agent runs calls[0].
+    second = '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>'
+    assert first_command("Sure.\n" + call + "\n" + second, agent) == "cp a.txt b.txt"
+    # A block left open (cut at max_new_tokens) whose JSON is whole still counts (the hermes parser).
+    assert first_command(call.removesuffix("</tool_call>"), agent) == "cp a.txt b.txt"
+    # Arguments written as a JSON string, or under "parameters", as the parser accepts them.
+    assert first_command('<tool_call>{"name": "bash", "arguments": "{\\"command\\": \\"pwd\\"}"}</tool_call>',
+                         agent) == "pwd"  # fmt: skip
+    assert first_command('<tool_call>{"name": "bash", "parameters": {"command": "pwd"}}</tool_call>', agent) == "pwd"
+
+
+def test_no_call_a_malformed_call_or_another_tool_runs_nothing():
+    agent = tool_agent()
+    assert first_command("cp a.txt b.txt", agent) is None  # no call: the agent's final answer
+    assert first_command('<tool_call>{"name": "bash", "arguments": {"command": "ls"</tool_call>', agent) is None
+    assert first_command('<tool_call>{"name": "python", "arguments": {"code": "1"}}</tool_call>', agent) is None
+    assert first_command('<tool_call>{"name": "bash", "arguments": {"command": "  "}}</tool_call>', agent) is None
+    # A bash block is no action when the agent acts by tool calls.
+    assert first_command("```bash\nls\n```", agent) is None
+
+
+def test_a_call_made_while_thinking_is_not_run():
+    call = '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>'
+    assert first_command(f"<think>{call}</think>done", tool_agent(reasoning_parser="think")) is None
+    assert first_command(f"<think>hm</think>{call}", tool_agent(reasoning_parser="think")) == "ls"
+
+
+def test_a_fence_agent_runs_its_first_bash_block():
+    from rl360cli.agent.config import AgentConfig
+
+    agent = AgentConfig(action_format="fence")
+    assert first_command("```bash\necho 1 > answer.py\n```", agent) == "echo 1 > answer.py"
+    assert first_command('<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>', agent) is None
+
+
+def test_the_first_messages_are_the_system_prompt_and_the_instruction():
+    from rl360cli.agent.config import AgentConfig
+
+    assert first_messages(AgentConfig(), "Do x.") == [{"role": "user", "content": "Do x."}]
+    assert first_messages(AgentConfig(system_prompt="You act."), "Do x.") == [
+        {"role": "system", "content": "You act."}, {"role": "user", "content": "Do x."}]
+
+
+def test_the_smollm2_mode_runs_rl360_in_the_single_turn_form_trl_runs():
+    from rl360cli.config import load_recipe
+
+    mode = MODES["smollm2-agent"]
+    assert "rollout.max_turns=1" in mode.rl360_set and mode.section != MODES["local-smoke"].section
+    assert mode.results != MODES["local-smoke"].results
+    recipe = load_recipe(mode.recipe, base_dir=mode.recipe.parent)
+    # What TRL is given from it: the tool-call form, the LoRA adapter, the manifest's two tasks.
+    assert recipe.agent.action_format == "tool" and recipe.trainer.lora is not None
+    assert len(recipe.tasks.include) == recipe.loop.num_tasks_per_step == 2
+
+
+def test_the_summary_and_table_take_the_modes_levels():
+    rows = curve([0.3, 0.45, 1.0])
+    assert summary(rows, (0.4, 1.0))["levels"] == {"0.40": 20.0, "1.00": 30.0}
+    assert level_table({"TRL": rows}, (0.4, 1.0))[2:] == ["| 0.40 | 20 s (step 1) |", "| 1.00 | 30 s (step 2) |"]
+
+
+def test_one_update_a_step_has_no_old_logprob_pass():
+    trl = [{"step": 0, "reward": 0.4, "wall_s": 9.0, "samples": 32, "step_s": 9.0, "generate_s": 2.0,
+            "verify_s": 1.0, "updates": 1}]
+    assert split_line(trl) == "step 9.0 s = generation 2.0 s + sandboxes and verifier 1.0 s + the update 6.0 s"
