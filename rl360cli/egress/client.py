@@ -95,11 +95,15 @@ class EgressRoute:
         return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
                 "NO_PROXY": local, "no_proxy": local}
 
-    async def attach(self, sandbox: str, pid: int) -> str:
-        """Have the proxy listen in the network namespace of process `pid` for `sandbox`. Returns the rl360
+    async def attach(self, sandbox: str, pid: int, task_hosts: tuple[str, ...] | None = None) -> str:
+        """Have the proxy listen in the network namespace of process `pid` for `sandbox`, which reaches only
+        `task_hosts` of the profile's allowed hosts when given (its task's `allowed_hosts`). Returns the rl360
         egress CA's certificate (PEM) that the sandbox must trust, "" when the profile has no https:// mirror
         (trust.py says where a provider puts it)."""
-        return str((await self._call({"op": "attach", "sandbox": sandbox, "pid": pid})).get("ca") or "")
+        request = {"op": "attach", "sandbox": sandbox, "pid": pid}
+        if task_hosts is not None:
+            request["task_hosts"] = list(task_hosts)
+        return str((await self._call(request)).get("ca") or "")
 
     async def detach(self, sandbox: str) -> EgressReport:
         """Stop serving `sandbox`; what it did."""

@@ -63,7 +63,7 @@ from rl360cli import procinfo
 from rl360cli.configload import from_mapping, read_toml
 from rl360cli.egress.ca import EgressCA
 from rl360cli.egress.cache import PRIVATE_REQUEST, GetCache, freshness, varied
-from rl360cli.egress.config import EgressConfig, is_ip
+from rl360cli.egress.config import EgressConfig, host_matches, is_ip
 from rl360cli.egress.netns import NetnsError, listen_in
 from rl360cli.egress.own_networks import is_own, node_networks
 
@@ -109,6 +109,8 @@ class Attachment:
     pid: int
     pid_start: int | None
     tally: Tally
+    # The task's own allow-list (Harbor's `allowed_hosts`), inside the profile's; None: the profile's alone.
+    task_hosts: tuple[str, ...] | None = None
 
 
 class Refused(Exception):
@@ -134,15 +136,17 @@ class EgressProxy:
 
     # ------------------------------------------------------------------ control
 
-    async def attach(self, sandbox: str, pid: int) -> dict:
+    async def attach(self, sandbox: str, pid: int, task_hosts: tuple[str, ...] | None = None) -> dict:
         answer = {"ok": True, "port": self.config.sandbox_port, "ca": self.ca.pem if self.ca else ""}
         if sandbox in self.attached:
             return answer
         started = procinfo.start_time(pid)
         sock = await asyncio.to_thread(listen_in, pid, self.config.sandbox_port)
         tally = Tally()
-        server = await asyncio.start_server(lambda r, w: self._client(r, w, tally), sock=sock, limit=MAX_HEAD)
-        self.attached[sandbox] = Attachment(server=server, pid=pid, pid_start=started, tally=tally)
+        server = await asyncio.start_server(lambda r, w: self._client(r, w, tally, task_hosts), sock=sock,
+                                            limit=MAX_HEAD)
+        self.attached[sandbox] = Attachment(server=server, pid=pid, pid_start=started, tally=tally,
+                                            task_hosts=task_hosts)
         self.totals["attached"] += 1
         return answer
 
@@ -162,7 +166,9 @@ class EgressProxy:
             request = json.loads(await reader.readline())
             op = request.get("op")
             if op == "attach":
-                answer = await self.attach(str(request["sandbox"]), int(request["pid"]))
+                hosts = request.get("task_hosts")
+                answer = await self.attach(str(request["sandbox"]), int(request["pid"]),
+                                           None if hosts is None else tuple(str(h) for h in hosts))
             elif op == "detach":
                 answer = await self.detach(str(request["sandbox"]))
             elif op == "stats":
@@ -190,17 +196,18 @@ class EgressProxy:
 
     # ------------------------------------------------------------------ a sandbox's connection
 
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tally: Tally) -> None:
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tally: Tally,
+                      task_hosts: tuple[str, ...] | None = None) -> None:
         try:
             async with asyncio.timeout(IDLE_S):
                 head = await reader.readuntil(b"\r\n\r\n")
             method, target, headers = _parse_head(head)
             if method == "CONNECT":
-                await self._tunnel(target, reader, writer, tally)
+                await self._tunnel(target, reader, writer, tally, task_hosts)
             elif not target.startswith("http://"):
                 raise Refused(400, "rl360 egress: send an absolute http:// URL, or CONNECT for https", host="?")
             else:
-                await self._forward(method, target, headers, reader, writer, tally)
+                await self._forward(method, target, headers, reader, writer, tally, task_hosts)
         except Refused as e:
             self._refused(e, tally)
             with contextlib.suppress(OSError):
@@ -219,13 +226,14 @@ class EgressProxy:
         self.totals["failed" if e.failed else "denied"] += 1
         tally.note(e.line, failed=e.failed)
 
-    async def _tunnel(self, target: str, reader, writer, tally: Tally) -> None:
+    async def _tunnel(self, target: str, reader, writer, tally: Tally, task_hosts: tuple[str, ...] | None) -> None:
         host, _, port = target.rpartition(":")
         host = host.strip("[]").lower()
         if not host or not port.isdigit():
             raise Refused(400, f"rl360 egress: CONNECT {target!r} is not host:port", host=host or "?")
+        _check_task_hosts(host, task_hosts)
         if self.ca is not None and self.config.terminates_tls(host, int(port)):
-            await self._terminate(host, int(port), reader, writer, tally)
+            await self._terminate(host, int(port), reader, writer, tally, task_hosts)
             return
         if not self.config.allows(host):
             raise Refused(403, _denial(host), host=host)
@@ -239,7 +247,8 @@ class EgressProxy:
 
         await asyncio.gather(_pipe(reader, up_writer, count), _pipe(up_reader, writer, count))
 
-    async def _terminate(self, host: str, port: int, reader, writer, tally: Tally) -> None:
+    async def _terminate(self, host: str, port: int, reader, writer, tally: Tally,
+                         task_hosts: tuple[str, ...] | None) -> None:
         """Answer a CONNECT to an https:// mirror's host as that host: end its TLS with the CA's leaf and serve
         the one request inside (the answer says `Connection: close`, as every answer of the proxy does)."""
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -264,13 +273,14 @@ class EgressProxy:
             raise Refused(403, f"rl360 egress: {url} is under no https:// prefix of [egress.mirrors] and {host} "
                                "is not on the profile's [egress] allow list (the operator maps it, or allows the "
                                "host)", host=host)
-        await self._forward(method, url, headers, reader, writer, tally)
+        await self._forward(method, url, headers, reader, writer, tally, task_hosts)
 
     async def _forward(self, method: str, target: str, headers: list[tuple[str, str]], reader, writer,
-                       tally: Tally) -> None:
+                       tally: Tally, task_hosts: tuple[str, ...] | None = None) -> None:
         """Serve an absolute `target` URL (http://, or https:// read inside a TLS the proxy ended): its mirror
         when one maps it, else the URL itself when its host is allowed."""
         host = (urlsplit(target).hostname or "").lower()
+        _check_task_hosts(host, task_hosts)
         mirrored = self.config.mirrored(target)
         if mirrored is None and not self.config.allows(host):
             raise Refused(403, _denial(host), host=host)
@@ -400,6 +410,15 @@ def ca_folder(cache_dir: Path) -> Path:
 
 
 # ----------------------------------------------------------------------------- HTTP, the little it takes
+
+
+def _check_task_hosts(host: str, task_hosts: tuple[str, ...] | None) -> None:
+    """A task that names its hosts (Harbor's `network_mode = "allowlist"`) reaches only those, and only those the
+    profile also allows: the operator's list bounds every task's. The host is the one the sandbox asked for, a
+    mirrored URL's origin included."""
+    if task_hosts is not None and not any(host_matches(host, pattern) for pattern in task_hosts):
+        raise Refused(403, f"rl360 egress: {host} is not among the task's allowed_hosts ([environment] of its "
+                           "task.toml)", host=host)
 
 
 def _denial(host: str) -> str:

@@ -172,8 +172,9 @@ class DaytonaProvider(SandboxProvider):
         """A sandbox's network as its record says it: Daytona's own under `[egress] mode = "open"`, else none
         (a task that wanted the internet is told: `network_denied`)."""
         wanted = task.network and self.config.network == "task"
-        return {"network": "daytona" if wanted and self.egress_open else "none",
-                "network_denied": wanted and not self.egress_open}
+        # Daytona's network has no host list: a task with its own allowed_hosts gets none there.
+        given = wanted and self.egress_open and task.allowed_hosts is None
+        return {"network": "daytona" if given else "none", "network_denied": wanted and not given}
 
     def snapshot_name(self, task) -> str:
         """One snapshot per image and reservation (a snapshot carries its sandboxes' resources)."""

@@ -217,7 +217,7 @@ class DockerProvider(SandboxProvider):
         if task.sidecars:
             # One private network per sandbox, its sidecars on it by name (docker_sidecars.py).
             outbound = (task.network and self.config.network == "task" and self.egress.mode == "open"
-                        and bool(self._has_bridge.get(node)))
+                        and task.allowed_hosts is None and bool(self._has_bridge.get(node)))
             # Under `allow` they go out as the sandbox does: through the proxy (docker_sidecars.py).
             through_proxy = (task.network and self.config.network == "task" and self.egress.mode == "allow"
                              and self.specs[node].docker_host.startswith("unix://"))
@@ -255,7 +255,7 @@ class DockerProvider(SandboxProvider):
         if spec.egress:
             try:
                 pid = (await self.call(lambda: self.api(node).inspect_container(cid)))["State"]["Pid"]
-                ca_pem = await self.egress.attach(cid, pid)
+                ca_pem = await self.egress.attach(cid, pid, task.allowed_hosts)
             except (EgressUnavailable, docker.errors.APIError, KeyError) as e:
                 await sandbox.stop()
                 raise SandboxError(Event.START_FAILED, f"the container's way out: {e}", node=node) from None
@@ -294,7 +294,8 @@ class DockerProvider(SandboxProvider):
         # `allow`: no network of its own; the proxy listens on its loopback. It is reached on this machine's
         # daemons (unix://), where the proxy runs; a node reached otherwise gives the task none.
         egress = network_wanted and self.egress.mode == "allow" and self.specs[node].docker_host.startswith("unix://")
-        open_ = network_wanted and self.egress.mode == "open"
+        # A task with its own allowed_hosts goes out only where the proxy can hold it to them.
+        open_ = network_wanted and self.egress.mode == "open" and task.allowed_hosts is None
         network = "bridge" if open_ and self._has_bridge.get(node) else "none"
         read_only_ok = network == "none" and not egress  # a sandbox that may install packages needs a writable root
         if sidecars is not None:

@@ -225,7 +225,8 @@ class ProcessProvider(SandboxProvider):
         if not (task.network and self.config.network == "task"):
             return "none"
         if self.egress.mode == "open":
-            return "slirp4netns" if self.isolation.gives_network(True) else "none"
+            # A task with its own allowed_hosts goes out only where the proxy can hold it to them.
+            return "slirp4netns" if self.isolation.gives_network(True) and task.allowed_hosts is None else "none"
         if self.egress.mode == "allow":
             if self.isolation.shares_netns:
                 return "egress"
@@ -275,7 +276,7 @@ class ProcessProvider(SandboxProvider):
             trust_env: dict[str, str] = {}
             if network == "egress":
                 try:
-                    ca_pem = await self.egress.attach(sid, sidecars.holder_pid)
+                    ca_pem = await self.egress.attach(sid, sidecars.holder_pid, task.allowed_hosts)
                     if ca_pem:  # an https:// mirror: the sandbox trusts the proxy's CA beside the host's roots
                         sidecars.trust_binds, trust_env = await self.files(process_trust, ca_pem, folder)
                 except EgressUnavailable as e:

@@ -112,6 +112,9 @@ class Task:
     # The task wants the internet (Harbor's rule, applied by the loader); the profile's [egress] says where it
     # may go. False for a task made in code.
     network: bool = False
+    # Harbor's `network_mode = "allowlist"`: the only hosts the task may reach (patterns as the profile's
+    # `[egress] allow`), within what the profile allows; None: no list of its own.
+    allowed_hosts: tuple[str, ...] | None = None
     agent_timeout_s: float = DEFAULT_AGENT_TIMEOUT_S
     verifier_timeout_s: float = DEFAULT_VERIFIER_TIMEOUT_S
     build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S

@@ -24,7 +24,7 @@ in one line, what no node of a provider can hold.
 
 What rl360 cannot run is refused with a one-line reason rather than run
 wrongly: Windows tasks, the parts of compose a sidecar does not need (volumes,
-published ports, privileges), network allowlists.
+published ports, privileges), network allowlists of one phase ([agent], [verifier]).
 
 Refused as unsafe or unusable, also in one line: a folder name other than letters, digits, `.`, `_`
 and `-` (it becomes sandbox names, labels and image tags), a symbolic link in `tests/`, `solution/`, `steps/`
@@ -33,7 +33,9 @@ file), and an `instruction.md` over `MAX_INSTRUCTION_BYTES` (it becomes the prom
 
 Network: as Harbor reads it (`_network`): a task wants the internet unless it
 says `network_mode = "no-network"` or `allow_internet = false`. Where it may go
-is the operator's: the profile's `[egress]` (rl360cli/egress/config.py).
+is the operator's: the profile's `[egress]` (rl360cli/egress/config.py); a task with
+`network_mode = "allowlist"` reaches only its `allowed_hosts` of those (the egress proxy
+enforces it, so such a task gets the network under `[egress] mode = "allow"` only).
 
 Every refusal is a `TaskError`: one line that names the task, the problem and the fix.
 
@@ -54,6 +56,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from rl360cli.egress.config import host_pattern_problem
 from rl360cli.errors import Rl360Error
 from rl360cli.sandbox import dockerfile
 from rl360cli.sandbox.sidecars import ComposeRefused, Sidecar, find_compose, load_sidecars, mcp_env
@@ -270,6 +273,7 @@ def _environment(table: dict, where: str, env_dir: Path, *, agent_table: dict | 
         "env_hash": dockerfile.context_hash(env_dir) if has_dockerfile else "",
         "cpus": float(cpus), "memory_mb": memory_mb, "storage_mb": storage_mb,
         "network": _network(table, agent_table or {}),
+        "allowed_hosts": _allowed_hosts(table, where),
         "build_timeout_s": float(build_timeout),
         "workdir": workdir.rstrip("/") or "/",
         "env": _env(table, f"{where[:-1]}.env]"),
@@ -475,12 +479,13 @@ def _refuse_unsupported(path: Path, data: dict, env: dict, agent: dict, verifier
                        "use Linux tasks")
     if not isinstance(env.get("allow_internet", True), bool):
         raise _Refused(f"[environment] allow_internet must be true or false (got {env['allow_internet']!r})")
-    for where, table in (("[environment]", env), ("[agent]", agent), ("[verifier]", verifier)):
+    for where, table in (("[agent]", agent), ("[verifier]", verifier)):
         if table.get("network_mode") == "allowlist" or table.get("allowed_hosts"):
-            raise _Refused(f"{where} network allowlists are not supported yet",
-                           'use network_mode = "no-network" or "public"')
+            raise _Refused(f"{where} network allowlists are not supported (the sandbox has one network for all its "
+                           "phases)", 'put network_mode = "allowlist" and allowed_hosts in [environment]')
+    for where, table in (("[environment]", env), ("[agent]", agent), ("[verifier]", verifier)):
         mode = table.get("network_mode")
-        if mode is not None and mode not in ("public", "no-network"):
+        if mode is not None and mode not in ("public", "no-network", "allowlist"):
             raise _Refused(f"{where} network_mode {mode!r} is not one of public, no-network, allowlist")
 
 
@@ -534,9 +539,25 @@ def _network(env: dict, agent: dict) -> bool:
     # no network; else public. A task that says nothing (harbor-cookbook's simple-task, whose verifier
     # apt-get installs curl and fetches the uv installer) wants the internet.
     mode = env.get("network_mode")
-    wants = env.get("allow_internet") is not False if mode is None else mode == "public"
+    wants = env.get("allow_internet") is not False if mode is None else mode in ("public", "allowlist")
     # A phase that asks for less network than the environment gets less: the sandbox has one setting.
     return wants and agent.get("network_mode") != "no-network"
+
+
+def _allowed_hosts(table: dict, where: str) -> tuple[str, ...] | None:
+    """Harbor's `network_mode = "allowlist"` with `allowed_hosts`: the task's own host patterns (None without)."""
+    hosts = table.get("allowed_hosts")
+    if table.get("network_mode") != "allowlist":
+        if hosts:
+            raise _Refused(f'{where} allowed_hosts needs network_mode = "allowlist"')
+        return None
+    if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
+        raise _Refused(f'{where} network_mode = "allowlist" needs allowed_hosts, a list of host names',
+                       'for example allowed_hosts = ["pypi.org", "*.debian.org"]')
+    for host in hosts:
+        if problem := host_pattern_problem(host):
+            raise _Refused(f"{where} allowed_hosts: {host!r}: {problem}")
+    return tuple(hosts)
 
 
 def _env(table: dict, where: str) -> dict[str, str]:

@@ -60,6 +60,31 @@ def test_an_allowed_host_is_reached_and_one_off_the_list_refused_in_one_line(pro
     assert result.egress.lines[0].startswith("rl360 egress: evil.example.test is not on")
 
 
+def test_a_task_with_allowed_hosts_reaches_only_those_of_the_profiles(provider_of, proxy_of, outside, tmp_path):
+    """Harbor's `network_mode = "allowlist"`: the profile allows both hosts, the task names one."""
+    proxy = proxy_of('allow = ["files.example.test", "evil.example.test"]\n' + PINNED)
+    task = load_task(write_task(tmp_path, "listed", image=PYTHON, toml=(
+        '[environment]\ncpus = 1\nnetwork_mode = "allowlist"\nallowed_hosts = ["files.example.test"]\n')))
+    result, (listed, unlisted) = attempt(provider_of(proxy.route), task,
+                                         FETCH.format(url=outside.url("/uv/install.sh", "files.example.test")),
+                                         FETCH.format(url=outside.url("/uv/install.sh", "evil.example.test")))
+    assert listed.exit_code == 0 and listed.output == FILES["/uv/install.sh"].decode()
+    assert unlisted.exit_code != 0 and ("HTTP Error 403: Forbidden: rl360 egress: evil.example.test is not among "
+                                        "the task's allowed_hosts") in unlisted.output, unlisted.output
+    assert outside.gets["/uv/install.sh"] == 1
+    assert result.outcome == Outcome.OK and result.egress.denied == {"evil.example.test": 1}
+
+
+def test_a_task_with_allowed_hosts_gets_no_network_where_nothing_holds_it_to_them(provider_of, tmp_path):
+    """Under `open` there is no proxy to enforce a task's host list: such a task is told it has no network."""
+    task = load_task(write_task(tmp_path, "listed", image=PYTHON, toml=(
+        '[environment]\ncpus = 1\nnetwork_mode = "allowlist"\nallowed_hosts = ["files.example.test"]\n')))
+    result, _ = attempt(provider_of(EgressRoute(mode="open")), task, "true")
+    assert result.outcome == Outcome.OK and result.egress.lines == (
+        "rl360 egress: the task wants the internet and its sandbox has none (the cluster profile's [egress] mode, "
+        "or [sandbox] network)",)
+
+
 def test_none_lets_nothing_out(provider_of, proxy_of, outside, tmp_path):
     proxy = proxy_of('allow = ["files.example.test"]\n' + PINNED)  # running, but not this provider's way out
     url = outside.url("/uv/install.sh", "127.0.0.1")

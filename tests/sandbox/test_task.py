@@ -145,6 +145,13 @@ def test_a_task_wants_the_internet_as_harbor_reads_it(tmp_path, toml, wants):
     assert load_task(write_task(tmp_path, "t", toml=toml)).network is wants
 
 
+def test_an_allowlist_task_wants_the_network_and_names_its_hosts(tmp_path):
+    task = load_task(write_task(tmp_path, "t", toml=(
+        '[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org", "*.debian.org"]\n')))
+    assert task.network and task.allowed_hosts == ("pypi.org", "*.debian.org")
+    assert load_task(write_task(tmp_path, "u")).allowed_hosts is None
+
+
 @pytest.mark.parametrize("toml, problem", [
     ("[environment]\ncpus = 0\n", "cpus must be positive"),
     ('[environment]\ncpus = "two"\n', "cpus must be a number"),
@@ -154,7 +161,10 @@ def test_a_task_wants_the_internet_as_harbor_reads_it(tmp_path, toml, wants):
     ("[agent]\ntimeout_sec = -1\n", "[agent] timeout_sec must be positive"),
     ("[verifier]\ntimeout_sec = 0\n", "[verifier] timeout_sec must be positive"),
     ('schema_version = "2.0"\n', "schema version 2.0 is not supported"),
-    ('[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n', "allowlists are not supported"),
+    ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n', "[agent] network allowlists are not"),
+    ('[environment]\nnetwork_mode = "allowlist"\n', "needs allowed_hosts, a list of host names"),
+    ('[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["https://pypi.org"]\n', "not a URL"),
+    ('[environment]\nallowed_hosts = ["pypi.org"]\n', 'allowed_hosts needs network_mode = "allowlist"'),
     ('[environment]\nnetwork_mode = "intranet"\n', "is not one of public"),
     ('[environment]\nallow_internet = "no"\n', "allow_internet must be true or false"),
     ('[environment]\nworkdir = "relative"\n', "workdir must be an absolute path"),
