@@ -109,8 +109,6 @@ class Attachment:
     pid: int
     pid_start: int | None
     tally: Tally
-    # The task's own allow-list (Harbor's `allowed_hosts`), inside the profile's; None: the profile's alone.
-    task_hosts: tuple[str, ...] | None = None
 
 
 class Refused(Exception):
@@ -145,8 +143,7 @@ class EgressProxy:
         tally = Tally()
         server = await asyncio.start_server(lambda r, w: self._client(r, w, tally, task_hosts), sock=sock,
                                             limit=MAX_HEAD)
-        self.attached[sandbox] = Attachment(server=server, pid=pid, pid_start=started, tally=tally,
-                                            task_hosts=task_hosts)
+        self.attached[sandbox] = Attachment(server=server, pid=pid, pid_start=started, tally=tally)
         self.totals["attached"] += 1
         return answer
 
@@ -198,6 +195,8 @@ class EgressProxy:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tally: Tally,
                       task_hosts: tuple[str, ...] | None = None) -> None:
+        """One connection of a sandbox; `task_hosts`: its task's own allow-list (Harbor's `allowed_hosts`),
+        inside the profile's (None: the profile's alone)."""
         try:
             async with asyncio.timeout(IDLE_S):
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -207,7 +206,8 @@ class EgressProxy:
             elif not target.startswith("http://"):
                 raise Refused(400, "rl360 egress: send an absolute http:// URL, or CONNECT for https", host="?")
             else:
-                await self._forward(method, target, headers, reader, writer, tally, task_hosts)
+                _check_task_hosts((urlsplit(target).hostname or "").lower(), task_hosts)
+                await self._forward(method, target, headers, reader, writer, tally)
         except Refused as e:
             self._refused(e, tally)
             with contextlib.suppress(OSError):
@@ -233,7 +233,7 @@ class EgressProxy:
             raise Refused(400, f"rl360 egress: CONNECT {target!r} is not host:port", host=host or "?")
         _check_task_hosts(host, task_hosts)
         if self.ca is not None and self.config.terminates_tls(host, int(port)):
-            await self._terminate(host, int(port), reader, writer, tally, task_hosts)
+            await self._terminate(host, int(port), reader, writer, tally)
             return
         if not self.config.allows(host):
             raise Refused(403, _denial(host), host=host)
@@ -247,8 +247,7 @@ class EgressProxy:
 
         await asyncio.gather(_pipe(reader, up_writer, count), _pipe(up_reader, writer, count))
 
-    async def _terminate(self, host: str, port: int, reader, writer, tally: Tally,
-                         task_hosts: tuple[str, ...] | None) -> None:
+    async def _terminate(self, host: str, port: int, reader, writer, tally: Tally) -> None:
         """Answer a CONNECT to an https:// mirror's host as that host: end its TLS with the CA's leaf and serve
         the one request inside (the answer says `Connection: close`, as every answer of the proxy does)."""
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -273,14 +272,13 @@ class EgressProxy:
             raise Refused(403, f"rl360 egress: {url} is under no https:// prefix of [egress.mirrors] and {host} "
                                "is not on the profile's [egress] allow list (the operator maps it, or allows the "
                                "host)", host=host)
-        await self._forward(method, url, headers, reader, writer, tally, task_hosts)
+        await self._forward(method, url, headers, reader, writer, tally)
 
     async def _forward(self, method: str, target: str, headers: list[tuple[str, str]], reader, writer,
-                       tally: Tally, task_hosts: tuple[str, ...] | None = None) -> None:
+                       tally: Tally) -> None:
         """Serve an absolute `target` URL (http://, or https:// read inside a TLS the proxy ended): its mirror
         when one maps it, else the URL itself when its host is allowed."""
         host = (urlsplit(target).hostname or "").lower()
-        _check_task_hosts(host, task_hosts)
         mirrored = self.config.mirrored(target)
         if mirrored is None and not self.config.allows(host):
             raise Refused(403, _denial(host), host=host)
@@ -292,11 +290,8 @@ class EgressProxy:
         if length:
             body = await reader.readexactly(int(length))
         cacheable = method == "GET" and not any(_header(headers, h) for h in PRIVATE_REQUEST)
-        if not cacheable:
-            tally.bytes[host] += await self._fetch(method, url, headers, body, writer, trusted=mirrored is not None)
-            return
-        entry = self.cache.get(url)
-        if entry is not None and not entry.serves(headers):  # kept for another Accept: this one goes upstream
+        entry = self.cache.get(url) if cacheable else None
+        if not cacheable or (entry is not None and not entry.serves(headers)):  # (one kept for another Accept)
             tally.bytes[host] += await self._fetch(method, url, headers, body, writer, trusted=mirrored is not None)
             return
         if entry is None:

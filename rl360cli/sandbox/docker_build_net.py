@@ -100,12 +100,8 @@ class BuildNetwork:
         cid = created["Id"]
         try:
             await owner.call(api.start, cid)
-            pid = (await owner.call(api.inspect_container, cid))["State"]["Pid"]
-            try:
-                await owner.egress.attach(cid, pid)
-            except EgressUnavailable as e:
-                raise SandboxError(Event.IMAGE_BUILD_FAILED, f"build of {ref} on {node}: no way out for its "
-                                   f"RUN steps: {e}", node=node) from None
+            await self.attach(node, cid, Event.IMAGE_BUILD_FAILED, f"build of {ref} on {node}: no way out for its "
+                              "RUN steps")
             try:
                 yield f"container:{cid}"
             finally:
@@ -114,6 +110,16 @@ class BuildNetwork:
         finally:
             with contextlib.suppress(Exception):
                 await owner.call(api.remove_container, cid, force=True)
+
+    async def attach(self, node: str, cid: str, event: Event, what: str) -> None:
+        """Have the node's proxy listen in the namespace of started holder `cid` (a build's, or a sidecar's:
+        docker_sidecars.py); a proxy that cannot is a `SandboxError` of `event`, saying `what`."""
+        owner = self.owner
+        pid = (await owner.call(owner.api(node).inspect_container, cid))["State"]["Pid"]
+        try:
+            await owner.egress.attach(cid, pid)
+        except EgressUnavailable as e:
+            raise SandboxError(event, f"{what}: {e}", node=node) from None
 
     def ensure_image(self, node: str) -> None:
         """HOLDER_IMAGE on `node` (imported, once per node; blocking)."""

@@ -175,13 +175,10 @@ class NodeImages:
                  {"fileobj": _context_tar(context, task.dockerfile.name, mirrored), "custom_context": True,
                   "dockerfile": task.dockerfile.name})
 
-        egress = self.owner.egress
         # The RUN steps get what a sandbox gets (docker_build_net.py): under `allow` the node's proxy, on a
         # daemon of this machine (where the proxy runs); under `open` the node's bridge, when it has one.
-        through_proxy = egress.mode == "allow" and owner.specs[node].docker_host.startswith("unix://")
-        if through_proxy and not self.build_net.available(node):
-            through_proxy = False
-        network = "bridge" if egress.mode == "open" and owner._has_bridge.get(node) else "none"
+        through_proxy = owner.reaches_proxy(node) and self.build_net.available(node)
+        network = "bridge" if owner.egress.mode == "open" and owner._has_bridge.get(node) else "none"
 
         said: list[str] = []  # the build's last output line, which Docker's error line does not carry
 

@@ -216,14 +216,13 @@ class DockerProvider(SandboxProvider):
         sidecars = None
         if task.sidecars:
             # One private network per sandbox, its sidecars on it by name (docker_sidecars.py).
-            outbound = (task.network and self.config.network == "task" and self.egress.mode == "open"
-                        and task.allowed_hosts is None and bool(self._has_bridge.get(node)))
+            wanted = self._wants_network(task)
+            outbound = (wanted and self.egress.mode == "open" and task.allowed_hosts is None
+                        and bool(self._has_bridge.get(node)))
             # Under `allow` they go out as the sandbox does: through the proxy (docker_sidecars.py).
-            through_proxy = (task.network and self.config.network == "task" and self.egress.mode == "allow"
-                             and self.specs[node].docker_host.startswith("unix://"))
             sidecars = DockerSidecars(self, node, task, sandbox_labels(labels, run_id=self.run_id, task=task,
                                                                        attempt_id=attempt_id), outbound=outbound,
-                                      egress=through_proxy)
+                                      egress=wanted and self.reaches_proxy(node))
         spec = self._container_spec(node, task, ref, env, labels, sidecars=sidecars,
                                     gpus=self._take_gpus(node, task.gpus))
         # Before the pool looks at the node: its refill must count this sandbox (and its sidecars).
@@ -274,6 +273,15 @@ class DockerProvider(SandboxProvider):
             raise
         return sandbox
 
+    def _wants_network(self, task) -> bool:
+        """The task wants the internet and `[sandbox] network` lets it have what the profile's [egress] gives."""
+        return task.network and self.config.network == "task"
+
+    def reaches_proxy(self, node: str) -> bool:
+        """Whether `node`'s containers (and builds) can go out through the egress proxy: under `allow`, on a
+        daemon of this machine (unix://), where the proxy runs."""
+        return self.egress.mode == "allow" and self.specs[node].docker_host.startswith("unix://")
+
     def _take_gpus(self, node: str, count: int) -> tuple[str, ...]:
         """`count` of the node's GPU indices that no live sandbox holds (the admission controller has
         counted them; this picks which)."""
@@ -290,10 +298,9 @@ class DockerProvider(SandboxProvider):
     def _container_spec(self, node: str, task, ref: str, env: dict[str, str], labels: Mapping[str, str], *,
                         sidecars: DockerSidecars | None = None, gpus: tuple[str, ...] = ()) -> ContainerSpec:
         cpus, memory_mb = self.reservation(task)
-        network_wanted = task.network and self.config.network == "task"
-        # `allow`: no network of its own; the proxy listens on its loopback. It is reached on this machine's
-        # daemons (unix://), where the proxy runs; a node reached otherwise gives the task none.
-        egress = network_wanted and self.egress.mode == "allow" and self.specs[node].docker_host.startswith("unix://")
+        network_wanted = self._wants_network(task)
+        # `allow`: no network of its own; the proxy listens on its loopback (a node it cannot reach: none).
+        egress = network_wanted and self.reaches_proxy(node)
         # A task with its own allowed_hosts goes out only where the proxy can hold it to them.
         open_ = network_wanted and self.egress.mode == "open" and task.allowed_hosts is None
         network = "bridge" if open_ and self._has_bridge.get(node) else "none"

@@ -31,9 +31,9 @@ import docker.errors
 
 from rl360cli.egress.client import EgressReport, EgressUnavailable
 from rl360cli.sandbox.docker_container import ContainerSpec, within
+from rl360cli.sandbox.docker_entrypoint import ENTRYPOINT_WAIT_S, SNAPSHOT, kill_except, parse_snapshot
 from rl360cli.sandbox.docker_errors import as_sandbox_error, node_lost
 from rl360cli.sandbox.docker_sidecars import DockerSidecars
-from rl360cli.sandbox.docker_entrypoint import ENTRYPOINT_WAIT_S, SNAPSHOT, kill_except, parse_snapshot
 from rl360cli.sandbox.provider import ExecResult, OutputBuffer, Sandbox, own_command_failed
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 
@@ -60,7 +60,11 @@ def reset_command(path: str) -> str:
             f'[ -z "$(ls -A {q})" ]{mode}')
 
 
-PREPARE_VERIFIER = f"kill -9 -1 2>/dev/null; {reset_command('/tests')} && {reset_command('/logs/verifier')}"
+def prepare_verifier_command(kept: tuple[int, ...] = ()) -> str:
+    """Kill every process but the init (and `kept`: what the image's entrypoint started), then empty /tests and
+    /logs/verifier."""
+    kill = kill_except(kept) if kept else "kill -9 -1 2>/dev/null"
+    return f"{kill}; {reset_command('/tests')} && {reset_command('/logs/verifier')}"
 
 
 class DockerSandbox(Sandbox):
@@ -247,10 +251,7 @@ class DockerSandbox(Sandbox):
     async def prepare_verifier(self) -> None:
         """One exec: kill what the agent left running (not what the image's entrypoint started), then empty
         /tests and /logs/verifier."""
-        prepare = PREPARE_VERIFIER
-        if self._kept_pids:
-            prepare = (f"{kill_except(self._kept_pids)}; {reset_command('/tests')} && "
-                       f"{reset_command('/logs/verifier')}")
+        prepare = prepare_verifier_command(self._kept_pids)
         result = await self.exec(prepare, timeout_s=60, user="root")
         if result.limit == "processes":
             # It could not start: what the agent left holds every pid. The init kills it, then once more.

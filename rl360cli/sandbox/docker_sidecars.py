@@ -117,11 +117,7 @@ class DockerSidecars:
             return cid
 
         cid = await owner.call(create)
-        pid = (await owner.call(api.inspect_container, cid))["State"]["Pid"]
-        try:
-            await owner.egress.attach(cid, pid)
-        except EgressUnavailable as e:
-            raise SandboxError(Event.START_FAILED, f"sidecar {sidecar.name}'s way out: {e}", node=node) from None
+        await owner.node_images.build_net.attach(node, cid, Event.START_FAILED, f"sidecar {sidecar.name}'s way out")
         return cid
 
     async def detach_egress(self) -> list[EgressReport]:
