@@ -26,7 +26,8 @@ trained) and the sampler's identity; `train_loop(parts, start_step=n)` after
 and no group is lost (groups carried at the checkpoint are not restarted: the ledger lists them
 under `carried`, and the resumed step draws fresh ones). The spinning guard:
 `loop.max_steps_without_signal` steps in a row without a trainable group end the run with
-`NoTrainableGroups`.
+`NoTrainableGroups`, unless every sample of those steps passed: then the pool is solved, nothing is left
+to learn from it, and the loop ends there as finished (its figures say `ended_early`).
 """
 
 from __future__ import annotations
@@ -114,6 +115,7 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
     generation: Generation | None = (rollouts.submit(start_step, policy_version=trainer.version)
                                      if start_step < num_steps else None)
     last: dict = {}
+    solved_in_a_row = 0
     for step in range(start_step, num_steps):
         step_started = time.time()
         trajectories, gen_report = rollouts.collect(generation, progress=parts.progress)
@@ -165,14 +167,32 @@ def train_loop(parts: LoopParts, *, start_step: int = 0) -> dict:
             generation = rollouts.submit(step + 1, policy_version=trainer.version)
         if gauges is not None:
             last.update(gauges.take())
+        solved_in_a_row = solved_in_a_row + 1 if batch is None and _all_passed(trajectories, parts.grpo) else 0
+        solved = _pool_solved(solved_in_a_row, parts.loop.max_steps_without_signal)
+        if solved:
+            last["ended_early"] = (f"every sample of the last {solved_in_a_row} steps passed (steps "
+                                   f"{step - solved_in_a_row + 1}-{step}): the task pool is solved")
         parts.log(step, last)
-        if (step + 1) % parts.checkpoint_every == 0 or step + 1 == num_steps:
+        if (step + 1) % parts.checkpoint_every == 0 or step + 1 == num_steps or solved:
             trainer.save_checkpoint(parts.checkpoint_dir / f"step_{step + 1:06d}",
                                     {"next_step": step + 1, "ledger": ledger.entries, "sampler": sampler})
         fault_point("after_checkpoint", step)
         parts.on_step(step + 1, trainer.version, last)
+        if solved:
+            break
         guard_against_spinning(ledger, parts.loop.max_steps_without_signal, step=step)
     return last
+
+
+def _all_passed(trajectories: list[Trajectory], grpo: GRPOConfig) -> bool:
+    """Every sample of the step was scored and passed (none masked for an infra failure)."""
+    return bool(trajectories) and all(t.is_valid and t.reward >= grpo.pass_threshold for t in trajectories)
+
+
+def _pool_solved(solved_in_a_row: int, limit: int) -> bool:
+    """The spinning guard's count of steps that trained nothing, each because every sample passed: the run
+    has learnt what its tasks teach, which is no failure (0: the guard is off, and so is this)."""
+    return bool(limit) and solved_in_a_row >= limit
 
 
 def _sample_id(trajectory: Trajectory) -> str:

@@ -130,7 +130,7 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     try:
         if queries.run_was_stopped(state.read(), run_id):  # `rl360 down` came while this trainer was setting up
             raise RuntimeError("the run was stopped before its loop began")
-        train_loop(LoopParts(rollouts=rollouts, trainer=Serialized(trainer, weights_lock, TRAINER_TURNS),
+        ended = train_loop(LoopParts(rollouts=rollouts, trainer=Serialized(trainer, weights_lock, TRAINER_TURNS),
                              weight_sync=Serialized(broadcaster, weights_lock, ("broadcast",)), loop=recipe.loop,
                              grpo=recipe.grpo, checkpoint_every=recipe.trainer.checkpoint_every,
                              checkpoint_dir=run_dir / "checkpoints", log=metrics.log, on_step=on_step,
@@ -151,7 +151,10 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
         metrics.close()
         close_actors(actors)
         broadcaster.close()
-    return {"policy_version": trainer.version, "engine_versions": versions}
+    if "ended_early" in ended:
+        log(f"run {run_id} ended early: {ended['ended_early']}")
+    return {"policy_version": trainer.version, "engine_versions": versions,
+            **({"reason": f"ended early: {ended['ended_early']}"} if "ended_early" in ended else {})}
 
 
 def _set_up_trainer(state: StateFile, run_id: str, run_dir: Path, recipe: Recipe, profile: ClusterProfile | None,

@@ -58,16 +58,16 @@ class SyntheticRolloutsStandIn:
     `Rollouts`' (`tasks_for_step`, `s{step}-r0-{task}`), but each group's samples are synthetic
     (tokens and rewards drawn from the group id, tagged with the trainer's version when submitted).
     It does not run engines, sandboxes, Ray, extra dynamic-filtering rounds or carry-over. Steps in `flat_steps`
-    give every sample of every group the same reward (nothing to train on)."""
+    give every sample of every group the same reward, `flat_reward` (nothing to train on)."""
 
     def __init__(self, trainer, *, num_tasks_per_step: int = 4, num_samples_per_task: int = 4, seed: int = 0,
-                 flat_steps: frozenset[int] = frozenset(), task_ids: list[str] = TASK_IDS):
+                 flat_steps: frozenset[int] = frozenset(), flat_reward: float = 0.0, task_ids: list[str] = TASK_IDS):
         self.sampler = Rollouts([], task_ids, num_tasks_per_step=num_tasks_per_step,
                                 num_samples_per_task=num_samples_per_task, max_generation_rounds=1, seed=seed)
         self.task_ids, self.seed = self.sampler.task_ids, seed
         self.trainer = trainer
         self.num_samples_per_task = num_samples_per_task
-        self.flat_steps = flat_steps
+        self.flat_steps, self.flat_reward = flat_steps, flat_reward
 
     def submit(self, step: int, *, policy_version: int = 0, trained_at: int | None = None) -> StandInGeneration:
         generation = StandInGeneration(step=step)
@@ -97,7 +97,7 @@ class SyntheticRolloutsStandIn:
             token_ids=rng.integers(0, VOCAB, size=len(mask)).astype(np.int32), loss_mask=mask,
             logprobs=np.where(mask == 1, -rng.random(len(mask)) * 3 - 1, 0.0).astype(np.float32),
             versions=(self.trainer.version,), num_prompt_tokens=prompt,
-            reward=0.0 if flat else float(sample % 2), outcome=Outcome.OK,
+            reward=self.flat_reward if flat else float(sample % 2), outcome=Outcome.OK,
         )
 
 
@@ -120,8 +120,8 @@ class RecordingWeightSyncStandIn:
 
 
 def loop_parts(run_dir: Path, trainer, *, steps: int, checkpoint_every: int, max_steps_without_signal: int = 5,
-               flat_steps: frozenset[int] = frozenset(), seed: int = 0) -> LoopParts:
-    rollouts = SyntheticRolloutsStandIn(trainer, flat_steps=flat_steps, seed=seed)
+               flat_steps: frozenset[int] = frozenset(), flat_reward: float = 0.0, seed: int = 0) -> LoopParts:
+    rollouts = SyntheticRolloutsStandIn(trainer, flat_steps=flat_steps, flat_reward=flat_reward, seed=seed)
     return LoopParts(rollouts=rollouts, trainer=trainer, weight_sync=RecordingWeightSyncStandIn(),
                      loop=LoopConfig(num_steps=steps, num_tasks_per_step=4, num_samples_per_task=4,
                                      max_generation_rounds=1, max_steps_without_signal=max_steps_without_signal),

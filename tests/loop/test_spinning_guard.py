@@ -1,5 +1,6 @@
 """The spinning guard: a run whose steps have no trainable group for `[loop] max_steps_without_signal`
 steps in a row stops, failed, with a reason that names the setting; a step with signal resets the count.
+Steps that trained nothing because every sample passed are a solved pool: the run ends there, finished.
 
 The loop runs in this process on the real torch trainer (tiny Llama) with the stand-ins of
 tests/loop/loop_standins.py; steps in `flat_steps` give every sample of a group the same reward,
@@ -41,6 +42,25 @@ def test_three_empty_steps_in_a_row_stop_the_run(model_dir, tmp_path):
     assert [bool(e["groups"]) for e in ledger] == [False, False, True, False, False, False]
     assert trainer.version == 1
     assert [values["steps_without_signal"] for _, values in logged] == [1, 2, 0, 1, 2, 3]
+
+
+def test_a_solved_pool_ends_the_run_finished_with_its_last_checkpoint(model_dir, tmp_path):
+    trainer = tiny_trainer(model_dir)
+    parts = loop_parts(tmp_path, trainer, steps=10, checkpoint_every=10, max_steps_without_signal=3,
+                       flat_steps=frozenset(range(2, 10)), flat_reward=1.0)
+    last = train_loop(parts, start_step=0)
+    assert last["ended_early"] == "every sample of the last 3 steps passed (steps 2-4): the task pool is solved"
+    assert [bool(e["groups"]) for e in read_ledger(tmp_path / "ledger.jsonl")] == [True, True, False, False, False]
+    # What it learnt is kept: a checkpoint at the step it ended on, though checkpoint_every is 10.
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step_000005"] and trainer.version == 2
+
+
+def test_steps_that_all_failed_are_no_solved_pool(model_dir, tmp_path):
+    trainer = tiny_trainer(model_dir)
+    parts = loop_parts(tmp_path, trainer, steps=10, checkpoint_every=10, max_steps_without_signal=3,
+                       flat_steps=frozenset(range(10)), flat_reward=0.0)
+    with pytest.raises(NoTrainableGroups, match=r"steps 0-2"):
+        train_loop(parts, start_step=0)
 
 
 def test_the_guard_off_lets_every_step_run(model_dir, tmp_path):
