@@ -29,7 +29,7 @@ import docker.errors
 from rl360cli.images.config import RegistrySpec
 from rl360cli.images.mirrors import MirrorRefused, rewrite_dockerfile, through_mirrors
 from rl360cli.sandbox.docker_build_net import BuildNetwork
-from rl360cli.sandbox.dockerfile import for_classic_builder
+from rl360cli.sandbox.dockerfile import fetched_by_the_daemon, for_classic_builder, parse
 from rl360cli.sandbox.docker_errors import as_sandbox_error, is_connection_error, node_lost, one_line
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 
@@ -170,6 +170,14 @@ class NodeImages:
             mirrored = for_classic_builder(rewrite_dockerfile(dockerfile, self.registry))
         except MirrorRefused as e:
             raise SandboxError(Event.IMAGE_BUILD_FAILED, f"task {task.id}: {e}", node=node) from None
+        remote = fetched_by_the_daemon(parse(dockerfile))
+        if remote and owner.egress.mode != "open":
+            ins, url = remote[0]
+            raise SandboxError(Event.IMAGE_BUILD_FAILED,
+                               f"task {task.id}: Dockerfile line {ins.line}: ADD {url} would be fetched by the "
+                               f"Docker daemon of {node} itself, outside the egress proxy ([egress] mode = "
+                               f"\"{owner.egress.mode}\"); put the file in the task's environment/ folder, or fetch "
+                               "it in a RUN step (which goes through the proxy)", node=node)
         # With its FROM lines rewritten the context travels as a tar holding the rewritten Dockerfile.
         where = ({"path": str(context)} if mirrored == dockerfile else
                  {"fileobj": _context_tar(context, task.dockerfile.name, mirrored), "custom_context": True,

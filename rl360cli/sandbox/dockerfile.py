@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +92,18 @@ def parse(text: str) -> list[Instruction]:
         keyword, _, args = full.partition(" ")
         out.append(Instruction(keyword=keyword.upper(), args=args.strip(), line=start))
     return out
+
+
+def fetched_by_the_daemon(instructions: list[Instruction]) -> list[tuple[Instruction, str]]:
+    """Each `ADD <url>` (and git source) with its URL: the Docker daemon fetches these itself, from its own
+    network, where neither the build's network nor the egress proxy holds it."""
+    found = []
+    for ins in instructions:
+        if ins.keyword != "ADD":
+            continue
+        sources = [w for w in ins.words() if not w.startswith("--")][:-1]
+        found += [(ins, source) for source in sources if re.match(r"^([a-z][a-z0-9+.-]*://|git@)", source)]
+    return found
 
 
 def last_workdir(instructions: list[Instruction]) -> str | None:

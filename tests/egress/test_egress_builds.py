@@ -94,3 +94,21 @@ def test_under_none_a_run_step_that_needs_the_network_fails_in_one_line_with_the
     assert line.endswith('(the build had no network: [egress] mode = "allow" in the profile lets its RUN steps '
                          "reach the allow list through the egress proxy)"), line
     assert not outside.gets
+
+
+def test_an_add_of_a_url_is_refused_in_one_line_before_the_daemon_fetches_it(docker_provider, proxy_of, outside,
+                                                                             tmp_path):
+    """The daemon fetches an `ADD <url>` from its own network: neither the build network nor the proxy holds it."""
+    proxy = proxy_of('allow = ["files.example.test"]\n' + PINNED)
+    provider = docker_provider(egress=proxy.route, warm_pool=WarmPoolConfig(size=0))
+    url = outside.url("/uv/install.sh", "files.example.test")
+    task = load_task(write_task(tmp_path, "add-url", dockerfile=f"FROM {BUSYBOX}\nADD {url} /installed.sh\n",
+                                test_sh="echo 1 > /logs/verifier/reward.txt\n"))
+    with pytest.raises(SandboxError) as caught:
+        ensure(provider, task)
+    line = str(caught.value)
+    assert caught.value.event == Event.IMAGE_BUILD_FAILED and "\n" not in line
+    assert f"Dockerfile line 2: ADD {url} would be fetched by the Docker daemon of n1 itself" in line, line
+    assert line.endswith("put the file in the task's environment/ folder, or fetch it in a RUN step (which goes "
+                         "through the proxy)"), line
+    assert not outside.gets

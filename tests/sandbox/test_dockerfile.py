@@ -58,3 +58,11 @@ def test_several_sources_into_dot_are_written_for_the_classic_builder():
         "FROM x\nWORKDIR /app\nCOPY server.py persona.md ./\nCOPY a .\nCOPY --chown=1 a b ./\r\nADD a b ./\n"
         'COPY ["a", "b", "."]\nRUN echo a b .\n')
 
+
+
+def test_the_sources_the_docker_daemon_would_fetch_itself_are_found():
+    text = ("FROM x\nADD local.txt /a\nADD --chmod=644 https://example.test/f.tgz \\\n    /opt/\n"
+            'ADD ["http://example.test/a", "b", "/c/"]\nADD git@github.com:o/r.git /src\nCOPY http://x /y\n')
+    found = [(ins.line, url) for ins, url in dockerfile.fetched_by_the_daemon(dockerfile.parse(text))]
+    assert found == [(3, "https://example.test/f.tgz"), (5, "http://example.test/a"),
+                     (6, "git@github.com:o/r.git")]
