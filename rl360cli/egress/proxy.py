@@ -529,6 +529,8 @@ async def serve(config: EgressConfig, *, control: Path, cache_dir: Path) -> None
     for sandbox in list(proxy.attached):
         await proxy.detach(sandbox)
     control.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # the socket's folder, when nothing else is in it (/tmp/rl360-egress-*)
+        control.parent.rmdir()
     print(f"rl360 egress proxy: stopped ({json.dumps(proxy.stats())})", flush=True)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -102,3 +103,4 @@ def proxy_of():
     yield make
     for proxy in made:
         proxy.stop()
+        shutil.rmtree(proxy.folder, ignore_errors=True)  # its socket, cache, CA and log
