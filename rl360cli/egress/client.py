@@ -2,6 +2,7 @@
 node's proxy, and what the proxy counted for it.
 
     route = EgressRoute(mode="allow", control="/.../egress/control.sock")
+    route = route.on_node(node_name())           # on Slurm: the proxy of the node this process runs on
     ca_pem = await route.attach(sandbox_id, pid) # the proxy now listens in that process's namespace
     env = route.proxy_env(no_proxy=("mcp-server",))
     report = await route.detach(sandbox_id)      # EgressReport: bytes, denials, failures per host
@@ -12,7 +13,10 @@ Test: tests/egress/test_egress_sandboxes.py.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import os
+import socket
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -67,25 +71,50 @@ class EgressReport:
                             failure=next((r.failure for r in found if r.failure), ""))
 
 
-# The proxy's record in the state file (`tier/name`), which the `egress` stage writes.
+# The proxy's record in the state file (`tier/name`) on one machine, which the `egress` stage writes; on Slurm
+# each rollout node's is `rollout/egress-<node>`. Every one has this kind.
 EGRESS_COMPONENT = "rollout/egress"
+EGRESS_KIND = "egress"
+
+
+def node_name() -> str:
+    """The node this process runs on, as Slurm names it (a job step's, or a Ray worker's started as one), else its
+    host name: how a session actor finds its node's proxy."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EgressRoute:
     """How a provider's sandboxes that may use the network go out: the profile's `[egress] mode`, and in
-    `allow` the control socket of the proxy on this machine (recorded by the `egress` stage)."""
+    `allow` the control socket of the proxy on this node (recorded by the `egress` stage)."""
 
     mode: Literal["none", "allow", "open"] = "none"
     control: str = ""
     # Where the proxy listens inside each sandbox ([egress] sandbox_port).
     port: int = 3128
+    # On Slurm, each rollout node's proxy: node -> its control socket. A proxy serves its own node's sandboxes
+    # only (it enters their namespaces), so a process keeps its node's (`on_node`); empty on one machine.
+    controls: dict[str, str] = field(default_factory=dict)
+    # The node `on_node` chose ("" before, and on one machine): named when it has no proxy.
+    node: str = ""
 
     @classmethod
-    def of(cls, config: EgressConfig, record: Mapping[str, Any] | None) -> EgressRoute:
-        """The route of a profile's `[egress]`, through the proxy `record` (its state-file record, if any)."""
-        control = str((record or {}).get("url") or "").removeprefix("unix://") if config.mode == "allow" else ""
-        return cls(mode=config.mode, control=control, port=config.sandbox_port)
+    def of(cls, config: EgressConfig, records: Iterable[Mapping[str, Any]]) -> EgressRoute:
+        """The route of a profile's `[egress]`, through the proxies the `egress` stage recorded (`records`): the
+        machine's (local backend), or one per node (Slurm)."""
+        if config.mode != "allow":
+            return cls(mode=config.mode, port=config.sandbox_port)
+        records = list(records)
+        control = {str(r.get("node")): str(r.get("url") or "").removeprefix("unix://") for r in records}
+        machine = next((control[str(r.get("node"))] for r in records if r.get("backend") == "local"), "")
+        return cls(mode="allow", port=config.sandbox_port, control=machine, controls={} if machine else control)
+
+    def on_node(self, node: str) -> EgressRoute:
+        """The route as a process on `node` takes it: that node's proxy (none when none is recorded there, and
+        then every attach fails, in one line naming the node). The machine's proxy stays as it is."""
+        if self.mode != "allow" or self.control:
+            return self
+        return dataclasses.replace(self, control=self.controls.get(node, ""), node=node, controls={})
 
     def proxy_env(self, *, no_proxy: Iterable[str] = ()) -> dict[str, str]:
         """The environment that points a sandbox's tools at the proxy (curl reads only the lowercase
@@ -114,7 +143,8 @@ class EgressRoute:
 
     async def _call(self, request: dict[str, Any]) -> dict[str, Any]:
         if not self.control:
-            raise EgressUnavailable('[egress] mode is "allow" but no egress proxy is recorded for this machine: '
+            where = f"node {self.node}" if self.node else "this machine"
+            raise EgressUnavailable(f'[egress] mode is "allow" but no egress proxy is recorded for {where}: '
                                     "start it with `rl360 up` (its `egress` stage)")
         try:
             async with asyncio.timeout(CONTROL_TIMEOUT_S):

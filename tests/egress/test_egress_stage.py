@@ -1,6 +1,7 @@
 """The proxy's lifecycle, as a user drives it: `rl360 plan` shows it, `rl360 tasks check` starts it (recorded in
 the state file) and a task whose verifier fetches through a mirror passes, a verifier stopped by the allow-list
-says why in its row, `rl360 down` stops it; on Slurm, `allow` is refused in one line. Loopback only."""
+says why in its row, `rl360 down` stops it; on Slurm, the plan shows a proxy per rollout node (the real ones:
+tests/slurm/test_slurm_egress.py) and `tasks check` is refused in one line. Loopback only."""
 
 from __future__ import annotations
 
@@ -98,8 +99,37 @@ def test_a_proxy_that_runs_is_left_running_by_tasks_check_and_down_stops_it(cli,
     assert "rollout/egress" not in json.loads(state_path.read_text())["components"]
 
 
-def test_allow_on_slurm_is_refused_in_one_line(cli, tmp_path):
+def test_on_slurm_the_plan_shows_a_proxy_per_rollout_node_and_ssh_nodes_in_one_line(cli, tmp_path):
+    path = profile(tmp_path, 'mode = "allow"\nallow = ["pypi.org"]\n', base="dev-slurm.toml")
+    path.write_text(path.read_text().replace("[tiers.rollout]\nnum_nodes = 1", "[tiers.rollout]\nnum_nodes = 2")
+                    + '[[nodes]]\nname = "far"\ndocker_host = "ssh://rl360@far.example.test:22"\ncpus = 8.0\n'
+                    'memory_mb = 16384\n')
+    plan = cli("plan", "--recipe", str(REPO / "recipes" / "local-smoke.toml"), "--profile", str(path),
+               "--set", "sandbox.provider=docker", "--json")
+    assert plan.returncode == 0, plan.stderr
+    actions = [a for a in json.loads(plan.stdout)["actions"] if a["stage"] == "egress"]
+    # Before the tier holds its nodes, their places; each proxy's socket, cache and CA in a folder of its own node.
+    assert [a["subject"] for a in actions] == ["rollout/egress-rollout[0]", "rollout/egress-rollout[1]", "ssh:// nodes"]
+    controls = [a["detail"].rsplit("control unix://", 1)[1] for a in actions[:2]]
+    assert [c.rsplit("-", 1)[1] for c in controls] == ["rollout[0]/control.sock", "rollout[1]/control.sock"]
+    assert all(c.startswith("/tmp/rl360-egress-") for c in controls)
+    assert actions[2]["detail"].startswith("Docker node far: reached over ssh:// or tcp://, on no proxy's node")
+
+
+def test_tasks_check_on_slurm_is_refused_in_one_line(cli, tmp_path):
     path = profile(tmp_path, 'mode = "allow"\n', base="dev-slurm.toml")
-    plan = cli("plan", "--recipe", str(REPO / "recipes" / "local-smoke.toml"), "--profile", str(path))
-    assert plan.returncode == 1
-    assert "[egress] mode = \"allow\" runs one egress proxy for this machine: the local backend only" in plan.stderr
+    installer_task(tmp_path / "tasks", "mirrored", "http://astral.example.test/uv/install.sh")
+    checked = cli("tasks", "check", str(tmp_path / "tasks"), "--profile", str(path))
+    assert checked.returncode == 1
+    assert "a Slurm profile runs egress proxies on its rollout nodes only" in checked.stderr, checked.stderr
+
+
+def test_a_proxys_control_socket_is_per_node_and_fits_a_unix_socket(tmp_path):
+    home = tmp_path / "rl360"
+    machine = egress.proxy_folder(home)
+    n1, n2 = egress.proxy_folder(home, "n1", tmp="/tmp"), egress.proxy_folder(home, "n2", tmp="/tmp")
+    assert n1 != n2 and n1.name == f"{machine.name}-n1" and str(n1.parent) == "/tmp"
+    assert egress.proxy_folder(tmp_path / "other", "n1", tmp="/tmp") != n1  # another state file, another folder
+    long = egress.proxy_folder(home, "node-" + "x" * 120, tmp="/tmp")
+    assert len(str(long / egress.CONTROL)) <= egress.MAX_SOCKET_PATH and long.name.startswith(machine.name + "-")
+    assert long != egress.proxy_folder(home, "node-" + "y" * 120, tmp="/tmp")
