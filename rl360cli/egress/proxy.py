@@ -1,7 +1,7 @@
 """rl360's egress proxy: the only way out of a sandbox under `[egress] mode = "allow"`, one per node.
 
     python -m rl360cli.egress.proxy --profile cluster/local.toml --control DIR/control.sock --cache DIR/cache \
-        [--ready FILE]
+        [--ready FILE]          # `{node}` in a path: this node's name (Slurm: a proxy per rollout node)
 
 Why a proxy that listens *inside* each sandbox. A sandbox with a network must reach nothing but the
 proxy: not the node's 127.0.0.1 (the router, the engines, Ray, the registry, sshd listen there), not the
@@ -64,6 +64,7 @@ from rl360cli import procinfo
 from rl360cli.configload import from_mapping, read_toml
 from rl360cli.egress.ca import EgressCA
 from rl360cli.egress.cache import PRIVATE_REQUEST, GetCache, freshness, varied
+from rl360cli.egress.client import node_name, on_node_path
 from rl360cli.egress.config import EgressConfig, host_matches, is_ip
 from rl360cli.egress.netns import NetnsError, listen_in
 from rl360cli.egress.own_networks import is_own, node_networks
@@ -521,7 +522,7 @@ async def serve(config: EgressConfig, *, control: Path, cache_dir: Path, ready: 
     server = await asyncio.start_unix_server(proxy._control, path=str(control))
     os.chmod(control, 0o600)  # only root (the orchestrator) attaches sandboxes
     if ready is not None:
-        write_status(ready, {"pid": os.getpid(), "control": str(control)})
+        write_status(ready, {"pid": os.getpid(), "control": str(control), "node": node_name()})
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
@@ -542,13 +543,15 @@ async def serve(config: EgressConfig, *, control: Path, cache_dir: Path, ready: 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m rl360cli.egress.proxy", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", required=True, help="the cluster profile whose [egress] to serve")
-    parser.add_argument("--control", required=True, type=Path, help="the control socket's path")
-    parser.add_argument("--cache", required=True, type=Path, help="the cache's folder (emptied at start)")
+    parser.add_argument("--control", required=True, help="the control socket's path ({node}: this node's name)")
+    parser.add_argument("--cache", required=True, help="the cache's folder, emptied at start ({node} too)")
     parser.add_argument("--ready", type=Path, help="a file written once the control socket listens")
     args = parser.parse_args(argv)
     config = from_mapping(EgressConfig, read_toml(Path(args.profile)).get("egress", {}), where=args.profile,
                           table="egress")
-    asyncio.run(serve(config, control=args.control, cache_dir=args.cache, ready=args.ready))
+    node = node_name()
+    asyncio.run(serve(config, control=Path(on_node_path(args.control, node)),
+                      cache_dir=Path(on_node_path(args.cache, node)), ready=args.ready))
 
 
 if __name__ == "__main__":

@@ -149,8 +149,8 @@ def start_components(ctx: Context, specs: list[ComponentSpec], *,
         if spec.health_url or spec.ready_file:
             wait_ready(ctx, spec, timeout_s=ready_timeout_s)
         ctx.say(f"{spec.id}: running ({_where(record)})")
-    doc = ctx.state.read()
-    return [queries.component(doc, spec.id) if record is None else record for spec, record in zip(specs, records)]
+    doc = ctx.state.read()  # as recorded now: the waits above marked them running
+    return [queries.component(doc, spec.id) or record for spec, record in zip(specs, records)]
 
 
 def log_path(ctx: Context, *, tier: str, name: str, run: str | None) -> Path:

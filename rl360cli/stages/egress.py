@@ -6,11 +6,13 @@ namespaces, as root there, by the pid a node-local daemon (a unix:// socket) or 
   containers of the Docker daemons that run here (the dev nodes). Its control socket is a short path under /tmp
   (a unix socket's path is at most 107 bytes), its cache (and CA) under the state file's folder.
 - Slurm: one proxy per rollout node, `rollout/egress-<node>`, a job step on that node (pinned there, as `serve`
-  pins engines). Its control socket, cache and CA are in a node-local folder, /tmp/rl360-egress-<hash>-<node>/:
-  the node in the name because the dev cluster's fake nodes share one machine's /tmp. The session actors run on
-  the rollout nodes (Ray workers started as steps there) and each keeps its own node's proxy
-  (`EgressRoute.on_node`, by SLURMD_NODENAME); an actor on a node without one fails its network tasks' starts
-  (infra cause `sandbox_start`, one line naming the node), never opening the network.
+  pins engines). Its control socket, cache and CA are in a node-local folder, /tmp/rl360-egress-<hash>-{node}/,
+  `{node}` filled in on the node with its name (SLURMD_NODENAME; hashed past 32 characters, a unix socket's path
+  holding at most 107 bytes): the dev cluster's fake nodes share one machine's /tmp. The session actors run on
+  the rollout nodes (Ray workers started as steps there) and each fills in its own node the same way
+  (`EgressRoute.on_node`), so an actor and its node's proxy meet also once a requeue has moved both to a node
+  that replaced theirs. An actor on a node whose proxy does not answer fails its network tasks' starts (infra
+  cause `sandbox_start`, one line naming the node), never opening the network.
 - Docker nodes reached over ssh:// (or tcp://) are on no proxy's node: their network tasks get no network
   (`network_denied`); `rl360 plan` says so in one line.
 
@@ -35,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rl360cli.backends.base import ComponentSpec
-from rl360cli.egress.client import EGRESS_COMPONENT, EGRESS_KIND, EgressRoute
+from rl360cli.egress.client import EGRESS_COMPONENT, EGRESS_KIND, NODE_FIELD, EgressRoute, on_node_path
 from rl360cli.errors import Rl360Error
 from rl360cli.stages.base import Action, Context, component_is_live, log_path, python_argv, start_components
 from rl360cli.state import queries, transitions
@@ -43,8 +45,6 @@ from rl360cli.state import queries, transitions
 NAME = "egress"
 READY_TIMEOUT_S = 60.0
 CONTROL = "control.sock"
-# The longest path of a unix socket (sun_path holds 108 bytes with its NUL).
-MAX_SOCKET_PATH = 107
 # Where a proxy on a Slurm node keeps its socket, cache and CA: on the node itself.
 NODE_TMP = "/tmp"
 
@@ -57,18 +57,14 @@ def applies(ctx: Context) -> bool:
         recipe.sandbox.provider in ("process", "docker") and recipe.sandbox.network == "task"))
 
 
-def proxy_folder(home: Path, node: str | None = None, *, tmp: str | None = None) -> Path:
-    """The node-local folder of a proxy's control socket: `rl360-egress-<hash of the state file's folder>`, plus
-    `-<node>` for one of a node's proxies, under `tmp` (default: this machine's temp folder). A node name that
-    would make the socket's path too long for a unix socket is replaced by its hash."""
-    def digest(text: str) -> str:
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-    base = Path(tmp or tempfile.gettempdir()) / f"rl360-egress-{digest(str(home.absolute()))}"
-    if node is None:
-        return base
-    folder = base.with_name(f"{base.name}-{node}")
-    return folder if len(str(folder / CONTROL)) <= MAX_SOCKET_PATH else base.with_name(f"{base.name}-{digest(node)}")
+def proxy_folder(home: Path, *, on_nodes: bool = False) -> Path:
+    """The folder of a proxy's control socket: `rl360-egress-<hash of the state file's folder>` in this machine's
+    temp folder; for the proxies of the nodes, `-{node}` more, in the node's own /tmp (`{node}` is filled in on the
+    node: `on_node_path`)."""
+    digest = hashlib.sha256(str(home.absolute()).encode()).hexdigest()[:12]
+    if on_nodes:
+        return Path(NODE_TMP) / f"rl360-egress-{digest}-{NODE_FIELD}"
+    return Path(tempfile.gettempdir()) / f"rl360-egress-{digest}"
 
 
 def control_path(ctx: Context) -> Path:
@@ -86,18 +82,16 @@ def _nodes(ctx: Context) -> tuple[list[str], bool]:
 
 
 def component_specs(ctx: Context) -> list[ComponentSpec]:
-    """The machine's proxy (local backend), or one per rollout node (Slurm)."""
+    """The machine's proxy (local backend), or one per rollout node (Slurm), all with the same command: its paths
+    name `{node}`, which each fills in with its own."""
     home = ctx.state.home.absolute()
     if ctx.backend.on_this_machine:
         tier, name = EGRESS_COMPONENT.split("/")
         return [_spec(ctx, tier=tier, name=name, node=None, control=control_path(ctx), cache=home / "egress" / "cache")]
     nodes, known = _nodes(ctx)
-    specs = []
-    for node in nodes:
-        folder = proxy_folder(home, node, tmp=NODE_TMP)
-        specs.append(_spec(ctx, tier="rollout", name=f"{NAME}-{node}", node=node if known else None,
-                           control=folder / CONTROL, cache=folder / "cache"))
-    return specs
+    folder = proxy_folder(home, on_nodes=True)
+    return [_spec(ctx, tier="rollout", name=f"{NAME}-{node}", node=node if known else None, control=folder / CONTROL,
+                  cache=folder / "cache") for node in nodes]
 
 
 def _spec(ctx: Context, *, tier: str, name: str, node: str | None, control: Path, cache: Path) -> ComponentSpec:
@@ -128,7 +122,7 @@ def plan(ctx: Context) -> list[Action]:
         whose = "the sandboxes' egress proxy" if ctx.backend.on_this_machine else \
             f"the egress proxy of {node}'s sandboxes, on {node}"
         actions.append(Action(stage=NAME, verb="start", subject=spec.id, command=spec.argv,
-                              detail=f"{whose}: {what}, control {spec.url}"))
+                              detail=f"{whose}: {what}, control {on_node_path(spec.url or '', node)}"))
     if note := ssh_note(ctx):
         actions.append(Action(stage=NAME, verb="note", subject="ssh:// nodes", detail=note))
     return actions

@@ -13,6 +13,7 @@ import pytest
 
 from rl360cli import procinfo
 from rl360cli.commands import common
+from rl360cli.egress.client import on_node_path
 from rl360cli.stages import egress
 from tests.conftest import REPO, need
 from tests.egress.conftest import FILES
@@ -126,10 +127,11 @@ def test_tasks_check_on_slurm_is_refused_in_one_line(cli, tmp_path):
 
 def test_a_proxys_control_socket_is_per_node_and_fits_a_unix_socket(tmp_path):
     home = tmp_path / "rl360"
-    machine = egress.proxy_folder(home)
-    n1, n2 = egress.proxy_folder(home, "n1", tmp="/tmp"), egress.proxy_folder(home, "n2", tmp="/tmp")
-    assert n1 != n2 and n1.name == f"{machine.name}-n1" and str(n1.parent) == "/tmp"
-    assert egress.proxy_folder(tmp_path / "other", "n1", tmp="/tmp") != n1  # another state file, another folder
-    long = egress.proxy_folder(home, "node-" + "x" * 120, tmp="/tmp")
-    assert len(str(long / egress.CONTROL)) <= egress.MAX_SOCKET_PATH and long.name.startswith(machine.name + "-")
-    assert long != egress.proxy_folder(home, "node-" + "y" * 120, tmp="/tmp")
+    machine, nodes = egress.proxy_folder(home), egress.proxy_folder(home, on_nodes=True)
+    assert nodes == Path("/tmp") / f"{machine.name}-{{node}}"
+    assert egress.proxy_folder(tmp_path / "other", on_nodes=True) != nodes  # another state file, another folder
+    template = str(nodes / egress.CONTROL)
+    n1, n2 = on_node_path(template, "n1"), on_node_path(template, "n2")
+    assert n1 != n2 and n1 == f"/tmp/{machine.name}-n1/control.sock"
+    long_ones = [on_node_path(template, f"{c}" * 200) for c in "xy"]
+    assert long_ones[0] != long_ones[1] and all(len(p) <= 107 for p in long_ones)
