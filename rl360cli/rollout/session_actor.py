@@ -79,7 +79,7 @@ class ActorSetup:
     registry: RegistrySpec = field(default_factory=RegistrySpec)
     node_images: dict[str, dict[str, str | None]] = field(default_factory=dict)
     # Where a network task's sandbox goes (the profile's [egress], through the node's proxy when "allow": on Slurm
-    # every rollout node's, of which the actor keeps its own).
+    # the rollout nodes' control path naming `{node}`, which the actor fills in with its own).
     egress: EgressRoute = field(default_factory=EgressRoute)
     # The rollout tier's CPUs on a machine whose tiers are pinned (the sandboxes inherit them).
     cpu_list: tuple[int, ...] = ()

@@ -152,7 +152,7 @@ def for_one_command(ctx: Context) -> Iterator[None]:
     """The machine's proxy while one command runs: started unless it runs, stopped at the end only if started
     here. Local backend only: the command's sandboxes are this machine's, and on Slurm no proxy runs here."""
     if not ctx.backend.on_this_machine:
-        raise Rl360Error(f'this command runs its sandboxes on this machine, and under [egress] mode = "allow" a Slurm '
+        raise Rl360Error('this command runs its sandboxes on this machine, and under [egress] mode = "allow" a Slurm '
                          "profile runs egress proxies on its rollout nodes only",
                          f"use a local profile with the same [egress] and [[nodes]], or set [egress] mode = "
                          f'"none" (or "open") in {ctx.profile_path}')

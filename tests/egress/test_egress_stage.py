@@ -16,7 +16,7 @@ from rl360cli.commands import common
 from rl360cli.egress.client import on_node_path
 from rl360cli.stages import egress
 from tests.conftest import REPO, need
-from tests.egress.conftest import FILES
+from tests.egress.conftest import FILES, proxy_pids
 from tests.sandbox.conftest import PYTHON, write_task
 
 pytestmark = pytest.mark.timeout(300)
@@ -65,16 +65,7 @@ def test_tasks_check_starts_the_proxy_it_needs_and_stops_it(cli, state_path, tmp
 
 def proxies_of(state_path: Path) -> list[int]:
     """The pids of egress proxies whose cache is under this state file's folder (its argv names it)."""
-    cache = str(state_path.parent.absolute() / "egress" / "cache")
-    found = []
-    for proc in procinfo.all_processes():
-        try:
-            argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"rl360cli.egress.proxy" in argv and cache.encode() in argv:
-            found.append(proc.pid)
-    return found
+    return proxy_pids(str(state_path.parent.absolute() / "egress" / "cache"))
 
 
 def test_a_proxy_that_runs_is_left_running_by_tasks_check_and_down_stops_it(cli, state_path, tmp_path, outside,

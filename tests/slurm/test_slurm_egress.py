@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from rl360cli import procinfo
 from rl360cli.egress.client import EGRESS_KIND, NODE_FIELD, EgressRoute, on_node_path
 from rl360cli.egress.standin import InternetStandIn
 from rl360cli.stages import egress
@@ -23,7 +22,8 @@ from rl360cli.stages.base import Context, resolve_profile
 from rl360cli.state import queries
 from rl360cli.state.store import StateFile
 from tests.conftest import REPO, need
-from tests.sandbox.conftest import PYTHON, docker_node_specs, write_task  # noqa: F401 (a fixture)
+from tests.egress.conftest import proxy_pids
+from tests.sandbox.conftest import PYTHON, write_task
 from tests.slurm.conftest import write_profile
 
 pytestmark = [pytest.mark.slurm, pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -72,25 +72,12 @@ def context(state: Path) -> Context:
     return Context(state=state_file, profile=profile, profile_path=path)
 
 
-def proxies_under(folder_prefix: str) -> list[int]:
-    """The pids of egress proxies whose control socket is in a folder starting with `folder_prefix`."""
-    found = []
-    for proc in procinfo.all_processes():
-        try:
-            argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"rl360cli.egress.proxy" in argv and any(a.startswith(folder_prefix.encode()) for a in argv):
-            found.append(proc.pid)
-    return found
-
-
 def node_of(pid: int) -> str:
     environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     return next(e.split(b"=", 1)[1].decode() for e in environ if e.startswith(b"SLURMD_NODENAME="))
 
 
-def test_a_proxy_per_rollout_node_serves_its_nodes_sandboxes_and_down_stops_them(rl360, docker_node_specs, tmp_path):
+def test_a_proxy_per_rollout_node_serves_its_nodes_sandboxes_and_down_stops_them(rl360, docker_nodes, tmp_path):
     need(os.geteuid() == 0, "the egress proxy enters sandboxes' network namespaces: run as root")
     # Whole-node CPU requests keep the two rollout nodes apart without --exclusive.
     tiers = {"service": {"num_nodes": 1, "cpus_per_node": 1}, "training": {"num_nodes": 1, "cpus_per_node": 1},
@@ -125,17 +112,18 @@ def test_a_proxy_per_rollout_node_serves_its_nodes_sandboxes_and_down_stops_them
 
     # A network task's sandbox, from a job step on the second rollout node, as its session actor would start it.
     route = EgressRoute.of(ctx.profile.egress, queries.components_of_kind(ctx.state.read(), EGRESS_KIND).values())
-    node_spec = docker_node_specs[0]
+    docker_node = docker_nodes["nodes"][0]
     task = write_task(tmp_path / "tasks", "net", image=PYTHON, toml="[environment]\ncpus = 1\n",
                       test_sh="mkdir -p /logs/verifier; echo 0 > /logs/verifier/reward.txt\n")
     with InternetStandIn({"/uv/install.sh": FILE}) as outside:
         urls = [FETCH.format(url=outside.url("/uv/install.sh", host))
                 for host in ("files.example.test", "evil.example.test")]
         argument = json.dumps([{"mode": route.mode, "port": route.port, "control": route.control},
-                               {"name": node_spec.name, "docker_host": node_spec.docker_host}, str(task), urls])
+                               {"name": docker_node["name"], "docker_host": docker_node["docker_host"]}, str(task),
+                               urls])
         step = subprocess.run(["srun", f"--jobid={records[1]['job_id']}", f"--nodelist={nodes[1]}", "--nodes=1",
                                "--ntasks=1", "--overlap", "--quiet", sys.executable, "-c", ON_THE_NODE, argument],
-                              capture_output=True, text=True, timeout=180, cwd=REPO)
+                              check=False, capture_output=True, text=True, timeout=180, cwd=REPO)
         assert step.returncode == 0, step.stderr[-3000:]
         seen = json.loads(step.stdout.strip().splitlines()[-1])
         assert outside.gets["/uv/install.sh"] == 1
@@ -150,5 +138,5 @@ def test_a_proxy_per_rollout_node_serves_its_nodes_sandboxes_and_down_stops_them
 
     assert rl360("down", "--grace", "5").returncode == 0
     assert not queries.components_of_kind(ctx.state.read(), EGRESS_KIND)
-    assert not proxies_under(prefix), "egress proxies left behind"
+    assert not proxy_pids(prefix), "egress proxies left behind"
     assert not any(Path(c).exists() for c in controls)
