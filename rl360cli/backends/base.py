@@ -32,6 +32,9 @@ class ComponentSpec:
     url: str | None = None
     # An HTTP URL that answers 200 once the component is ready.
     health_url: str | None = None
+    # Or, for one that serves no HTTP (the egress proxy: a node-local unix socket), a file it writes once ready,
+    # in a folder this machine sees (the run root); removed before each launch, so an old one never counts.
+    ready_file: str | None = None
 
     @property
     def id(self) -> str:

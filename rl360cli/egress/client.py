@@ -2,6 +2,7 @@
 node's proxy, and what the proxy counted for it.
 
     route = EgressRoute(mode="allow", control="/.../egress/control.sock")
+    route = route.on_node(node_name())           # on Slurm: the proxy of the node this process runs on
     ca_pem = await route.attach(sandbox_id, pid) # the proxy now listens in that process's namespace
     env = route.proxy_env(no_proxy=("mcp-server",))
     report = await route.detach(sandbox_id)      # EgressReport: bytes, denials, failures per host
@@ -12,7 +13,11 @@ Test: tests/egress/test_egress_sandboxes.py.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import json
+import os
+import socket
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -67,25 +72,57 @@ class EgressReport:
                             failure=next((r.failure for r in found if r.failure), ""))
 
 
-# The proxy's record in the state file (`tier/name`), which the `egress` stage writes.
+# The proxy's record in the state file (`tier/name`) on one machine, which the `egress` stage writes; on Slurm
+# each rollout node's is `rollout/egress-<node>`. Every one has this kind.
 EGRESS_COMPONENT = "rollout/egress"
+EGRESS_KIND = "egress"
+# In the paths of a node's proxy (Slurm): that node's name, filled in on the node by the proxy and by the session
+# actors alike. So they meet on any node, also once a requeue has moved both to a node that replaced theirs.
+NODE_FIELD = "{node}"
+# Longer node names are hashed: a unix socket's path holds at most 107 bytes.
+MAX_NODE_TAG = 32
+
+
+def node_name() -> str:
+    """The node this process runs on, as Slurm names it (a job step's, or a Ray worker's started as one), else its
+    host name: how a session actor finds its node's proxy."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def on_node_path(template: str, node: str) -> str:
+    """`template` with `{node}` replaced by `node` (by its hash when longer than MAX_NODE_TAG characters)."""
+    tag = node if len(node) <= MAX_NODE_TAG else hashlib.sha256(node.encode()).hexdigest()[:12]
+    return template.replace(NODE_FIELD, tag)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EgressRoute:
     """How a provider's sandboxes that may use the network go out: the profile's `[egress] mode`, and in
-    `allow` the control socket of the proxy on this machine (recorded by the `egress` stage)."""
+    `allow` the control socket of the proxy on this node (recorded by the `egress` stage)."""
 
     mode: Literal["none", "allow", "open"] = "none"
+    # On Slurm, before `on_node`, a template with `{node}`: a proxy serves its own node's sandboxes only (it
+    # enters their namespaces), so a process takes its own node's.
     control: str = ""
     # Where the proxy listens inside each sandbox ([egress] sandbox_port).
     port: int = 3128
+    # The node `on_node` filled in ("" on one machine): named when its proxy does not answer.
+    node: str = ""
 
     @classmethod
-    def of(cls, config: EgressConfig, record: Mapping[str, Any] | None) -> EgressRoute:
-        """The route of a profile's `[egress]`, through the proxy `record` (its state-file record, if any)."""
-        control = str((record or {}).get("url") or "").removeprefix("unix://") if config.mode == "allow" else ""
-        return cls(mode=config.mode, control=control, port=config.sandbox_port)
+    def of(cls, config: EgressConfig, records: Iterable[Mapping[str, Any]]) -> EgressRoute:
+        """The route of a profile's `[egress]`, through the proxies the `egress` stage recorded (`records`): the
+        machine's (local backend), or the rollout nodes' (Slurm: one control template for them all)."""
+        if config.mode != "allow":
+            return cls(mode=config.mode, port=config.sandbox_port)
+        control = next((str(r.get("url") or "") for r in records), "").removeprefix("unix://")
+        return cls(mode="allow", control=control, port=config.sandbox_port)
+
+    def on_node(self, node: str) -> EgressRoute:
+        """The route as a process on `node` takes it: that node's proxy. The machine's proxy stays as it is."""
+        if self.mode != "allow" or (self.control and NODE_FIELD not in self.control):
+            return self
+        return dataclasses.replace(self, control=on_node_path(self.control, node), node=node)
 
     def proxy_env(self, *, no_proxy: Iterable[str] = ()) -> dict[str, str]:
         """The environment that points a sandbox's tools at the proxy (curl reads only the lowercase
@@ -113,8 +150,9 @@ class EgressRoute:
         return await self._call({"op": "stats"})
 
     async def _call(self, request: dict[str, Any]) -> dict[str, Any]:
+        where = f" of node {self.node}" if self.node else ""
         if not self.control:
-            raise EgressUnavailable('[egress] mode is "allow" but no egress proxy is recorded for this machine: '
+            raise EgressUnavailable(f'[egress] mode is "allow" but no egress proxy{where} is recorded: '
                                     "start it with `rl360 up` (its `egress` stage)")
         try:
             async with asyncio.timeout(CONTROL_TIMEOUT_S):
@@ -126,8 +164,8 @@ class EgressRoute:
                 finally:
                     writer.close()
         except (OSError, TimeoutError, ValueError) as e:
-            raise EgressUnavailable(f"the egress proxy at {self.control} does not answer ({e or type(e).__name__})"
-                                    ) from None
+            raise EgressUnavailable(f"the egress proxy{where} at {self.control} does not answer "
+                                    f"({e or type(e).__name__})") from None
         if not answer.get("ok"):
             raise EgressUnavailable(f"the egress proxy: {answer.get('error') or 'no answer'}")
         return answer

@@ -1,6 +1,7 @@
 """rl360's egress proxy: the only way out of a sandbox under `[egress] mode = "allow"`, one per node.
 
-    python -m rl360cli.egress.proxy --profile cluster/local.toml --control DIR/control.sock --cache DIR/cache
+    python -m rl360cli.egress.proxy --profile cluster/local.toml --control DIR/control.sock --cache DIR/cache \
+        [--ready FILE]          # `{node}` in a path: this node's name (Slurm: a proxy per rollout node)
 
 Why a proxy that listens *inside* each sandbox. A sandbox with a network must reach nothing but the
 proxy: not the node's 127.0.0.1 (the router, the engines, Ray, the registry, sshd listen there), not the
@@ -63,9 +64,11 @@ from rl360cli import procinfo
 from rl360cli.configload import from_mapping, read_toml
 from rl360cli.egress.ca import EgressCA
 from rl360cli.egress.cache import PRIVATE_REQUEST, GetCache, freshness, varied
+from rl360cli.egress.client import node_name, on_node_path
 from rl360cli.egress.config import EgressConfig, host_matches, is_ip
 from rl360cli.egress.netns import NetnsError, listen_in
 from rl360cli.egress.own_networks import is_own, node_networks
+from rl360cli.supervise import write_status
 
 log = logging.getLogger("rl360cli.egress")
 
@@ -510,13 +513,16 @@ async def _serve_entry(entry, writer: asyncio.StreamWriter) -> int:
 # ----------------------------------------------------------------------------- the process
 
 
-async def serve(config: EgressConfig, *, control: Path, cache_dir: Path) -> None:
-    """Run the proxy until SIGTERM / SIGINT: its control socket at `control`, its cache in `cache_dir`."""
+async def serve(config: EgressConfig, *, control: Path, cache_dir: Path, ready: Path | None = None) -> None:
+    """Run the proxy until SIGTERM / SIGINT: its control socket at `control`, its cache in `cache_dir`. Once the
+    socket listens, `ready` (if given) says so: what rl360 waits for, where the node's socket is out of its reach."""
     proxy = EgressProxy(config, cache_dir)
     control.parent.mkdir(parents=True, exist_ok=True)
     control.unlink(missing_ok=True)
     server = await asyncio.start_unix_server(proxy._control, path=str(control))
     os.chmod(control, 0o600)  # only root (the orchestrator) attaches sandboxes
+    if ready is not None:
+        write_status(ready, {"pid": os.getpid(), "control": str(control), "node": node_name()})
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
@@ -531,18 +537,23 @@ async def serve(config: EgressConfig, *, control: Path, cache_dir: Path) -> None
     control.unlink(missing_ok=True)
     with contextlib.suppress(OSError):  # the socket's folder, when nothing else is in it (/tmp/rl360-egress-*)
         control.parent.rmdir()
+    if ready is not None:
+        ready.unlink(missing_ok=True)
     print(f"rl360 egress proxy: stopped ({json.dumps(proxy.stats())})", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m rl360cli.egress.proxy", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", required=True, help="the cluster profile whose [egress] to serve")
-    parser.add_argument("--control", required=True, type=Path, help="the control socket's path")
-    parser.add_argument("--cache", required=True, type=Path, help="the cache's folder (emptied at start)")
+    parser.add_argument("--control", required=True, help="the control socket's path ({node}: this node's name)")
+    parser.add_argument("--cache", required=True, help="the cache's folder, emptied at start ({node} too)")
+    parser.add_argument("--ready", type=Path, help="a file written once the control socket listens")
     args = parser.parse_args(argv)
     config = from_mapping(EgressConfig, read_toml(Path(args.profile)).get("egress", {}), where=args.profile,
                           table="egress")
-    asyncio.run(serve(config, control=args.control, cache_dir=args.cache))
+    node = node_name()
+    asyncio.run(serve(config, control=Path(on_node_path(args.control, node)),
+                      cache_dir=Path(on_node_path(args.cache, node)), ready=args.ready))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from rl360cli.agent.config import AgentConfig, RolloutConfig
 from rl360cli.agent.endpoint import SessionEndpoint
 from rl360cli.agent.harnesses import harness_factory
 from rl360cli.agent.session import SessionSpec, drain_cut_sessions, run_session, session_options
-from rl360cli.egress.client import EgressRoute
+from rl360cli.egress.client import EgressRoute, node_name
 from rl360cli.images.config import RegistrySpec
 from rl360cli.inference.apikey import read_api_key
 from rl360cli.inference.client import EngineClient
@@ -78,7 +78,8 @@ class ActorSetup:
     # The profile's registry: the pull cap and the base-image mirrors the docker provider applies.
     registry: RegistrySpec = field(default_factory=RegistrySpec)
     node_images: dict[str, dict[str, str | None]] = field(default_factory=dict)
-    # Where a network task's sandbox goes (the profile's [egress], through the node's proxy when "allow").
+    # Where a network task's sandbox goes (the profile's [egress], through the node's proxy when "allow": on Slurm
+    # the rollout nodes' control path naming `{node}`, which the actor fills in with its own).
     egress: EgressRoute = field(default_factory=EgressRoute)
     # The rollout tier's CPUs on a machine whose tiers are pinned (the sandboxes inherit them).
     cpu_list: tuple[int, ...] = ()
@@ -115,9 +116,12 @@ class SessionActor:
                                                 max_connections=setup.max_generate_connections))
         # Each actor injects its own sequence of failures (when asked to inject any).
         sandbox = dataclasses.replace(setup.sandbox, inject_seed=setup.sandbox.inject_seed * 1000 + setup.actor_index)
-        # `share`: each actor its slice of the pull cap (and of the simulated provider's stand-in nodes).
+        # `share`: each actor its slice of the pull cap (and of the simulated provider's stand-in nodes). Its
+        # sandboxes go out through the proxy of the node it runs on (on Slurm, one per rollout node): the node whose
+        # dockerd (unix://) and processes it starts them on. Taken here, so an actor Ray starts again elsewhere
+        # takes that node's.
         self.provider = make_provider(sandbox, nodes=setup.nodes, run_id=setup.run_id, node_images=setup.node_images,
-                                      registry=setup.registry, egress=setup.egress,
+                                      registry=setup.registry, egress=setup.egress.on_node(node_name()),
                                       share=(setup.actor_index, setup.rollout.num_session_actors))
         rollout = setup.rollout
         # A user's harness that does not import fails the actor, and the run, here: one line naming the fix.

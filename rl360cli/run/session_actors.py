@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from rl360cli.config import ClusterProfile, Recipe
-from rl360cli.egress.client import EGRESS_COMPONENT, EgressRoute
+from rl360cli.egress.client import EGRESS_KIND, EgressRoute
 from rl360cli.errors import RunFailed
 from rl360cli.images.config import RegistrySpec
 from rl360cli.inference.router import generations_in_flight
@@ -22,8 +22,11 @@ from rl360cli.state.schema import StateDoc
 
 
 def egress_route(doc: StateDoc, profile: ClusterProfile | None) -> EgressRoute:
-    """Where the run's network tasks go: the profile's `[egress]`, through the proxy the `egress` stage recorded."""
-    return EgressRoute.of(profile.egress, queries.component(doc, EGRESS_COMPONENT)) if profile else EgressRoute()
+    """Where the run's network tasks go: the profile's `[egress]`, through the proxies the `egress` stage recorded
+    (each session actor keeps its own node's: `EgressRoute.on_node`)."""
+    if profile is None:
+        return EgressRoute()
+    return EgressRoute.of(profile.egress, queries.components_of_kind(doc, EGRESS_KIND).values())
 
 
 def engine_urls(doc: StateDoc, run_id: str) -> tuple[list[str], str]:

@@ -279,7 +279,7 @@ class DockerProvider(SandboxProvider):
 
     def reaches_proxy(self, node: str) -> bool:
         """Whether `node`'s containers (and builds) can go out through the egress proxy: under `allow`, on a
-        daemon of this machine (unix://), where the proxy runs."""
+        daemon of this machine or node (unix://), where its proxy runs (on Slurm, each rollout node's own)."""
         return self.egress.mode == "allow" and self.specs[node].docker_host.startswith("unix://")
 
     def _take_gpus(self, node: str, count: int) -> tuple[str, ...]:

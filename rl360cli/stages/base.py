@@ -146,38 +146,45 @@ def start_components(ctx: Context, specs: list[ComponentSpec], *,
     for spec, record in zip(specs, records):
         if record is None:
             continue
-        if spec.health_url:
-            wait_healthy(ctx, spec.id, spec.health_url, timeout_s=ready_timeout_s)
+        if spec.health_url or spec.ready_file:
+            wait_ready(ctx, spec, timeout_s=ready_timeout_s)
         ctx.say(f"{spec.id}: running ({_where(record)})")
-    doc = ctx.state.read()
-    return [queries.component(doc, spec.id) if record is None else record for spec, record in zip(specs, records)]
+    doc = ctx.state.read()  # as recorded now: the waits above marked them running
+    return [queries.component(doc, spec.id) or record for spec, record in zip(specs, records)]
+
+
+def log_path(ctx: Context, *, tier: str, name: str, run: str | None) -> Path:
+    """Where component `tier/name` (of `run`, or of the cluster) logs, in the run root every node sees."""
+    return ctx.run_root / (run or "cluster") / "logs" / f"{tier}.{name}.log"
 
 
 def _launch(ctx: Context, spec: ComponentSpec) -> ComponentRecord:
-    log_path = ctx.run_root / (spec.run or "cluster") / "logs" / f"{spec.tier}.{spec.name}.log"
-    record: ComponentRecord = ctx.backend.launch(spec, str(log_path))
+    log = log_path(ctx, tier=spec.tier, name=spec.name, run=spec.run)
+    if spec.ready_file:
+        Path(spec.ready_file).unlink(missing_ok=True)
+    record: ComponentRecord = ctx.backend.launch(spec, str(log))
+    waits = bool(spec.health_url or spec.ready_file)
     record.update(
         stage=spec.stage, tier=spec.tier, name=spec.name, kind=spec.kind, run=spec.run,
         ports=dict(spec.ports), url=spec.url, health_url=spec.health_url, started_at=now_iso(),
-        status=ComponentStatus.STARTING if spec.health_url else ComponentStatus.RUNNING, exit_code=None, reason=None,
+        status=ComponentStatus.STARTING if waits else ComponentStatus.RUNNING, exit_code=None, reason=None,
     )
     # Its env, as it was launched: a restart starts it the same way (Slurm's launch records it already).
     record.setdefault("env", dict(spec.env))
     transitions.record_component(ctx.state, spec.id, record)
-    ctx.event(spec.stage, "start", spec.id, pid=record.get("pid"), job=record.get("job_id"), log=str(log_path))
+    ctx.event(spec.stage, "start", spec.id, pid=record.get("pid"), job=record.get("job_id"), log=str(log))
     return record
 
 
-def wait_healthy(ctx: Context, cid: str, url: str, *, timeout_s: float) -> None:
+def wait_ready(ctx: Context, spec: ComponentSpec, *, timeout_s: float) -> None:
+    """Until `spec`'s health URL answers 200, or its ready file is there; `RunFailed` when it ends first or
+    after `timeout_s`."""
+    cid = spec.id
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as reply:
-                if reply.status == 200:
-                    transitions.set_component(ctx.state, cid, status=ComponentStatus.RUNNING)
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-            pass
+        if _is_ready(spec):
+            transitions.set_component(ctx.state, cid, status=ComponentStatus.RUNNING)
+            return
         rec = queries.component(ctx.state.read(), cid)
         if rec is None:  # `rl360 down` stopped it and dropped its record meanwhile
             raise RunFailed(f"{cid} was stopped before it was ready", "see `rl360 status`")
@@ -187,8 +194,19 @@ def wait_healthy(ctx: Context, cid: str, url: str, *, timeout_s: float) -> None:
                                       reason=seen.reason)
             raise RunFailed(f"{cid} ended before it was ready ({seen.reason})", f"see its log {rec['log_path']}")
         time.sleep(0.2)
-    transitions.set_component(ctx.state, cid, status=ComponentStatus.UNKNOWN, reason=f"not healthy after {timeout_s:g}s")
-    raise RunFailed(f"{cid} did not answer {url} within {timeout_s:g}s", "see its log with `rl360 logs`")
+    transitions.set_component(ctx.state, cid, status=ComponentStatus.UNKNOWN, reason=f"not ready after {timeout_s:g}s")
+    what = f"answer {spec.health_url}" if spec.health_url else f"write {spec.ready_file}"
+    raise RunFailed(f"{cid} did not {what} within {timeout_s:g}s", "see its log with `rl360 logs`")
+
+
+def _is_ready(spec: ComponentSpec) -> bool:
+    if spec.ready_file:
+        return Path(spec.ready_file).exists()
+    try:
+        with urllib.request.urlopen(spec.health_url, timeout=2) as reply:
+            return reply.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
 
 
 def _where(record: ComponentRecord) -> str:

@@ -1,37 +1,52 @@
-"""Stage `egress`: the egress proxy of the sandboxes' nodes, when the profile's `[egress] mode` is "allow".
+"""Stage `egress`: the egress proxies of the sandboxes' nodes, when the profile's `[egress] mode` is "allow".
 
-On the local backend, one proxy for the machine (`rollout/egress`, `python -m rl360cli.egress.proxy`): it
-serves this machine's process sandboxes and the containers of the Docker daemons that run here (the dev
-nodes). Its control socket is a short path under /tmp (a unix socket's path is at most 107 bytes), its
-per-node cache under the state file's folder. It belongs to the cluster, not to a run: recorded like every
-component (`start_component`, through rl360cli/state/transitions.py), kept across runs, stopped by `rl360
-down`. Idempotent: a proxy that runs is left alone. `route(ctx)` is what providers are given. A command that
-needs the proxy only while it runs (`rl360 tasks check`) uses `for_one_command`: it stops the proxy at its end
-when it started it, and leaves one that `rl360 up` (or another command) started running.
+A proxy (`python -m rl360cli.egress.proxy`) serves the sandboxes of its own node only: it enters their network
+namespaces, as root there, by the pid a node-local daemon (a unix:// socket) or process provider gives. So:
+- local backend: one proxy for the machine, `rollout/egress`. It serves this machine's process sandboxes and the
+  containers of the Docker daemons that run here (the dev nodes). Its control socket is a short path under /tmp
+  (a unix socket's path is at most 107 bytes), its cache (and CA) under the state file's folder.
+- Slurm: one proxy per rollout node, `rollout/egress-<node>`, a job step on that node (pinned there, as `serve`
+  pins engines). Its control socket, cache and CA are in a node-local folder, /tmp/rl360-egress-<hash>-{node}/,
+  `{node}` filled in on the node with its name (SLURMD_NODENAME; hashed past 32 characters, a unix socket's path
+  holding at most 107 bytes): the dev cluster's fake nodes share one machine's /tmp. The session actors run on
+  the rollout nodes (Ray workers started as steps there) and each fills in its own node the same way
+  (`EgressRoute.on_node`), so an actor and its node's proxy meet also once a requeue has moved both to a node
+  that replaced theirs. An actor on a node whose proxy does not answer fails its network tasks' starts (infra
+  cause `sandbox_start`, one line naming the node), never opening the network.
+- Docker nodes reached over ssh:// (or tcp://) are on no proxy's node: their network tasks get no network
+  (`network_denied`); `rl360 plan` says so in one line.
 
-On Slurm, a proxy per rollout node is not built yet: the plan refuses `allow` there in one line.
+A proxy belongs to the cluster, not to a run: recorded like every component (`start_component`, through
+rl360cli/state/transitions.py), kept across runs, stopped by `rl360 down`. Idempotent: a proxy that runs is left
+alone. Ready once it has written its ready file (beside its log, in the run root every node sees) after its control
+socket listens: a node's socket is out of this machine's reach. `route(ctx)` is what providers are given. A command
+that needs the proxy only while it runs (`rl360 tasks check`, local backend only: its sandboxes are this machine's)
+uses `for_one_command`: it stops the proxy at its end when it started it, and leaves one that `rl360 up` (or
+another command) started running.
 
-Test: tests/egress/test_egress_stage.py.
+Test: tests/egress/test_egress_stage.py; tests/slurm/test_slurm_egress.py (a proxy per rollout node of the dev
+Slurm cluster, a sandbox on one going out through it).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from rl360cli.backends.base import ComponentSpec
-from rl360cli.egress.client import EGRESS_COMPONENT, EgressRoute, EgressUnavailable
-from rl360cli.errors import Rl360Error, RunFailed
-from rl360cli.stages.base import Action, Context, component_is_live, python_argv, start_component
+from rl360cli.egress.client import EGRESS_COMPONENT, EGRESS_KIND, NODE_FIELD, EgressRoute, on_node_path
+from rl360cli.errors import Rl360Error
+from rl360cli.stages.base import Action, Context, component_is_live, log_path, python_argv, start_components
 from rl360cli.state import queries, transitions
 
 NAME = "egress"
-READY_TIMEOUT_S = 30.0
+READY_TIMEOUT_S = 60.0
+CONTROL = "control.sock"
+# Where a proxy on a Slurm node keeps its socket, cache and CA: on the node itself.
+NODE_TMP = "/tmp"
 
 
 def applies(ctx: Context) -> bool:
@@ -42,67 +57,105 @@ def applies(ctx: Context) -> bool:
         recipe.sandbox.provider in ("process", "docker") and recipe.sandbox.network == "task"))
 
 
+def proxy_folder(home: Path, *, on_nodes: bool = False) -> Path:
+    """The folder of a proxy's control socket: `rl360-egress-<hash of the state file's folder>` in this machine's
+    temp folder; for the proxies of the nodes, `-{node}` more, in the node's own /tmp (`{node}` is filled in on the
+    node: `on_node_path`)."""
+    digest = hashlib.sha256(str(home.absolute()).encode()).hexdigest()[:12]
+    if on_nodes:
+        return Path(NODE_TMP) / f"rl360-egress-{digest}-{NODE_FIELD}"
+    return Path(tempfile.gettempdir()) / f"rl360-egress-{digest}"
+
+
 def control_path(ctx: Context) -> Path:
-    """The proxy's control socket: /tmp/rl360-egress-<hash of the state file's folder>/control.sock."""
-    digest = hashlib.sha256(str(ctx.state.home.absolute()).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"rl360-egress-{digest}" / "control.sock"
+    """The machine's proxy's control socket (local backend)."""
+    return proxy_folder(ctx.state.home) / CONTROL
 
 
-def component_spec(ctx: Context) -> ComponentSpec:
-    tier, name = EGRESS_COMPONENT.split("/")
-    control = control_path(ctx)
-    argv = python_argv(ctx, "rl360cli.egress.proxy", "--profile", str(ctx.profile_path), "--control", str(control),
-                       "--cache", str(ctx.state.home.absolute() / "egress" / "cache"))
-    return ComponentSpec(name=name, tier=tier, stage=NAME, kind="egress", argv=argv, url=f"unix://{control}")
+def _nodes(ctx: Context) -> tuple[list[str], bool]:
+    """The rollout tier's nodes and whether they are real names: Slurm's once the tier holds them, else their
+    places (`rollout[1]`), as `rl360 plan` shows them."""
+    nodes = queries.tier_nodes(ctx.state.read(), "rollout")
+    if nodes:
+        return nodes, True
+    return [f"rollout[{i}]" for i in range(ctx.profile.tiers["rollout"].num_nodes)], False
 
 
-def _check_backend(ctx: Context) -> None:
-    if not ctx.backend.on_this_machine:
-        raise Rl360Error('[egress] mode = "allow" runs one egress proxy for this machine: the local backend only, '
-                         "for now", f'set [egress] mode = "none" (or "open") in {ctx.profile_path}')
+def component_specs(ctx: Context) -> list[ComponentSpec]:
+    """The machine's proxy (local backend), or one per rollout node (Slurm), all with the same command: its paths
+    name `{node}`, which each fills in with its own."""
+    home = ctx.state.home.absolute()
+    if ctx.backend.on_this_machine:
+        tier, name = EGRESS_COMPONENT.split("/")
+        return [_spec(ctx, tier=tier, name=name, node=None, control=control_path(ctx), cache=home / "egress" / "cache")]
+    nodes, known = _nodes(ctx)
+    folder = proxy_folder(home, on_nodes=True)
+    return [_spec(ctx, tier="rollout", name=f"{NAME}-{node}", node=node if known else None, control=folder / CONTROL,
+                  cache=folder / "cache") for node in nodes]
+
+
+def _spec(ctx: Context, *, tier: str, name: str, node: str | None, control: Path, cache: Path) -> ComponentSpec:
+    ready = log_path(ctx, tier=tier, name=name, run=None).with_suffix(".ready.json")
+    argv = python_argv(ctx, "rl360cli.egress.proxy", "--profile", str(ctx.profile_path.absolute()), "--control",
+                       str(control), "--cache", str(cache), "--ready", str(ready))
+    return ComponentSpec(name=name, tier=tier, stage=NAME, kind=EGRESS_KIND, argv=argv, url=f"unix://{control}",
+                         node=node, ready_file=str(ready))
+
+
+def ssh_note(ctx: Context) -> str | None:
+    """What `rl360 plan` says of the profile's Docker nodes that no proxy can hold (reached over ssh:// or tcp://),
+    when the sandboxes may be containers."""
+    remote = [n.name for n in ctx.profile.nodes if not n.docker_host.startswith("unix://")]
+    if not remote or (ctx.recipe is not None and ctx.recipe.sandbox.provider != "docker"):
+        return None
+    return (f"Docker node{'s' if len(remote) > 1 else ''} {', '.join(remote)}: reached over ssh:// or tcp://, on no "
+            "proxy's node (a proxy enters the namespaces of its own node's containers), so network tasks there get "
+            "no network (network_denied)")
 
 
 def plan(ctx: Context) -> list[Action]:
-    _check_backend(ctx)
-    spec = component_spec(ctx)
     egress = ctx.profile.egress
-    return [Action(stage=NAME, verb="start", subject=spec.id, command=spec.argv,
-                   detail=f"the sandboxes' egress proxy: {len(egress.allow)} allowed host patterns, "
-                          f"{len(egress.mirrors)} mirrors, a {egress.cache_mb} MB cache, control {spec.url}")]
+    what = f"{len(egress.allow)} allowed host patterns, {len(egress.mirrors)} mirrors, a {egress.cache_mb} MB cache"
+    actions = []
+    for spec in component_specs(ctx):
+        node = spec.name.removeprefix(f"{NAME}-")
+        whose = "the sandboxes' egress proxy" if ctx.backend.on_this_machine else \
+            f"the egress proxy of {node}'s sandboxes, on {node}"
+        actions.append(Action(stage=NAME, verb="start", subject=spec.id, command=spec.argv,
+                              detail=f"{whose}: {what}, control {on_node_path(spec.url or '', node)}"))
+    if note := ssh_note(ctx):
+        actions.append(Action(stage=NAME, verb="note", subject="ssh:// nodes", detail=note))
+    return actions
 
 
-def apply(ctx: Context) -> dict:
-    """Start the proxy unless it runs; return its record once its control socket answers."""
-    _check_backend(ctx)
-    spec = component_spec(ctx)
-    record = start_component(ctx, spec)
-    way = route(ctx)
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while True:
-        try:
-            asyncio.run(way.stats())
-            return record
-        except EgressUnavailable as e:
-            if time.monotonic() > deadline:
-                raise RunFailed(f"{spec.id} did not answer on {way.control} within {READY_TIMEOUT_S:g}s ({e})",
-                                f"see its log {record.get('log_path')}") from None
-            time.sleep(0.1)
+def apply(ctx: Context) -> list[dict]:
+    """Start each proxy that does not run (on Slurm, once the rollout tier holds its nodes); return their records
+    once each listens on its control socket."""
+    if not ctx.backend.on_this_machine and not _nodes(ctx)[1]:
+        raise Rl360Error("the egress proxies run on the rollout tier's nodes, and it holds none",
+                         "provision the tiers first (`rl360 provision` or `rl360 up`)")
+    return start_components(ctx, component_specs(ctx), ready_timeout_s=READY_TIMEOUT_S)
 
 
 def stop(ctx: Context) -> None:
-    """Stop the proxy and forget its record (what `rl360 down` does to every component)."""
-    record = queries.component(ctx.state.read(), EGRESS_COMPONENT)
-    if record is None:
-        return
-    for backend, records in queries.by_backend({EGRESS_COMPONENT: record}).items():
-        ctx.backend_named(backend).stop(records, grace_s=5.0)
-    transitions.forget(ctx.state, components=[EGRESS_COMPONENT])
-    ctx.event(NAME, "stop", EGRESS_COMPONENT)
+    """Stop every proxy and forget their records (what `rl360 down` does to every component)."""
+    records = queries.components_of_kind(ctx.state.read(), EGRESS_KIND)
+    for backend, mine in queries.by_backend(records).items():
+        ctx.backend_named(backend).stop(mine, grace_s=5.0)
+    transitions.forget(ctx.state, components=list(records))
+    for cid in records:
+        ctx.event(NAME, "stop", cid)
 
 
 @contextlib.contextmanager
 def for_one_command(ctx: Context) -> Iterator[None]:
-    """The proxy while one command runs: started unless it runs, stopped at the end only if started here."""
+    """The machine's proxy while one command runs: started unless it runs, stopped at the end only if started
+    here. Local backend only: the command's sandboxes are this machine's, and on Slurm no proxy runs here."""
+    if not ctx.backend.on_this_machine:
+        raise Rl360Error('this command runs its sandboxes on this machine, and under [egress] mode = "allow" a Slurm '
+                         "profile runs egress proxies on its rollout nodes only",
+                         f"use a local profile with the same [egress] and [[nodes]], or set [egress] mode = "
+                         f'"none" (or "open") in {ctx.profile_path}')
     started_here = not component_is_live(ctx, EGRESS_COMPONENT)
     apply(ctx)
     try:
@@ -113,5 +166,5 @@ def for_one_command(ctx: Context) -> Iterator[None]:
 
 
 def route(ctx: Context) -> EgressRoute:
-    """How the profile's sandboxes go out: its `[egress]`, through the proxy the state file records."""
-    return EgressRoute.of(ctx.profile.egress, queries.component(ctx.state.read(), EGRESS_COMPONENT))
+    """How the profile's sandboxes go out: its `[egress]`, through the proxies the state file records."""
+    return EgressRoute.of(ctx.profile.egress, queries.components_of_kind(ctx.state.read(), EGRESS_KIND).values())

@@ -90,6 +90,11 @@ def component(doc: StateDoc, cid: str) -> ComponentRecord | None:
     return doc["components"].get(cid)
 
 
+def components_of_kind(doc: StateDoc, kind: str) -> dict[str, ComponentRecord]:
+    """Every component of `kind` ("egress": the sandboxes' egress proxies, one per node), live or not."""
+    return {cid: rec for cid, rec in doc["components"].items() if rec["kind"] == kind}
+
+
 def run_components(doc: StateDoc, run_id: str) -> dict[str, ComponentRecord]:
     """Every component of run `run_id`, live or not."""
     return {cid: rec for cid, rec in doc["components"].items() if rec["run"] == run_id}

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from rl360cli import procinfo
 from rl360cli.egress.client import EgressRoute
 from rl360cli.egress.standin import InternetStandIn
 from tests.conftest import REPO, need
@@ -33,6 +34,20 @@ from tests.sandbox.conftest import (  # noqa: F401
 
 FILES = {"/uv/install.sh": b"echo uv installed\n", "/pkg/big.bin": bytes(range(256)) * 4096,
          "/simple/index.html": b"<html>index</html>\n"}
+
+
+def proxy_pids(argument_prefix: str) -> list[int]:
+    """The pids of egress proxy processes with an argument starting with `argument_prefix` (their cache, their
+    control socket's folder)."""
+    found = []
+    for proc in procinfo.all_processes():
+        try:
+            argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"rl360cli.egress.proxy" in argv and any(a.startswith(argument_prefix.encode()) for a in argv):
+            found.append(proc.pid)
+    return found
 
 
 def free_port() -> int:

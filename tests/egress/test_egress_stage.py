@@ -1,6 +1,7 @@
 """The proxy's lifecycle, as a user drives it: `rl360 plan` shows it, `rl360 tasks check` starts it (recorded in
 the state file) and a task whose verifier fetches through a mirror passes, a verifier stopped by the allow-list
-says why in its row, `rl360 down` stops it; on Slurm, `allow` is refused in one line. Loopback only."""
+says why in its row, `rl360 down` stops it; on Slurm, the plan shows a proxy per rollout node (the real ones:
+tests/slurm/test_slurm_egress.py) and `tasks check` is refused in one line. Loopback only."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import pytest
 
 from rl360cli import procinfo
 from rl360cli.commands import common
+from rl360cli.egress.client import on_node_path
 from rl360cli.stages import egress
 from tests.conftest import REPO, need
-from tests.egress.conftest import FILES
+from tests.egress.conftest import FILES, proxy_pids
 from tests.sandbox.conftest import PYTHON, write_task
 
 pytestmark = pytest.mark.timeout(300)
@@ -63,16 +65,7 @@ def test_tasks_check_starts_the_proxy_it_needs_and_stops_it(cli, state_path, tmp
 
 def proxies_of(state_path: Path) -> list[int]:
     """The pids of egress proxies whose cache is under this state file's folder (its argv names it)."""
-    cache = str(state_path.parent.absolute() / "egress" / "cache")
-    found = []
-    for proc in procinfo.all_processes():
-        try:
-            argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"rl360cli.egress.proxy" in argv and cache.encode() in argv:
-            found.append(proc.pid)
-    return found
+    return proxy_pids(str(state_path.parent.absolute() / "egress" / "cache"))
 
 
 def test_a_proxy_that_runs_is_left_running_by_tasks_check_and_down_stops_it(cli, state_path, tmp_path, outside,
@@ -98,8 +91,38 @@ def test_a_proxy_that_runs_is_left_running_by_tasks_check_and_down_stops_it(cli,
     assert "rollout/egress" not in json.loads(state_path.read_text())["components"]
 
 
-def test_allow_on_slurm_is_refused_in_one_line(cli, tmp_path):
+def test_on_slurm_the_plan_shows_a_proxy_per_rollout_node_and_ssh_nodes_in_one_line(cli, tmp_path):
+    path = profile(tmp_path, 'mode = "allow"\nallow = ["pypi.org"]\n', base="dev-slurm.toml")
+    path.write_text(path.read_text().replace("[tiers.rollout]\nnum_nodes = 1", "[tiers.rollout]\nnum_nodes = 2")
+                    + '[[nodes]]\nname = "far"\ndocker_host = "ssh://rl360@far.example.test:22"\ncpus = 8.0\n'
+                    'memory_mb = 16384\n')
+    plan = cli("plan", "--recipe", str(REPO / "recipes" / "local-smoke.toml"), "--profile", str(path),
+               "--set", "sandbox.provider=docker", "--json")
+    assert plan.returncode == 0, plan.stderr
+    actions = [a for a in json.loads(plan.stdout)["actions"] if a["stage"] == "egress"]
+    # Before the tier holds its nodes, their places; each proxy's socket, cache and CA in a folder of its own node.
+    assert [a["subject"] for a in actions] == ["rollout/egress-rollout[0]", "rollout/egress-rollout[1]", "ssh:// nodes"]
+    controls = [a["detail"].rsplit("control unix://", 1)[1] for a in actions[:2]]
+    assert [c.rsplit("-", 1)[1] for c in controls] == ["rollout[0]/control.sock", "rollout[1]/control.sock"]
+    assert all(c.startswith("/tmp/rl360-egress-") for c in controls)
+    assert actions[2]["detail"].startswith("Docker node far: reached over ssh:// or tcp://, on no proxy's node")
+
+
+def test_tasks_check_on_slurm_is_refused_in_one_line(cli, tmp_path):
     path = profile(tmp_path, 'mode = "allow"\n', base="dev-slurm.toml")
-    plan = cli("plan", "--recipe", str(REPO / "recipes" / "local-smoke.toml"), "--profile", str(path))
-    assert plan.returncode == 1
-    assert "[egress] mode = \"allow\" runs one egress proxy for this machine: the local backend only" in plan.stderr
+    installer_task(tmp_path / "tasks", "mirrored", "http://astral.example.test/uv/install.sh")
+    checked = cli("tasks", "check", str(tmp_path / "tasks"), "--profile", str(path))
+    assert checked.returncode == 1
+    assert "a Slurm profile runs egress proxies on its rollout nodes only" in checked.stderr, checked.stderr
+
+
+def test_a_proxys_control_socket_is_per_node_and_fits_a_unix_socket(tmp_path):
+    home = tmp_path / "rl360"
+    machine, nodes = egress.proxy_folder(home), egress.proxy_folder(home, on_nodes=True)
+    assert nodes == Path("/tmp") / f"{machine.name}-{{node}}"
+    assert egress.proxy_folder(tmp_path / "other", on_nodes=True) != nodes  # another state file, another folder
+    template = str(nodes / egress.CONTROL)
+    n1, n2 = on_node_path(template, "n1"), on_node_path(template, "n2")
+    assert n1 != n2 and n1 == f"/tmp/{machine.name}-n1/control.sock"
+    long_ones = [on_node_path(template, f"{c}" * 200) for c in "xy"]
+    assert long_ones[0] != long_ones[1] and all(len(p) <= 107 for p in long_ones)
