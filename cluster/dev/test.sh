@@ -27,21 +27,34 @@ started=1
 bash cluster/dev/all.sh up
 
 set +e
-# RL360_TEST_WORKERS=2 runs the suite on two pytest-xdist workers, the tests of the shared dev services
-# on one of them (tests/conftest.py). Not the default: on 2 cores it gains little and breaks timing
-# (2026-12-04: 915 s against 986 s serial, 3 failures: a stopped spare Docker node still answered one
-# prewarm, a Slurm allocation waited past 120 s behind the previous test's jobs, a docker fork bomb's
-# attempt ended sandbox_lost). The suite keeps both cores ~1.15 busy on average and its heavy tests
-# (whole runs) use both, so each test took 1.7-2x as long beside another.
-workers=()
-if [ "${RL360_TEST_WORKERS:-1}" -gt 1 ]; then workers=(-n "$RL360_TEST_WORKERS" --dist loadgroup); fi
-# Each test has its own limit (pytest-timeout); this one is for a hang that no test's limit can end (one
+# Each test has its own limit (pytest-timeout); this one (for each pytest below) is for a hang that no test's limit can end (one
 # outside a test, or in C code the signal never interrupts). SIGINT lets pytest print what ran and where
 # it stood, so such a run fails with its report instead of running out CI's 90 minutes in silence.
-# --durations: the slowest tests close every log, where the suite's 15-minute budget is watched.
-timeout --signal=INT --kill-after=60 "${RL360_TEST_LIMIT_S:-4200}" .venv/bin/python -m pytest -q -ra --durations=30 \
-    "${workers[@]}" "$@"
-code=$?
+# --durations: the slowest tests close every log, where the suite's 25-minute budget is watched.
+limit_s=${RL360_TEST_LIMIT_S:-4200}
+pytest() {
+    timeout --signal=INT --kill-after=60 "$limit_s" .venv/bin/python -m pytest -q -ra --durations=30 "$@"
+}
+if [ $# -gt 0 ]; then
+    # Chosen tests: as asked, one after another (RL360_TEST_WORKERS=2 spreads them over two workers).
+    workers=()
+    if [ "${RL360_TEST_WORKERS:-1}" -gt 1 ]; then workers=(-n "$RL360_TEST_WORKERS" --dist loadgroup); fi
+    pytest "${workers[@]}" "$@"
+    code=$?
+else
+    # The whole suite in two parts. The tests marked slow (whole runs: engines, trainer, Ray and sandboxes,
+    # each keeping both cores busy) one after another; the rest, most of them on one core each, on two
+    # pytest-xdist workers, the tests of the shared dev services on one of them, in order (tests/conftest.py:
+    # some stop or kill a node). Every test at once on two workers gained little and broke timing
+    # (2026-12-04: 915 s against 986 s serial, 3 failures as whole runs met timed tests).
+    echo "› the tests not marked slow, on two workers"
+    pytest -m "not slow" -n 2 --dist loadgroup
+    fast=$?
+    echo "› the tests marked slow, one after another"
+    pytest -m slow
+    slow=$?
+    code=$(( fast != 0 ? fast : slow ))
+fi
 set -e
 # pytest's 5 means it collected no test: that is a failure of this command, not a pass.
 exit $code
