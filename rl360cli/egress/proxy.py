@@ -63,6 +63,7 @@ import socket
 import ssl
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -345,6 +346,7 @@ class EgressProxy:
         page = None
         if as_of is not None and entry.status.split()[1:2] == [b"200"]:
             page = _dated(entry.path.read_bytes(), {k.lower(): v for k, v in entry.headers}, as_of, url, host)
+            self.totals["dated_pages"] += 1
         tally.bytes[host] += await _serve_entry(entry, writer, page)
 
     # ------------------------------------------------------------------ upstream
@@ -374,7 +376,7 @@ class EgressProxy:
             raise Refused(502, f"rl360 egress: cannot reach {host}:{port}: {why}", host=host, failed=True) from None
 
     async def _fetch(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes, writer, *,
-                     trusted: bool, cache_as: str | None = None, as_of=None) -> int:
+                     trusted: bool, cache_as: str | None = None, as_of: datetime | None = None) -> int:
         """Fetch `url` upstream and answer the sandbox with it; keep a cacheable GET answer under `cache_as`
         (as upstream sent it); a 200 answer served as of `as_of` when given (a dated index page). Returns the
         body bytes served."""
@@ -461,7 +463,7 @@ def _check_task_hosts(host: str, task_hosts: tuple[str, ...] | None) -> None:
                            "task.toml)", host=host)
 
 
-def _dated(raw: bytes, fields: dict[str, str], as_of, url: str, host: str) -> bytes:
+def _dated(raw: bytes, fields: dict[str, str], as_of: datetime, url: str, host: str) -> bytes:
     """The index page `raw` (answer headers `fields`, lowercase) without the files uploaded after `as_of`;
     Refused (a failure: the operator's index or the task's client, not the model) when it cannot be dated."""
     try:
@@ -592,8 +594,9 @@ async def serve(config: EgressConfig, *, control: Path, cache_dir: Path) -> None
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     gc = asyncio.ensure_future(proxy.collect_garbage())
+    dated = f", PyPI as of {config.pypi_as_of}" if config.pypi_as_of else ""
     print(f"rl360 egress proxy: mode allow, {len(config.allow)} allowed host patterns, {len(config.mirrors)} "
-          f"mirrors, cache {config.cache_mb} MB; control {control}", flush=True)
+          f"mirrors, cache {config.cache_mb} MB{dated}; control {control}", flush=True)
     await stop.wait()
     gc.cancel()
     server.close()

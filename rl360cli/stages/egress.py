@@ -68,7 +68,8 @@ def plan(ctx: Context) -> list[Action]:
     egress = ctx.profile.egress
     return [Action(stage=NAME, verb="start", subject=spec.id, command=spec.argv,
                    detail=f"the sandboxes' egress proxy: {len(egress.allow)} allowed host patterns, "
-                          f"{len(egress.mirrors)} mirrors, a {egress.cache_mb} MB cache, control {spec.url}")]
+                          f"{len(egress.mirrors)} mirrors, a {egress.cache_mb} MB cache, control {spec.url}"
+                          + (f", PyPI as of {egress.pypi_as_of}" if egress.pypi_as_of else ""))]
 
 
 def apply(ctx: Context) -> dict:
