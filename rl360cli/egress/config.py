@@ -28,13 +28,13 @@ so it can read and rewrite the URLs inside; every other CONNECT stays a blind tu
 to addresses, as curl's `--resolve` does: a pinned or mirrored address may be one of the node's own
 networks (a mirror on 127.0.0.1); a host that DNS resolves there is refused.
 
-`pypi_as_of` (an RFC 3339 time with its zone) pins what the node's sandboxes resolve from PyPI to that
+`pypi_as_of` (an RFC 3339 time with its zone) holds what the node's sandboxes resolve from PyPI to that
 moment: the proxy drops from each Simple API project page (`pypi_indexes`, PyPI's by default) the files
 uploaded after it (simple_api.py), for uv and pip alike, and for a mirror of PyPI an `https://` or
-`http://` index prefix names (a mirrored prefix is pinned too: what the sandbox asked for decides). An
+`http://` index prefix names (a mirrored prefix is dated too: what the sandbox asked for decides). An
 `https://` index is read inside its TLS as an `https://` mirror is, for the sandboxes that trust the CA;
-image builds and docker sidecars, which cannot be given the CA, reach it unpinned through a blind tunnel,
-and their attempt's lines say so. Why per profile, not per task: the date is of the world the sandboxes
+image builds and docker sidecars, which cannot be given the CA, reach it undated through a blind tunnel,
+and the proxy's lines for them say so. Why per profile, not per task: the date is of the world the sandboxes
 see, as the allow list is; Harbor's task.toml has no field for it (the datasets stay unchanged), and one
 run's sandboxes then all see one PyPI (docs/sandboxes.md, "PyPI as of a date").
 

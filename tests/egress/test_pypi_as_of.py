@@ -278,6 +278,26 @@ def test_html_cannot_be_dated_and_is_a_failure_that_says_so(proxy_of, pypi, tmp_
     assert seen.failed == {HOST: 2} and not seen.denied and seen.failure.startswith("rl360 egress: https://")
 
 
+def test_a_mirror_of_pypi_is_dated_as_pypi_is(proxy_of, tmp_path):
+    """An air-gapped cluster: PyPI's index mapped to a mirror on the cluster's network (here plain HTTP on loopback).
+    The date follows the URL the sandbox asked for; the mirror's page is what is dated."""
+    import ssl
+
+    files, types = fake_pypi()
+    with InternetStandIn(files, content_types=types) as mirror:
+        proxy = proxy_of(f'pypi_as_of = "{AS_OF}"\npypi_indexes = ["https://{HOST}/simple/"]\n'
+                         f'[egress.mirrors]\n"https://{HOST}/simple/" = "{mirror.url("/simple/")}"\n')
+        cafile = attach(proxy, tmp_path, trusts_ca=True)
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({"https": f"http://127.0.0.1:{proxy.route.port}"}),
+            urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=cafile)))
+        request = urllib.request.Request(f"https://{HOST}/simple/rlpin/", headers={"Accept": JSON_TYPE})
+        with opener.open(request, timeout=20) as answer:
+            dated = json.loads(answer.read())
+        assert [f["filename"] for f in dated["files"]] == ["rlpin-1.0-py3-none-any.whl"] and dated["versions"] == ["1.0"]
+        assert mirror.gets["/simple/rlpin/"] == 1 and not report(proxy).failed
+
+
 def test_a_client_that_cannot_trust_the_ca_gets_a_blind_tunnel_and_is_told(proxy_of, pypi, tmp_path):
     """An image build's RUN steps and a docker sidecar are attached without `trusts_ca`: PyPI undated, said."""
     proxy = dated_proxy(proxy_of, pypi)
