@@ -42,8 +42,8 @@ What it does with a request:
   model's own doing (rl360cli/sandbox/attempt.py).
 
 Control (a unix socket, one JSON line each way, never reachable from a sandbox): `attach` (sandbox id,
-pid whose namespace to serve; answers the CA certificate the sandbox must trust, "" without an https://
-mirror), `detach` (returns what that sandbox did), `stats`, `ping`. An attachment
+pid whose namespace to serve, `trusts_ca` when its provider installs the CA; answers the CA certificate the
+sandbox must trust, "" without an https:// mirror or pypi_as_of), `detach` (returns what that sandbox did), `stats`, `ping`. An attachment
 whose process is gone (a crashed orchestrator never detached) is dropped within `GC_INTERVAL_S`.
 
 Test: tests/egress/test_proxy.py (the proxy alone), tests/egress/test_egress_sandboxes.py (both providers).
@@ -139,7 +139,7 @@ class EgressProxy:
         # The addresses an allowed name must not lead to (own_networks.py), read once at the start.
         self.own_networks = node_networks()
         self.cache = GetCache(cache_dir, max_bytes=config.cache_mb << 20, ttl_s=config.cache_ttl_s)
-        # Only a profile with an https:// mirror makes (or reads) a CA: without one every CONNECT is blind.
+        # Only a profile with an https:// mirror or pypi_as_of makes (or reads) a CA: else every CONNECT is blind.
         self.ca = EgressCA.load_or_make(ca_folder(cache_dir)) if config.tls_hosts else None
         self.attached: dict[str, Attachment] = {}
         self.totals = Counter()
