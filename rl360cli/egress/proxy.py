@@ -433,7 +433,7 @@ class EgressProxy:
                         served += len(chunk)
                         await writer.drain()
             await writer.drain()
-            self.totals["bytes_upstream"] += served
+            self.totals["bytes_upstream"] += len(raw) if dated else served
             if part is not None:
                 self.cache.commit(cache_as, part, status=status, headers=kept, fresh_s=fresh,
                                   varies=varied(fields, headers))
