@@ -30,7 +30,7 @@ What it does with a request:
   GET answers cached per node (cache.py), one upstream fetch per URL at a time;
 - with `[egress] pypi_as_of`, a GET of a project page under `pypi_indexes` (https://pypi.org/simple/<name>/,
   read inside its TLS as a mirror's is, for a sandbox that trusts the CA) is asked upstream in its JSON form
-  and served without the files uploaded after that moment (simple_api.py). The cache keeps the page as
+  (gzip, decoded here) and served without the files uploaded after that moment (simple_api.py). The cache keeps the page as
   upstream sent it; the date applies on the way out. A client that takes only HTML (pip before 22.2), or an
   index that answers only HTML, is a `406`/`502` failure naming why: an HTML page cannot be dated. Image
   builds and docker sidecars (attached without `trusts_ca`: they cannot be given the CA) reach PyPI through
@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gzip
 import ipaddress
 import json
 import logging
@@ -61,6 +62,7 @@ import os
 import signal
 import socket
 import ssl
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -87,9 +89,12 @@ MAX_LINES = 20
 # Headers of one connection, never forwarded (RFC 9110 7.6.1), and the proxy's own.
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate",
                         "te", "trailer", "transfer-encoding", "upgrade"})
-# A dated index page is asked for whole and in JSON (simple_api.py): the client's choices of form, encoding and
-# validators are replaced (its cached copy may be of another date; an encoded body would have to be decoded).
+# A dated index page is asked for whole, in JSON and gzip or plain (simple_api.py): the client's choices of form,
+# encoding and validators are replaced (its cached copy may be of another date). The proxy decodes the gzip (a
+# page is ~8 times smaller so) and answers the dated page plain.
 DATED_REQUEST_DROPS = frozenset({"accept", "accept-encoding", "if-none-match", "if-modified-since"})
+# Headers of the page as upstream sent it that the dated page, plain and of another length, does not carry.
+DATED_ANSWER_DROPS = frozenset({"content-encoding", "content-length"})
 
 
 @dataclass
@@ -312,7 +317,7 @@ class EgressProxy:
                                    f"API's JSON form ({JSON_TYPE}); this client asks for HTML only (pip before 22.2?):"
                                    " upgrade it, or remove pypi_as_of", host=host, failed=True)
             headers = [(k, v) for k, v in headers if k.lower() not in DATED_REQUEST_DROPS]
-            headers += [("Accept", JSON_TYPE), ("Accept-Encoding", "identity")]
+            headers += [("Accept", JSON_TYPE), ("Accept-Encoding", "gzip")]
         body = b""
         length = _header(headers, "content-length")
         if _header(headers, "transfer-encoding"):
@@ -418,7 +423,8 @@ class EgressProxy:
                     part.write_bytes(raw)
                 length, chunks = str(len(page)), _once(page)
                 self.totals["dated_pages"] += 1
-            out = [status.decode("latin-1"), *(f"{k}: {v}" for k, v in kept)]
+            shown = [(k, v) for k, v in kept if not dated or k.lower() not in DATED_ANSWER_DROPS]
+            out = [status.decode("latin-1"), *(f"{k}: {v}" for k, v in shown)]
             if length is not None or not has_body:  # a HEAD answer keeps the length of what GET would send
                 out.append(f"Content-Length: {length if length is not None else 0}")
             writer.write(("\r\n".join([*out, "Connection: close"]) + "\r\n\r\n").encode("latin-1"))
@@ -470,8 +476,14 @@ def _dated(raw: bytes, fields: dict[str, str], as_of: datetime, url: str, host: 
         kind = fields.get("content-type", "").split(";")[0].strip().lower()
         if kind != JSON_TYPE:
             raise NotDatable(f"the index answered {kind or 'no content type'}, not {JSON_TYPE}")
-        if fields.get("content-encoding", "identity").lower() != "identity":
-            raise NotDatable(f"the index answered {fields['content-encoding']}-encoded, asked for identity")
+        encoding = fields.get("content-encoding", "identity").lower()
+        if encoding not in ("gzip", "identity"):
+            raise NotDatable(f"the index answered {encoding}-encoded, asked for gzip or identity")
+        if encoding == "gzip":
+            try:
+                raw = gzip.decompress(raw)
+            except (OSError, EOFError, zlib.error):
+                raise NotDatable("the index answered a broken gzip body") from None
         return files_as_of(raw, as_of)
     except NotDatable as e:
         raise Refused(502, f"rl360 egress: {url} cannot be dated for [egress] pypi_as_of: {e} (an index serving "
@@ -566,7 +578,8 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, coun
 
 async def _serve_entry(entry, writer: asyncio.StreamWriter, page: bytes | None = None) -> int:
     """Answer with a cached entry, or with `page` under its head (the entry's page, dated)."""
-    head = [entry.status.decode("latin-1"), *(f"{k}: {v}" for k, v in entry.headers),
+    shown = [(k, v) for k, v in entry.headers if page is None or k.lower() not in DATED_ANSWER_DROPS]
+    head = [entry.status.decode("latin-1"), *(f"{k}: {v}" for k, v in shown),
             f"Content-Length: {entry.size if page is None else len(page)}", "Connection: close"]
     writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
     if page is not None:

@@ -6,6 +6,7 @@ network namespace and in sandboxes of both providers. Loopback only."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import io
 import json
@@ -141,10 +142,11 @@ def wheel(version: str) -> tuple[bytes, bytes]:
     return buffer.getvalue(), metadata
 
 
-def fake_pypi() -> tuple[dict[str, bytes], dict[str, str]]:
+def fake_pypi(*, gzipped: bool = False) -> tuple[dict[str, bytes], dict[str, dict[str, str]]]:
     """The files of a Simple API index holding `rlpin` 1.0 and 2.0 (UPLOADS), its page in JSON with PEP 700
     upload times and PEP 658 metadata (as `core-metadata`, PEP 714), its files beside it (relative URLs: one
-    host serves both)."""
+    host serves both), and the headers its answers carry; `gzipped`: the page as PyPI sends it to a client
+    that takes gzip."""
     files, listed = {}, []
     for version, uploaded in UPLOADS.items():
         name = f"rlpin-{version}-py3-none-any.whl"
@@ -157,15 +159,20 @@ def fake_pypi() -> tuple[dict[str, bytes], dict[str, str]]:
     files["/simple/rlpin/"] = json.dumps({"meta": {"api-version": "1.1"}, "name": "rlpin", "files": listed,
                                           "versions": list(UPLOADS)}).encode()
     files["/html/rlpin/"] = b"<html><a href='../../files/rlpin-2.0-py3-none-any.whl'>rlpin 2.0</a></html>"
-    return files, {"/simple/rlpin/": JSON_TYPE, "/html/rlpin/": "text/html"}
+    headers = {"/simple/rlpin/": {"Content-Type": JSON_TYPE}, "/html/rlpin/": {"Content-Type": "text/html"}}
+    if gzipped:
+        files["/simple/rlpin/"] = gzip.compress(files["/simple/rlpin/"])
+        headers["/simple/rlpin/"]["Content-Encoding"] = "gzip"
+    return files, headers
 
 
 @pytest.fixture
 def pypi(tmp_path):
-    """The stand-in for PyPI, over TLS under a CA of its own (the proxy verifies it, as it verifies pypi.org)."""
+    """The stand-in for PyPI, over TLS under a CA of its own (the proxy verifies it, as it verifies pypi.org), its
+    page gzipped as PyPI's."""
     origin_ca = EgressCA.load_or_make(tmp_path / "origin-ca")
-    files, types = fake_pypi()
-    with InternetStandIn(files, tls=origin_ca.server_context(HOST), content_types=types,
+    files, headers = fake_pypi(gzipped=True)
+    with InternetStandIn(files, tls=origin_ca.server_context(HOST), headers=headers,
                          cache_control="max-age=600, public") as standin:
         standin.ca_file = str(origin_ca.folder / "ca.crt")
         yield standin
@@ -283,8 +290,8 @@ def test_a_mirror_of_pypi_is_dated_as_pypi_is(proxy_of, tmp_path):
     The date follows the URL the sandbox asked for; the mirror's page is what is dated."""
     import ssl
 
-    files, types = fake_pypi()
-    with InternetStandIn(files, content_types=types) as mirror:
+    files, headers = fake_pypi()  # a mirror that does not compress
+    with InternetStandIn(files, headers=headers) as mirror:
         proxy = proxy_of(f'pypi_as_of = "{AS_OF}"\npypi_indexes = ["https://{HOST}/simple/"]\n'
                          f'[egress.mirrors]\n"https://{HOST}/simple/" = "{mirror.url("/simple/")}"\n')
         cafile = attach(proxy, tmp_path, trusts_ca=True)
