@@ -132,12 +132,15 @@ class EgressRoute:
         return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
                 "NO_PROXY": local, "no_proxy": local}
 
-    async def attach(self, sandbox: str, pid: int, task_hosts: tuple[str, ...] | None = None) -> str:
+    async def attach(self, sandbox: str, pid: int, task_hosts: tuple[str, ...] | None = None, *,
+                     trusts_ca: bool = False) -> str:
         """Have the proxy listen in the network namespace of process `pid` for `sandbox`, which reaches only
         `task_hosts` of the profile's allowed hosts when given (its task's `allowed_hosts`). Returns the rl360
         egress CA's certificate (PEM) that the sandbox must trust, "" when the profile has no https:// mirror
-        (trust.py says where a provider puts it)."""
-        request = {"op": "attach", "sandbox": sandbox, "pid": pid}
+        or dated index (trust.py says where a provider puts it). `trusts_ca`: the caller puts it there (a
+        sandbox; not an image build or a sidecar), so the proxy also dates its https:// index pages
+        (`[egress] pypi_as_of`); a mirror's host is answered under the CA either way."""
+        request = {"op": "attach", "sandbox": sandbox, "pid": pid, "trusts_ca": trusts_ca}
         if task_hosts is not None:
             request["task_hosts"] = list(task_hosts)
         return str((await self._call(request)).get("ca") or "")

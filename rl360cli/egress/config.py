@@ -5,6 +5,8 @@
     allow = ["pypi.org", "files.pythonhosted.org", "*.debian.org"]
     cache_mb = 2048                         # the per-node cache of GET responses
 
+    pypi_as_of = "2026-04-23T00:00:00Z"     # PyPI as it was then (optional)
+
     [egress.mirrors]                        # URL prefix -> the prefix fetched instead
     "http://deb.debian.org/debian/" = "http://127.0.0.1:8081/debian/"
 
@@ -26,6 +28,16 @@ so it can read and rewrite the URLs inside; every other CONNECT stays a blind tu
 to addresses, as curl's `--resolve` does: a pinned or mirrored address may be one of the node's own
 networks (a mirror on 127.0.0.1); a host that DNS resolves there is refused.
 
+`pypi_as_of` (an RFC 3339 time with its zone) holds what the node's sandboxes resolve from PyPI to that
+moment: the proxy drops from each Simple API project page (`pypi_indexes`, PyPI's by default) the files
+uploaded after it (simple_api.py), for uv and pip alike, and for a mirror of PyPI an `https://` or
+`http://` index prefix names (a mirrored prefix is dated too: what the sandbox asked for decides). An
+`https://` index is read inside its TLS as an `https://` mirror is, for the sandboxes that trust the CA;
+image builds and docker sidecars, which cannot be given the CA, reach it undated through a blind tunnel,
+and the proxy's lines for them say so. Why per profile, not per task: the date is of the world the sandboxes
+see, as the allow list is; Harbor's task.toml has no field for it (the datasets stay unchanged), and one
+run's sandboxes then all see one PyPI (docs/sandboxes.md, "PyPI as of a date").
+
 Test: tests/egress/test_egress_config.py.
 """
 
@@ -34,6 +46,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -92,6 +105,11 @@ class EgressConfig:
     sandbox_port: int = 3128
     # Connecting to an upstream host may take this long before it is a failure of an allowed host.
     connect_timeout_s: float = 10.0
+    # PyPI as of this moment (RFC 3339 with its zone, "" for today's): files uploaded after it are dropped from
+    # the Simple API pages under `pypi_indexes`. For runs whose rewards must not move when a package is released.
+    pypi_as_of: str = ""
+    # The Simple API prefixes that `pypi_as_of` dates (PyPI's; add a mirror's that sandboxes name themselves).
+    pypi_indexes: tuple[str, ...] = ("https://pypi.org/simple/",)
 
     def __post_init__(self) -> None:
         if self.mode != "allow" and (self.allow or self.mirrors):
@@ -113,6 +131,21 @@ class EgressConfig:
             if host_pattern_problem(name) or name.startswith("*.") or not is_ip(address):
                 raise ValueError(f"hosts: {name!r} = {address!r} must map a host name to an IP address "
                                  "(e.g. \"mirror.internal\" = \"10.0.0.5\")")
+        if self.pypi_as_of:
+            if self.mode != "allow":
+                raise ValueError(f'pypi_as_of is for mode = "allow" (mode is "{self.mode}"): the egress proxy dates '
+                                 'the index; set mode = "allow", or remove pypi_as_of')
+            try:
+                moment = datetime.fromisoformat(self.pypi_as_of)
+            except ValueError:
+                moment = None
+            if moment is None or moment.tzinfo is None:
+                raise ValueError(f"pypi_as_of: {self.pypi_as_of!r} must be an RFC 3339 time with its zone "
+                                 '(e.g. "2026-04-23T00:00:00Z")')
+        for prefix in self.pypi_indexes:
+            if not prefix.startswith(("http://", "https://")) or not prefix.endswith("/"):
+                raise ValueError(f"pypi_indexes: {prefix!r} must be a Simple API URL prefix ending in \"/\" "
+                                 '(e.g. "https://pypi.org/simple/")')
         check_at_least(self, 1, "cache_mb", fix="the cache is how N sandboxes fetch a file once")
         check_positive(self, "cache_ttl_s", "connect_timeout_s")
         check_range(self, 1, 65535, "sandbox_port")
@@ -126,17 +159,37 @@ class EgressConfig:
         best = max((p for p in self.mirrors if url.startswith(p)), key=len, default=None)
         return None if best is None else self.mirrors[best] + url[len(best):]
 
-    def terminates_tls(self, host: str, port: int) -> bool:
-        """Whether a CONNECT to `host`:`port` is one the proxy answers itself (an `https://` mirror key names
-        that host and port), rather than a blind tunnel."""
-        return (host, port) in self.tls_hosts
+    def terminates_tls(self, host: str, port: int, *, trusts_ca: bool = True) -> bool:
+        """Whether a CONNECT to `host`:`port` is one the proxy answers itself, rather than a blind tunnel: an
+        `https://` mirror key names that host and port, or a dated index does and the client `trusts_ca`."""
+        return (host, port) in _origins(self.mirrors) or (trusts_ca and (host, port) in self.dated_hosts)
 
     @property
     def tls_hosts(self) -> frozenset[tuple[str, int]]:
-        """(host, port) of every `https://` mirror key."""
-        return frozenset(((urlsplit(p).hostname or "").lower(), urlsplit(p).port or 443)
-                         for p in self.mirrors if p.startswith("https://"))
+        """(host, port) of every `https://` mirror key and dated `https://` index: those whose TLS the proxy
+        may end (with its CA)."""
+        return _origins(self.mirrors) | self.dated_hosts
+
+    @property
+    def dated_hosts(self) -> frozenset[tuple[str, int]]:
+        """(host, port) of the `https://` indexes `pypi_as_of` dates (none without it)."""
+        return _origins(self.pypi_indexes) if self.pypi_as_of else frozenset()
+
+    def as_of(self, url: str) -> datetime | None:
+        """The moment the Simple API page at `url` is served as of (None: as it is): `pypi_as_of` for a URL
+        under `pypi_indexes`, past the index's root (its list of projects, which says no dates)."""
+        if not self.pypi_as_of:
+            return None
+        if any(url.startswith(p) and url[len(p):].strip("/") for p in self.pypi_indexes):
+            return datetime.fromisoformat(self.pypi_as_of)
+        return None
 
     def pinned(self, host: str) -> str | None:
         """The address `hosts` pins `host` to, if any."""
         return self.hosts.get(host)
+
+
+def _origins(prefixes) -> frozenset[tuple[str, int]]:
+    """(host, port) of each `https://` URL prefix."""
+    return frozenset(((urlsplit(p).hostname or "").lower(), urlsplit(p).port or 443)
+                     for p in prefixes if p.startswith("https://"))

@@ -29,6 +29,13 @@ What it does with a request:
   did not reach that client, which is the infrastructure's doing;
 - `GET http://...` (and other methods): rewritten when a mirror maps the URL, else only to an allowed host;
   GET answers cached per node (cache.py), one upstream fetch per URL at a time;
+- with `[egress] pypi_as_of`, a GET of a project page under `pypi_indexes` (https://pypi.org/simple/<name>/,
+  read inside its TLS as a mirror's is, for a sandbox that trusts the CA) is asked upstream in its JSON form
+  (gzip, decoded here) and served without the files uploaded after that moment (simple_api.py). The cache keeps the page as
+  upstream sent it; the date applies on the way out. A client that takes only HTML (pip before 22.2), or an
+  index that answers only HTML, is a `406`/`502` failure naming why: an HTML page cannot be dated. Image
+  builds and docker sidecars (attached without `trusts_ca`: they cannot be given the CA) reach PyPI through
+  a blind tunnel, undated, and their lines say so;
 - anything else is refused: `403` whose status line and body say why in one line (`rl360 egress: evil.test
   is not on the profile's [egress] allow list ...`), which curl -v, pip and Python print;
 - an allowed host that cannot be reached (DNS, refused, timeout, an address of the node's own networks) is
@@ -36,8 +43,8 @@ What it does with a request:
   model's own doing (rl360cli/sandbox/attempt.py).
 
 Control (a unix socket, one JSON line each way, never reachable from a sandbox): `attach` (sandbox id,
-pid whose namespace to serve; answers the CA certificate the sandbox must trust, "" without an https://
-mirror), `detach` (returns what that sandbox did), `stats`, `ping`. An attachment
+pid whose namespace to serve, `trusts_ca` when its provider installs the CA; answers the CA certificate the
+sandbox must trust, "" without an https:// mirror or pypi_as_of), `detach` (returns what that sandbox did), `stats`, `ping`. An attachment
 whose process is gone (a crashed orchestrator never detached) is dropped within `GC_INTERVAL_S`.
 
 Test: tests/egress/test_proxy.py (the proxy alone), tests/egress/test_egress_sandboxes.py (both providers).
@@ -48,6 +55,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gzip
 import ipaddress
 import json
 import logging
@@ -55,8 +63,10 @@ import os
 import signal
 import socket
 import ssl
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -68,6 +78,7 @@ from rl360cli.egress.client import node_name, on_node_path
 from rl360cli.egress.config import EgressConfig, host_matches, is_ip
 from rl360cli.egress.netns import NetnsError, listen_in
 from rl360cli.egress.own_networks import is_own, node_networks
+from rl360cli.egress.simple_api import JSON_TYPE, NotDatable, accepts_json, files_as_of
 from rl360cli.supervise import write_status
 
 log = logging.getLogger("rl360cli.egress")
@@ -81,6 +92,12 @@ MAX_LINES = 20
 # Headers of one connection, never forwarded (RFC 9110 7.6.1), and the proxy's own.
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate",
                         "te", "trailer", "transfer-encoding", "upgrade"})
+# A dated index page is asked for whole, in JSON and gzip or plain (simple_api.py): the client's choices of form,
+# encoding and validators are replaced (its cached copy may be of another date). The proxy decodes the gzip (a
+# page is ~8 times smaller so) and answers the dated page plain.
+DATED_REQUEST_DROPS = frozenset({"accept", "accept-encoding", "if-none-match", "if-modified-since"})
+# Headers of the page as upstream sent it that the dated page, plain and of another length, does not carry.
+DATED_ANSWER_DROPS = frozenset({"content-encoding", "content-length"})
 
 
 @dataclass
@@ -130,21 +147,24 @@ class EgressProxy:
         # The addresses an allowed name must not lead to (own_networks.py), read once at the start.
         self.own_networks = node_networks()
         self.cache = GetCache(cache_dir, max_bytes=config.cache_mb << 20, ttl_s=config.cache_ttl_s)
-        # Only a profile with an https:// mirror makes (or reads) a CA: without one every CONNECT is blind.
+        # Only a profile with an https:// mirror or pypi_as_of makes (or reads) a CA: else every CONNECT is blind.
         self.ca = EgressCA.load_or_make(ca_folder(cache_dir)) if config.tls_hosts else None
         self.attached: dict[str, Attachment] = {}
         self.totals = Counter()
 
     # ------------------------------------------------------------------ control
 
-    async def attach(self, sandbox: str, pid: int, task_hosts: tuple[str, ...] | None = None) -> dict:
+    async def attach(self, sandbox: str, pid: int, task_hosts: tuple[str, ...] | None = None, *,
+                     trusts_ca: bool = False) -> dict:
+        """Listen in `pid`'s namespace for `sandbox`; `trusts_ca`: the provider puts the CA (the answer's) where
+        the sandbox's clients look, so the proxy may end the TLS of a dated index for it too."""
         answer = {"ok": True, "port": self.config.sandbox_port, "ca": self.ca.pem if self.ca else ""}
         if sandbox in self.attached:
             return answer
         started = procinfo.start_time(pid)
         sock = await asyncio.to_thread(listen_in, pid, self.config.sandbox_port)
         tally = Tally()
-        server = await asyncio.start_server(lambda r, w: self._client(r, w, tally, task_hosts), sock=sock,
+        server = await asyncio.start_server(lambda r, w: self._client(r, w, tally, task_hosts, trusts_ca), sock=sock,
                                             limit=MAX_HEAD)
         self.attached[sandbox] = Attachment(server=server, pid=pid, pid_start=started, tally=tally)
         self.totals["attached"] += 1
@@ -168,7 +188,8 @@ class EgressProxy:
             if op == "attach":
                 hosts = request.get("task_hosts")
                 answer = await self.attach(str(request["sandbox"]), int(request["pid"]),
-                                           None if hosts is None else tuple(str(h) for h in hosts))
+                                           None if hosts is None else tuple(str(h) for h in hosts),
+                                           trusts_ca=bool(request.get("trusts_ca")))
             elif op == "detach":
                 answer = await self.detach(str(request["sandbox"]))
             elif op == "stats":
@@ -197,15 +218,15 @@ class EgressProxy:
     # ------------------------------------------------------------------ a sandbox's connection
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tally: Tally,
-                      task_hosts: tuple[str, ...] | None = None) -> None:
+                      task_hosts: tuple[str, ...] | None = None, trusts_ca: bool = False) -> None:
         """One connection of a sandbox; `task_hosts`: its task's own allow-list (Harbor's `allowed_hosts`),
-        inside the profile's (None: the profile's alone)."""
+        inside the profile's (None: the profile's alone); `trusts_ca`: as attached."""
         try:
             async with asyncio.timeout(IDLE_S):
                 head = await reader.readuntil(b"\r\n\r\n")
             method, target, headers = _parse_head(head)
             if method == "CONNECT":
-                await self._tunnel(target, reader, writer, tally, task_hosts)
+                await self._tunnel(target, reader, writer, tally, task_hosts, trusts_ca)
             elif not target.startswith("http://"):
                 raise Refused(400, "rl360 egress: send an absolute http:// URL, or CONNECT for https", host="?")
             else:
@@ -229,17 +250,23 @@ class EgressProxy:
         self.totals["failed" if e.failed else "denied"] += 1
         tally.note(e.line, failed=e.failed)
 
-    async def _tunnel(self, target: str, reader, writer, tally: Tally, task_hosts: tuple[str, ...] | None) -> None:
+    async def _tunnel(self, target: str, reader, writer, tally: Tally, task_hosts: tuple[str, ...] | None,
+                      trusts_ca: bool) -> None:
         host, _, port = target.rpartition(":")
         host = host.strip("[]").lower()
         if not host or not port.isdigit():
             raise Refused(400, f"rl360 egress: CONNECT {target!r} is not host:port", host=host or "?")
         _check_task_hosts(host, task_hosts)
-        if self.ca is not None and self.config.terminates_tls(host, int(port)):
+        if self.ca is not None and self.config.terminates_tls(host, int(port), trusts_ca=trusts_ca):
             await self._terminate(host, int(port), reader, writer, tally)
             return
         if not self.config.allows(host):
             raise Refused(403, _denial(host), host=host)
+        if (host, int(port)) in self.config.dated_hosts:  # an image build or a sidecar: said, once per sandbox
+            line = (f"rl360 egress: {host} reached undated, through a blind tunnel: [egress] pypi_as_of holds for "
+                    "sandboxes that trust the rl360 egress CA, which an image build or a sidecar is not given")
+            if line not in tally.lines:
+                tally.note(line, failed=False)
         up_reader, up_writer = await self._connect(host, int(port), trusted=False)
         self.totals["tunnels"] += 1
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -286,6 +313,14 @@ class EgressProxy:
         if mirrored is None and not self.config.allows(host):
             raise Refused(403, _denial(host), host=host)
         url = mirrored or target
+        as_of = self.config.as_of(target) if method == "GET" else None
+        if as_of is not None:
+            if not accepts_json(_header(headers, "accept")):
+                raise Refused(406, f"rl360 egress: {target} is dated by [egress] pypi_as_of, which needs the Simple "
+                                   f"API's JSON form ({JSON_TYPE}); this client asks for HTML only (pip before 22.2?):"
+                                   " upgrade it, or remove pypi_as_of", host=host, failed=True)
+            headers = [(k, v) for k, v in headers if k.lower() not in DATED_REQUEST_DROPS]
+            headers += [("Accept", JSON_TYPE), ("Accept-Encoding", "gzip")]
         body = b""
         length = _header(headers, "content-length")
         if _header(headers, "transfer-encoding"):
@@ -295,14 +330,15 @@ class EgressProxy:
         cacheable = method == "GET" and not any(_header(headers, h) for h in PRIVATE_REQUEST)
         entry = self.cache.get(url) if cacheable else None
         if not cacheable or (entry is not None and not entry.serves(headers)):  # (one kept for another Accept)
-            tally.bytes[host] += await self._fetch(method, url, headers, body, writer, trusted=mirrored is not None)
+            tally.bytes[host] += await self._fetch(method, url, headers, body, writer, trusted=mirrored is not None,
+                                                   as_of=as_of)
             return
         if entry is None:
             served: list[int] = []
 
             async def fetch() -> bool:
                 served.append(await self._fetch(method, url, headers, body, writer, trusted=mirrored is not None,
-                                                 cache_as=url))
+                                                 cache_as=url, as_of=as_of))
                 return True
 
             if await self.cache.fetch_once(url, fetch):
@@ -311,11 +347,15 @@ class EgressProxy:
             entry = self.cache.get(url)  # another sandbox's fetch of it just ended
             if entry is None or not entry.serves(headers):
                 tally.bytes[host] += await self._fetch(method, url, headers, body, writer,
-                                                       trusted=mirrored is not None)
+                                                       trusted=mirrored is not None, as_of=as_of)
                 return
         self.totals["cache_hits"] += 1
         tally.cache_hits += 1
-        tally.bytes[host] += await _serve_entry(entry, writer)
+        page = None
+        if as_of is not None and entry.status.split()[1:2] == [b"200"]:
+            page = _dated(entry.path.read_bytes(), {k.lower(): v for k, v in entry.headers}, as_of, url, host)
+            self.totals["dated_pages"] += 1
+        tally.bytes[host] += await _serve_entry(entry, writer, page)
 
     # ------------------------------------------------------------------ upstream
 
@@ -344,9 +384,10 @@ class EgressProxy:
             raise Refused(502, f"rl360 egress: cannot reach {host}:{port}: {why}", host=host, failed=True) from None
 
     async def _fetch(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes, writer, *,
-                     trusted: bool, cache_as: str | None = None) -> int:
-        """Fetch `url` upstream and answer the sandbox with it; keep a cacheable GET answer under `cache_as`.
-        Returns the body bytes served."""
+                     trusted: bool, cache_as: str | None = None, as_of: datetime | None = None) -> int:
+        """Fetch `url` upstream and answer the sandbox with it; keep a cacheable GET answer under `cache_as`
+        (as upstream sent it); a 200 answer served as of `as_of` when given (a dated index page). Returns the
+        body bytes served."""
         parts = urlsplit(url)
         tls = parts.scheme == "https"
         host = parts.hostname or ""
@@ -373,15 +414,27 @@ class EgressProxy:
             kept = tuple((k, v) for k, v in answer_headers
                          if k.lower() not in HOP_BY_HOP and k.lower() != "content-length")
             length = fields.get("content-length") if "transfer-encoding" not in fields else None
-            out = [status.decode("latin-1"), *(f"{k}: {v}" for k, v in kept)]
+            chunks = (_chunked(up_reader) if "transfer-encoding" in fields else _sized(up_reader, length)
+                      ) if has_body else None
+            dated = as_of is not None and code == 200 and has_body
+            if dated:
+                # The whole page before the head: the head says the dated length, and an undatable page is refused
+                # before anything is answered or kept. The cache keeps it as upstream sent it.
+                raw = b"".join([chunk async for chunk in chunks])
+                page = _dated(raw, fields, as_of, url, host)
+                if part is not None:
+                    part.write_bytes(raw)
+                length, chunks = str(len(page)), _once(page)
+                self.totals["dated_pages"] += 1
+            shown = [(k, v) for k, v in kept if not dated or k.lower() not in DATED_ANSWER_DROPS]
+            out = [status.decode("latin-1"), *(f"{k}: {v}" for k, v in shown)]
             if length is not None or not has_body:  # a HEAD answer keeps the length of what GET would send
                 out.append(f"Content-Length: {length if length is not None else 0}")
             writer.write(("\r\n".join([*out, "Connection: close"]) + "\r\n\r\n").encode("latin-1"))
             answered = True
             served = 0
             if has_body:
-                chunks = _chunked(up_reader) if "transfer-encoding" in fields else _sized(up_reader, length)
-                with open(part, "wb") if part else contextlib.nullcontext() as cached:
+                with open(part, "wb") if part and not dated else contextlib.nullcontext() as cached:
                     async for chunk in chunks:
                         writer.write(chunk)
                         if cached:
@@ -389,7 +442,7 @@ class EgressProxy:
                         served += len(chunk)
                         await writer.drain()
             await writer.drain()
-            self.totals["bytes_upstream"] += served
+            self.totals["bytes_upstream"] += len(raw) if dated else served
             if part is not None:
                 self.cache.commit(cache_as, part, status=status, headers=kept, fresh_s=fresh,
                                   varies=varied(fields, headers))
@@ -419,13 +472,40 @@ def _check_task_hosts(host: str, task_hosts: tuple[str, ...] | None) -> None:
                            "task.toml)", host=host)
 
 
+def _dated(raw: bytes, fields: dict[str, str], as_of: datetime, url: str, host: str) -> bytes:
+    """The index page `raw` (answer headers `fields`, lowercase) without the files uploaded after `as_of`;
+    Refused (a failure: the operator's index or the task's client, not the model) when it cannot be dated."""
+    try:
+        kind = fields.get("content-type", "").split(";")[0].strip().lower()
+        if kind != JSON_TYPE:
+            raise NotDatable(f"the index answered {kind or 'no content type'}, not {JSON_TYPE}")
+        encoding = fields.get("content-encoding", "identity").lower()
+        if encoding not in ("gzip", "identity"):
+            raise NotDatable(f"the index answered {encoding}-encoded, asked for gzip or identity")
+        if encoding == "gzip":
+            try:
+                raw = gzip.decompress(raw)
+            except (OSError, EOFError, zlib.error):
+                raise NotDatable("the index answered a broken gzip body") from None
+        return files_as_of(raw, as_of)
+    except NotDatable as e:
+        raise Refused(502, f"rl360 egress: {url} cannot be dated for [egress] pypi_as_of: {e} (an index serving "
+                           "PEP 691 JSON with PEP 700 upload times, as PyPI does, can be)", host=host,
+                      failed=True) from None
+
+
+async def _once(data: bytes):
+    yield data
+
+
 def _denial(host: str) -> str:
     return (f"rl360 egress: {host} is not on the profile's [egress] allow list (the operator adds it to allow, "
             "or maps its URLs in [egress.mirrors])")
 
 
 def _answer(status: int, line: str) -> bytes:
-    reason = {400: "Bad Request", 403: "Forbidden", 411: "Length Required", 502: "Bad Gateway"}[status]
+    reason = {400: "Bad Request", 403: "Forbidden", 406: "Not Acceptable", 411: "Length Required",
+              502: "Bad Gateway"}[status]
     body = (line + "\n").encode()
     # The line is also the reason phrase: a client that prints only the status line (pip, Python's http.client
     # on a refused CONNECT) still says why.
@@ -499,10 +579,16 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, coun
             writer.close()
 
 
-async def _serve_entry(entry, writer: asyncio.StreamWriter) -> int:
-    head = [entry.status.decode("latin-1"), *(f"{k}: {v}" for k, v in entry.headers),
-            f"Content-Length: {entry.size}", "Connection: close"]
+async def _serve_entry(entry, writer: asyncio.StreamWriter, page: bytes | None = None) -> int:
+    """Answer with a cached entry, or with `page` under its head (the entry's page, dated)."""
+    shown = [(k, v) for k, v in entry.headers if page is None or k.lower() not in DATED_ANSWER_DROPS]
+    head = [entry.status.decode("latin-1"), *(f"{k}: {v}" for k, v in shown),
+            f"Content-Length: {entry.size if page is None else len(page)}", "Connection: close"]
     writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+    if page is not None:
+        writer.write(page)
+        await writer.drain()
+        return len(page)
     with open(entry.path, "rb") as f:
         while chunk := f.read(CHUNK):
             writer.write(chunk)
@@ -527,8 +613,9 @@ async def serve(config: EgressConfig, *, control: Path, cache_dir: Path, ready: 
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     gc = asyncio.ensure_future(proxy.collect_garbage())
+    dated = f", PyPI as of {config.pypi_as_of}" if config.pypi_as_of else ""
     print(f"rl360 egress proxy: mode allow, {len(config.allow)} allowed host patterns, {len(config.mirrors)} "
-          f"mirrors, cache {config.cache_mb} MB; control {control}", flush=True)
+          f"mirrors, cache {config.cache_mb} MB{dated}; control {control}", flush=True)
     await stop.wait()
     gc.cancel()
     server.close()

@@ -7,7 +7,9 @@ Host, counts the GETs per path (how many fetches reached "upstream"), and answer
 `tls` (a server SSLContext, e.g. one of a test's own CA), it speaks HTTPS with that certificate: a host
 reached through a blind tunnel, whose key the egress proxy never has. Given `vary` (a request header's
 name), its answers say `Vary: <name>` and end with that header's value (an index answering JSON or HTML by
-`Accept`, as PyPI's does). It is no model of any real site.
+`Accept`, as PyPI's does). Given `headers` (path -> header -> value), those paths' answers carry them (a
+Simple API page in JSON says `Content-Type: application/vnd.pypi.simple.v1+json`; a body given gzipped says
+`Content-Encoding: gzip`). It is no model of any real site.
 
     with InternetStandIn({"/uv/install.sh": b"echo installed\\n"}) as outside:
         outside.url("/uv/install.sh"), outside.gets["/uv/install.sh"]
@@ -27,8 +29,9 @@ class InternetStandIn:
     """A stand-in for the internet on 127.0.0.1 (see the module docstring)."""
 
     def __init__(self, files: dict[str, bytes], *, cache_control: str = "", tls: ssl.SSLContext | None = None,
-                 vary: str = ""):
+                 vary: str = "", headers: dict[str, dict[str, str]] | None = None):
         self.files = dict(files)
+        extra = dict(headers or {})
         self.gets: Counter = Counter()
         standin = self
 
@@ -45,6 +48,8 @@ class InternetStandIn:
                 self.send_header("Content-Length", str(len(body)))
                 if cache_control:
                     self.send_header("Cache-Control", cache_control)
+                for name, value in extra.get(self.path, {}).items():
+                    self.send_header(name, value)
                 if vary:
                     self.send_header("Vary", vary)
                 self.end_headers()

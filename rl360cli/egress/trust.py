@@ -1,6 +1,7 @@
-"""What a sandbox trusts under `[egress] mode = "allow"` when the profile has an `https://` mirror: the
-rl360 egress CA (ca.py), beside the roots it trusted already, so that the proxy can answer a mirrored
-https:// host as that host while every blind tunnel still meets the real host's certificate.
+"""What a sandbox trusts under `[egress] mode = "allow"` when the profile has an `https://` mirror (or a
+dated `https://` index, `pypi_as_of`): the rl360 egress CA (ca.py), beside the roots it trusted already, so
+that the proxy can answer a mirrored or dated https:// host as that host while every blind tunnel still
+meets the real host's certificate.
 
 Where TLS clients look, and so where the CA goes:
 - curl, wget, Python's `ssl` (and pip, through truststore), OpenSSL: the system bundle

@@ -254,11 +254,11 @@ class DockerProvider(SandboxProvider):
         if spec.egress:
             try:
                 pid = (await self.call(lambda: self.api(node).inspect_container(cid)))["State"]["Pid"]
-                ca_pem = await self.egress.attach(cid, pid, task.allowed_hosts)
+                ca_pem = await self.egress.attach(cid, pid, task.allowed_hosts, trusts_ca=True)
             except (EgressUnavailable, docker.errors.APIError, KeyError) as e:
                 await sandbox.stop()
                 raise SandboxError(Event.START_FAILED, f"the container's way out: {e}", node=node) from None
-            if ca_pem:  # an https:// mirror: its root trusts the proxy's CA beside its own roots (egress/trust.py)
+            if ca_pem:  # an https:// mirror or a dated index: it trusts the CA beside its own roots (egress/trust.py)
                 trusted = await sandbox.exec(container_trust_command(ca_pem), timeout_s=30, user="root")
                 if trusted.exit_code != 0:
                     await sandbox.stop()

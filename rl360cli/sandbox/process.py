@@ -276,8 +276,9 @@ class ProcessProvider(SandboxProvider):
             trust_env: dict[str, str] = {}
             if network == "egress":
                 try:
-                    ca_pem = await self.egress.attach(sid, sidecars.holder_pid, task.allowed_hosts)
-                    if ca_pem:  # an https:// mirror: the sandbox trusts the proxy's CA beside the host's roots
+                    ca_pem = await self.egress.attach(sid, sidecars.holder_pid, task.allowed_hosts,
+                                                      trusts_ca=True)
+                    if ca_pem:  # an https:// mirror or a dated index: it trusts the CA beside the host's roots
                         sidecars.trust_binds, trust_env = await self.files(process_trust, ca_pem, folder)
                 except EgressUnavailable as e:
                     await self.files(sidecars.stop)

@@ -115,7 +115,8 @@ def ssh_note(ctx: Context) -> str | None:
 
 def plan(ctx: Context) -> list[Action]:
     egress = ctx.profile.egress
-    what = f"{len(egress.allow)} allowed host patterns, {len(egress.mirrors)} mirrors, a {egress.cache_mb} MB cache"
+    what = (f"{len(egress.allow)} allowed host patterns, {len(egress.mirrors)} mirrors, a {egress.cache_mb} MB cache"
+            + (f", PyPI as of {egress.pypi_as_of}" if egress.pypi_as_of else ""))
     actions = []
     for spec in component_specs(ctx):
         node = spec.name.removeprefix(f"{NAME}-")

@@ -77,7 +77,7 @@ def outside():
 class Proxy:
     """A running egress proxy process and the route to it."""
 
-    def __init__(self, folder: Path, egress_toml: str, port: int):
+    def __init__(self, folder: Path, egress_toml: str, port: int, env: dict[str, str] | None = None):
         self.folder = folder
         self.profile = folder / "profile.toml"
         self.profile.write_text(f'name = "egress-test"\n[egress]\nsandbox_port = {port}\n{egress_toml}')
@@ -87,7 +87,7 @@ class Proxy:
             self.proc = subprocess.Popen([sys.executable, "-m", "rl360cli.egress.proxy", "--profile", str(self.profile),
                                           "--control", str(self.control), "--cache", str(folder / "cache")],
                                          cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                         env={**os.environ, "PYTHONPATH": str(REPO)})
+                                         env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
         self.route = EgressRoute(mode="allow", control=str(self.control), port=port)
         deadline = time.monotonic() + 20
         while not self.control.exists():
@@ -105,13 +105,14 @@ class Proxy:
 
 @pytest.fixture
 def proxy_of():
-    """`proxy_of(egress_toml)`: a proxy process serving that [egress] table (mode allow); stopped after."""
+    """`proxy_of(egress_toml, env=...)`: a proxy process serving that [egress] table (mode allow), with `env` added
+    to its environment (SSL_CERT_FILE: the roots it verifies upstream TLS with); stopped after."""
     need(os.geteuid() == 0, "the egress proxy enters sandboxes' network namespaces: run as root")
     made = []
 
-    def make(egress_toml: str, *, port: int | None = None) -> Proxy:
+    def make(egress_toml: str, *, port: int | None = None, env: dict[str, str] | None = None) -> Proxy:
         folder = Path(tempfile.mkdtemp(prefix=f"rl360-egress-{uuid.uuid4().hex[:6]}-"))
-        proxy = Proxy(folder, 'mode = "allow"\n' + egress_toml, port or free_port())
+        proxy = Proxy(folder, 'mode = "allow"\n' + egress_toml, port or free_port(), env)
         made.append(proxy)
         return proxy
 
