@@ -19,9 +19,11 @@ as `apt-get install curl` does, keeps it) and appended to each system bundle tha
 command gets `SSL_CERT_FILE` naming the system bundle (the first that exists at start, else Debian's path;
 left alone when the container's own environment sets it). That names the file curl and OpenSSL read on
 Debian anyway, so for them it changes nothing; it is for uv, which otherwise verifies with its bundled roots
-only, and which ignores an `SSL_CERT_FILE` that does not exist (its bundled roots then). So curl, Python,
-pip and uv trust the mirror once the image has a system bundle. `requests` keeps certifi's roots
-(`REQUESTS_CA_BUNDLE` naming a file that may not exist yet would fail it).
+only, and which ignores an `SSL_CERT_FILE` that does not exist (its bundled roots then). When a system
+bundle exists at start, `REQUESTS_CA_BUNDLE` names it too (unless the image sets it), for `requests`, which
+reads certifi's roots otherwise; an image without one leaves `requests` on certifi's (a `REQUESTS_CA_BUNDLE`
+naming a file that does not exist yet would fail every request). So curl, Python, pip, uv and `requests`
+trust the mirror once the image has a system bundle.
 
 process (the sandbox's /etc is the host's, read-only; the host's trust store is never changed): the host's
 system bundle plus the CA is written into the sandbox's folder and bound read-only over the system bundle's
@@ -45,16 +47,25 @@ SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-b
 
 def container_trust_command(ca_pem: str) -> str:
     """A shell command (run as root in a container) that writes the CA to ANCHOR, appends it to each system
-    bundle that exists (one file once, when several paths name it), and prints the `SSL_CERT_FILE` its
-    commands get: the first system bundle that exists, else Debian's path (where update-ca-certificates
-    will write one); nothing when the container's own environment sets `SSL_CERT_FILE`."""
+    bundle that exists (one file once, when several paths name it), and prints, a `NAME=value` line each, the
+    environment its commands get (`trust_env`): `SSL_CERT_FILE`, the first system bundle that exists, else
+    Debian's path (where update-ca-certificates will write one); `REQUESTS_CA_BUNDLE`, that bundle, only when
+    it exists. Neither where the container's own environment sets it."""
     bundles = " ".join(SYSTEM_BUNDLES)
     return (f"mkdir -p {shlex.quote(str(Path(ANCHOR).parent))} && printf '%s' {shlex.quote(ca_pem)} > {ANCHOR}"
             f" && chmod 644 {ANCHOR} && done_='' && first=''; for b in {bundles}; do [ -f \"$b\" ] || continue;"
             " first=${first:-$b}; r=$(readlink -f \"$b\" 2>/dev/null || echo \"$b\");"
             " case \" $done_ \" in *\" $r \"*) continue;; esac;"
             f" cat {ANCHOR} >> \"$r\" && done_=\"$done_ $r\"; done;"
-            f" [ -n \"${{SSL_CERT_FILE:-}}\" ] || echo \"${{first:-{SYSTEM_BUNDLES[0]}}}\"")
+            f" [ -n \"${{SSL_CERT_FILE:-}}\" ] || echo \"SSL_CERT_FILE=${{first:-{SYSTEM_BUNDLES[0]}}}\";"
+            " [ -z \"$first\" ] || [ -n \"${REQUESTS_CA_BUNDLE:-}\" ] || echo \"REQUESTS_CA_BUNDLE=$first\"")
+
+
+def trust_env(printed: str) -> dict[str, str]:
+    """The environment `container_trust_command` printed (its `NAME=/path` lines)."""
+    pairs = (line.split("=", 1) for line in printed.splitlines() if "=" in line)
+    return {name: value for name, value in pairs
+            if name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE") and value.startswith("/")}
 
 
 def process_trust(ca_pem: str, folder: Path) -> tuple[tuple[tuple[str, str], ...], dict[str, str]]:

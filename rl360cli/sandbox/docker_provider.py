@@ -42,7 +42,7 @@ import docker
 import docker.errors
 
 from rl360cli.egress.client import EgressRoute, EgressUnavailable
-from rl360cli.egress.trust import container_trust_command
+from rl360cli.egress.trust import container_trust_command, trust_env
 from rl360cli.errors import Rl360Error
 from rl360cli.images.config import RegistrySpec
 from rl360cli.nodes.docker_runtime import docker_client
@@ -264,8 +264,7 @@ class DockerProvider(SandboxProvider):
                     await sandbox.stop()
                     raise SandboxError(Event.START_FAILED, "cannot install the rl360 egress CA in the container: "
                                        f"{trusted.output.strip()[-200:]}", node=node)
-                bundle = trusted.output.strip()
-                sandbox.trust_env = {"SSL_CERT_FILE": bundle} if bundle.startswith("/") else {}
+                sandbox.trust_env = trust_env(trusted.output)
         try:
             await sandbox.settle()
         except BaseException:

@@ -241,8 +241,9 @@ def test_an_https_mirror_is_trusted_in_the_sandbox_and_other_https_stays_a_blind
         if docker:  # the system bundle kept its own roots: the default trust verifies the blind tunnel's host too
             commands.append(FETCH_TLS.format(url=blind, cadata=""))
         commands.append("printenv SSL_CERT_FILE")  # for uv, which reads its own roots otherwise
+        commands.append("printenv REQUESTS_CA_BUNDLE")  # for requests, which reads certifi's otherwise
         result, seen = attempt(provider_of(proxy.route), task, *commands)
-        assert seen.pop().output == "/etc/ssl/certs/ca-certificates.crt\n"
+        assert seen.pop().output == seen.pop().output == "/etc/ssl/certs/ca-certificates.crt\n"
         mirrored, tunnelled, refused = seen[:3]
         assert mirrored.exit_code == 0 and mirrored.output == FILES["/uv/install.sh"].decode(), mirrored.output
         assert tunnelled.exit_code == 0 and tunnelled.output == FILES["/uv/install.sh"].decode(), tunnelled.output
