@@ -27,33 +27,41 @@ started=1
 bash cluster/dev/all.sh up
 
 set +e
-# Each test has its own limit (pytest-timeout); this one (for each pytest below) is for a hang that no test's limit can end (one
-# outside a test, or in C code the signal never interrupts). SIGINT lets pytest print what ran and where
-# it stood, so such a run fails with its report instead of running out CI's 90 minutes in silence.
+# Each test has its own limit (pytest-timeout); this one, for each pytest below, is for a hang that no
+# test's limit can end (one outside a test, or in C code the signal never interrupts). SIGINT lets pytest
+# print what ran and where it stood, so such a run fails with its report instead of running out CI's 90
+# minutes in silence.
 # --durations: the slowest tests close every log, where the suite's 25-minute budget is watched.
 limit_s=${RL360_TEST_LIMIT_S:-4200}
 pytest() {
     timeout --signal=INT --kill-after=60 "$limit_s" .venv/bin/python -m pytest -q -ra --durations=30 "$@"
 }
 if [ $# -gt 0 ]; then
-    # Chosen tests: as asked, one after another (RL360_TEST_WORKERS=2 spreads them over two workers).
-    workers=()
-    if [ "${RL360_TEST_WORKERS:-1}" -gt 1 ]; then workers=(-n "$RL360_TEST_WORKERS" --dist loadgroup); fi
-    pytest "${workers[@]}" "$@"
+    # Chosen tests: as asked, one after another.
+    pytest "$@"
     code=$?
 else
-    # The whole suite in two parts. The tests marked slow (whole runs: engines, trainer, Ray and sandboxes,
-    # each keeping both cores busy) one after another; the rest, most of them on one core each, on two
-    # pytest-xdist workers, the tests of the shared dev services on one of them, in order (tests/conftest.py:
-    # some stop or kill a node). Every test at once on two workers gained little and broke timing
-    # (2026-12-04: 915 s against 986 s serial, 3 failures as whole runs met timed tests).
-    echo "› the tests not marked slow, on two workers"
-    pytest -m "not slow" -n 2 --dist loadgroup
-    fast=$?
+    # The whole suite in two parts. First the tests not marked slow, most of them on one core each, as two
+    # pytest processes side by side (tests/conftest.py, RL360_TEST_PART): those of the shared dev services one
+    # after another (some stop or kill a node), the others beside them. Then the tests marked slow (whole
+    # runs: engines, trainer, Ray and sandboxes, each using both cores) one after another: every test at once
+    # on two workers gained little and broke timing (2026-12-04: 915 s against 986 s serial, 3 failures as
+    # whole runs met timed tests).
+    echo "› the tests not marked slow: the dev services' in one pytest, the others beside it"
+    services_log=$(mktemp)
+    RL360_TEST_PART=services pytest -m "not slow" >"$services_log" 2>&1 &
+    services_pid=$!
+    RL360_TEST_PART=others pytest -m "not slow"
+    others=$?
+    wait "$services_pid"
+    services=$?
+    echo "› the dev services' tests (beside the above)"
+    cat "$services_log"
+    rm -f "$services_log"
     echo "› the tests marked slow, one after another"
     pytest -m slow
     slow=$?
-    code=$(( fast != 0 ? fast : slow ))
+    code=$(( others != 0 ? others : services != 0 ? services : slow ))
 fi
 set -e
 # pytest's 5 means it collected no test: that is a failure of this command, not a pass.

@@ -9,7 +9,9 @@ reached through a blind tunnel, whose key the egress proxy never has. Given `var
 name), its answers say `Vary: <name>` and end with that header's value (an index answering JSON or HTML by
 `Accept`, as PyPI's does). Given `headers` (path -> header -> value), those paths' answers carry them (a
 Simple API page in JSON says `Content-Type: application/vnd.pypi.simple.v1+json`; a body given gzipped says
-`Content-Encoding: gzip`). It is no model of any real site.
+`Content-Encoding: gzip`). Given `answer` (path -> (body, headers) or None), a path it holds no file for is
+answered by it (a path pattern: uv_standin.py's installer script for any version). It is no model of any
+real site.
 
     with InternetStandIn({"/uv/install.sh": b"echo installed\\n"}) as outside:
         outside.url("/uv/install.sh"), outside.gets["/uv/install.sh"]
@@ -22,6 +24,7 @@ from __future__ import annotations
 import ssl
 import threading
 from collections import Counter
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -29,7 +32,8 @@ class InternetStandIn:
     """A stand-in for the internet on 127.0.0.1 (see the module docstring)."""
 
     def __init__(self, files: dict[str, bytes], *, cache_control: str = "", tls: ssl.SSLContext | None = None,
-                 vary: str = "", headers: dict[str, dict[str, str]] | None = None):
+                 vary: str = "", headers: dict[str, dict[str, str]] | None = None,
+                 answer: Callable[[str], tuple[bytes, dict[str, str]] | None] | None = None, port: int = 0):
         self.files = dict(files)
         extra = dict(headers or {})
         self.gets: Counter = Counter()
@@ -40,7 +44,9 @@ class InternetStandIn:
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 standin.gets[self.path] += 1
-                body = standin.files.get(self.path)
+                body, more = standin.files.get(self.path), extra.get(self.path, {})
+                if body is None and answer is not None:
+                    body, more = answer(self.path) or (None, {})
                 self.send_response(200 if body is not None else 404)
                 body = body if body is not None else b"not here\n"
                 if vary:
@@ -48,7 +54,7 @@ class InternetStandIn:
                 self.send_header("Content-Length", str(len(body)))
                 if cache_control:
                     self.send_header("Cache-Control", cache_control)
-                for name, value in extra.get(self.path, {}).items():
+                for name, value in more.items():
                     self.send_header(name, value)
                 if vary:
                     self.send_header("Vary", vary)
@@ -58,7 +64,7 @@ class InternetStandIn:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         if tls is not None:
             # The handshake runs in the handler's thread (the first read), not in the accepting one.

@@ -27,10 +27,10 @@ import argparse
 import io
 import re
 import tarfile
-import threading
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from rl360cli.egress.standin import InternetStandIn
 
 TARGET = "uv-x86_64-unknown-linux-gnu"
 TARBALL = f"/uv/stand-in/{TARGET}.tar.gz"
@@ -92,53 +92,27 @@ def tarball_of_wheel(wheel: Path) -> tuple[str, bytes]:
     return version, out.getvalue()
 
 
-class UvInstallerStandIn:
+class UvInstallerStandIn(InternetStandIn):
     """The stand-in's HTTP server on 127.0.0.1:`port` (0: any free port); see the module docstring."""
 
     def __init__(self, wheel: Path, *, port: int = 0, public: str = "https://astral.sh/uv/"):
         self.version, tarball = tarball_of_wheel(wheel)
         # The mirror key this stands behind: the script fetches the tarball from there, through the proxy.
         self.public = public if public.endswith("/") else public + "/"
-        self.gets: dict[str, int] = {}
-        standin = self
+        super().__init__({TARBALL: tarball}, headers={TARBALL: {"Content-Type": "application/gzip"}},
+                         answer=self._installer, port=port)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    def _installer(self, path: str) -> tuple[bytes, dict[str, str]] | None:
+        """The installer script, for any version the URL asks."""
+        asked = _INSTALL.match(path)
+        if asked is None:
+            return None
+        script = (SCRIPT.replace("WHEEL_VERSION", self.version).replace("ASKED_VERSION", asked.group(1) or "latest")
+                  .replace("TARGET", TARGET).replace("PUBLIC_PREFIX", self.public))
+        return script.encode(), {"Content-Type": "text/x-shellscript"}
 
-            def do_GET(self) -> None:
-                standin.gets[self.path] = standin.gets.get(self.path, 0) + 1
-                asked = _INSTALL.match(self.path)
-                if asked:
-                    body = (SCRIPT.replace("WHEEL_VERSION", standin.version).replace("ASKED_VERSION", asked.group(1) or "latest")
-                            .replace("TARGET", TARGET).replace("PUBLIC_PREFIX", standin.public).encode())
-                    kind = "text/x-shellscript"
-                elif self.path == TARBALL:
-                    body, kind = tarball, "application/gzip"
-                else:
-                    body, kind = b"rl360 stand-in for astral.sh: only /uv/[<version>/]install.sh is served\n", "text/plain"
-                self.send_response(200 if kind != "text/plain" else 404)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-
-    def url(self, path: str = "/uv/") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def __enter__(self) -> UvInstallerStandIn:
-        threading.Thread(target=self.server.serve_forever, name="uv-standin", daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def url(self, path: str = "/uv/", host: str = "127.0.0.1") -> str:
+        return super().url(path, host)
 
 
 def main(argv: list[str] | None = None) -> None:
