@@ -130,17 +130,15 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
     try:
         if queries.run_was_stopped(state.read(), run_id):  # `rl360 down` came while this trainer was setting up
             raise RuntimeError("the run was stopped before its loop began")
-        ended = train_loop(LoopParts(rollouts=rollouts, trainer=Serialized(trainer, weights_lock, TRAINER_TURNS),
-                             weight_sync=Serialized(broadcaster, weights_lock, ("broadcast",)), loop=recipe.loop,
-                             grpo=recipe.grpo, checkpoint_every=recipe.trainer.checkpoint_every,
-                             checkpoint_dir=run_dir / "checkpoints", log=metrics.log, on_step=on_step,
-                             keep_samples=SampleKeeper(run_dir / SAMPLES, policy_dir,
-                                                       trajectories_path=run_dir / TRAJECTORIES,
-                                                       seed=recipe.run.seed),
-                             evaluation=Evaluation.from_config(recipe.eval,
-                                                               pass_threshold=recipe.grpo.pass_threshold),
-                             progress=GenerationProgress(run_dir)),
-                   start_step=start_step)
+        parts = LoopParts(rollouts=rollouts, trainer=Serialized(trainer, weights_lock, TRAINER_TURNS),
+                          weight_sync=Serialized(broadcaster, weights_lock, ("broadcast",)), loop=recipe.loop,
+                          grpo=recipe.grpo, checkpoint_every=recipe.trainer.checkpoint_every,
+                          checkpoint_dir=run_dir / "checkpoints", log=metrics.log, on_step=on_step,
+                          keep_samples=SampleKeeper(run_dir / SAMPLES, policy_dir,
+                                                    trajectories_path=run_dir / TRAJECTORIES, seed=recipe.run.seed),
+                          evaluation=Evaluation.from_config(recipe.eval, pass_threshold=recipe.grpo.pass_threshold),
+                          progress=GenerationProgress(run_dir))
+        ended = train_loop(parts, start_step=start_step)
         # Megatron: release the follower ranks (on failure torchrun ends them when rank 0 exits).
         trainer.close()
         # Every engine of the run where it is now (one its backend moved has a new URL; a dead one says None).
