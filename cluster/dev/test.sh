@@ -41,26 +41,30 @@ if [ $# -gt 0 ]; then
     pytest "$@"
     code=$?
 else
-    # The whole suite in two parts. First the tests not marked slow, most of them on one core each, as two
+    # The whole suite in two parts. The tests not marked slow, most of them on one core each, run as two
     # pytest processes side by side (tests/conftest.py, RL360_TEST_PART): those of the shared dev services one
-    # after another (some stop or kill a node), the others beside them. Then the tests marked slow (whole
-    # runs: engines, trainer, Ray and sandboxes, each using both cores) one after another: every test at once
-    # on two workers gained little and broke timing (2026-12-04: 915 s against 986 s serial, 3 failures as
-    # whole runs met timed tests).
+    # after another (some stop or kill a node), the others beside them. The tests marked slow (whole runs:
+    # engines, trainer, Ray and sandboxes, ~1.6 of the 2 cores each) run one after another, from when the dev
+    # services' part is done (the others' part, ~2.5 minutes longer, ends beside them). Whole runs beside the
+    # dev services' timed tests broke their timing (2026-12-04: 3 failures with every test on two workers).
     echo "› the tests not marked slow: the dev services' in one pytest, the others beside it"
-    services_log=$(mktemp)
+    services_log=$(mktemp) others_log=$(mktemp)
     RL360_TEST_PART=services pytest -m "not slow" >"$services_log" 2>&1 &
     services_pid=$!
-    RL360_TEST_PART=others pytest -m "not slow"
-    others=$?
+    RL360_TEST_PART=others pytest -m "not slow" >"$others_log" 2>&1 &
+    others_pid=$!
     wait "$services_pid"
     services=$?
-    echo "› the dev services' tests (beside the above)"
+    echo "› the dev services' tests"
     cat "$services_log"
-    rm -f "$services_log"
-    echo "› the tests marked slow, one after another"
+    echo "› the tests marked slow, one after another (the others' part may still run beside the first)"
     pytest -m slow
     slow=$?
+    wait "$others_pid"
+    others=$?
+    echo "› the tests not marked slow that use no dev service"
+    cat "$others_log"
+    rm -f "$services_log" "$others_log"
     code=$(( others != 0 ? others : services != 0 ? services : slow ))
 fi
 set -e
