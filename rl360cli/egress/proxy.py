@@ -31,8 +31,8 @@ What it does with a request:
   GET answers cached per node (cache.py), one upstream fetch per URL at a time;
 - with `[egress] pypi_as_of`, a GET of a project page under `pypi_indexes` (https://pypi.org/simple/<name>/,
   read inside its TLS as a mirror's is, for a sandbox that trusts the CA) is asked upstream in its JSON form
-  (gzip, decoded here) and served without the files uploaded after that moment (simple_api.py). The cache keeps the page as
-  upstream sent it; the date applies on the way out. A client that takes only HTML (pip before 22.2), or an
+  (gzip, decoded here) and served without the files uploaded after that moment (simple_api.py). The cache keeps
+  the dated page (a proxy's date is fixed for its life), so a hit serves it as it is. A client that takes only HTML (pip before 22.2), or an
   index that answers only HTML, is a `406`/`502` failure naming why: an HTML page cannot be dated. Image
   builds and docker sidecars (attached without `trusts_ca`: they cannot be given the CA) reach PyPI through
   a blind tunnel, undated, and their lines say so;
@@ -328,17 +328,20 @@ class EgressProxy:
         if length:
             body = await reader.readexactly(int(length))
         cacheable = method == "GET" and not any(_header(headers, h) for h in PRIVATE_REQUEST)
+
+        def upstream(cache_as: str | None = None):
+            return self._fetch(method, url, headers, body, writer, trusted=mirrored is not None, cache_as=cache_as,
+                               as_of=as_of)
+
         entry = self.cache.get(url) if cacheable else None
         if not cacheable or (entry is not None and not entry.serves(headers)):  # (one kept for another Accept)
-            tally.bytes[host] += await self._fetch(method, url, headers, body, writer, trusted=mirrored is not None,
-                                                   as_of=as_of)
+            tally.bytes[host] += await upstream()
             return
         if entry is None:
             served: list[int] = []
 
             async def fetch() -> bool:
-                served.append(await self._fetch(method, url, headers, body, writer, trusted=mirrored is not None,
-                                                 cache_as=url, as_of=as_of))
+                served.append(await upstream(cache_as=url))
                 return True
 
             if await self.cache.fetch_once(url, fetch):
@@ -346,16 +349,13 @@ class EgressProxy:
                 return
             entry = self.cache.get(url)  # another sandbox's fetch of it just ended
             if entry is None or not entry.serves(headers):
-                tally.bytes[host] += await self._fetch(method, url, headers, body, writer,
-                                                       trusted=mirrored is not None, as_of=as_of)
+                tally.bytes[host] += await upstream()
                 return
         self.totals["cache_hits"] += 1
-        tally.cache_hits += 1
-        page = None
-        if as_of is not None and entry.status.split()[1:2] == [b"200"]:
-            page = _dated(entry.path.read_bytes(), {k.lower(): v for k, v in entry.headers}, as_of, url, host)
+        if as_of is not None:  # kept dated (only a 200 answer is kept)
             self.totals["dated_pages"] += 1
-        tally.bytes[host] += await _serve_entry(entry, writer, page)
+        tally.cache_hits += 1
+        tally.bytes[host] += await _serve_entry(entry, writer)
 
     # ------------------------------------------------------------------ upstream
 
@@ -386,7 +386,7 @@ class EgressProxy:
     async def _fetch(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes, writer, *,
                      trusted: bool, cache_as: str | None = None, as_of: datetime | None = None) -> int:
         """Fetch `url` upstream and answer the sandbox with it; keep a cacheable GET answer under `cache_as`
-        (as upstream sent it); a 200 answer served as of `as_of` when given (a dated index page). Returns the
+        (as the sandbox got it); a 200 answer served as of `as_of` when given (a dated index page). Returns the
         body bytes served."""
         parts = urlsplit(url)
         tls = parts.scheme == "https"
@@ -419,22 +419,20 @@ class EgressProxy:
             dated = as_of is not None and code == 200 and has_body
             if dated:
                 # The whole page before the head: the head says the dated length, and an undatable page is refused
-                # before anything is answered or kept. The cache keeps it as upstream sent it.
+                # before anything is answered or kept.
                 raw = b"".join([chunk async for chunk in chunks])
                 page = _dated(raw, fields, as_of, url, host)
-                if part is not None:
-                    part.write_bytes(raw)
                 length, chunks = str(len(page)), _once(page)
+                kept = tuple((k, v) for k, v in kept if k.lower() not in DATED_ANSWER_DROPS)
                 self.totals["dated_pages"] += 1
-            shown = [(k, v) for k, v in kept if not dated or k.lower() not in DATED_ANSWER_DROPS]
-            out = [status.decode("latin-1"), *(f"{k}: {v}" for k, v in shown)]
+            out = [status.decode("latin-1"), *(f"{k}: {v}" for k, v in kept)]
             if length is not None or not has_body:  # a HEAD answer keeps the length of what GET would send
                 out.append(f"Content-Length: {length if length is not None else 0}")
             writer.write(("\r\n".join([*out, "Connection: close"]) + "\r\n\r\n").encode("latin-1"))
             answered = True
             served = 0
             if has_body:
-                with open(part, "wb") if part and not dated else contextlib.nullcontext() as cached:
+                with open(part, "wb") if part else contextlib.nullcontext() as cached:
                     async for chunk in chunks:
                         writer.write(chunk)
                         if cached:
@@ -579,16 +577,10 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, coun
             writer.close()
 
 
-async def _serve_entry(entry, writer: asyncio.StreamWriter, page: bytes | None = None) -> int:
-    """Answer with a cached entry, or with `page` under its head (the entry's page, dated)."""
-    shown = [(k, v) for k, v in entry.headers if page is None or k.lower() not in DATED_ANSWER_DROPS]
-    head = [entry.status.decode("latin-1"), *(f"{k}: {v}" for k, v in shown),
-            f"Content-Length: {entry.size if page is None else len(page)}", "Connection: close"]
+async def _serve_entry(entry, writer: asyncio.StreamWriter) -> int:
+    head = [entry.status.decode("latin-1"), *(f"{k}: {v}" for k, v in entry.headers),
+            f"Content-Length: {entry.size}", "Connection: close"]
     writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
-    if page is not None:
-        writer.write(page)
-        await writer.drain()
-        return len(page)
     with open(entry.path, "rb") as f:
         while chunk := f.read(CHUNK):
             writer.write(chunk)

@@ -217,7 +217,7 @@ def report(proxy):
 def test_pip_resolves_pypi_as_it_was_on_the_date(proxy_of, pypi, tmp_path):
     proxy = dated_proxy(proxy_of, pypi)
     cafile = attach(proxy, tmp_path, trusts_ca=True)
-    for run in ("first", "cached"):  # the second page from the proxy's cache: kept as sent, dated on the way out
+    for run in ("first", "cached"):  # the second page from the proxy's cache, kept dated
         assert pip_download(proxy, pypi, cafile, tmp_path / run) == ["rlpin-1.0-py3-none-any.whl"]
     assert pypi.gets["/simple/rlpin/"] == 1 and pypi.gets["/files/rlpin-2.0-py3-none-any.whl"] == 0
     stats = proxy.stats()
