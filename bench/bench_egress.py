@@ -84,12 +84,13 @@ class ProxyProcess:
         self.log = folder / "proxy.log"
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "rl360cli.egress.proxy", "--profile", str(profile),
-                                          "--control", str(control), "--cache", str(folder / "cache")],
+                                          "--control", str(control), "--cache", str(folder / "cache"),
+                                          "--ready", str(folder / "ready.json")],
                                          cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                                          env={**os.environ, "PYTHONPATH": str(REPO)})
         self.route = EgressRoute(mode="allow", control=str(control), port=port)
         deadline = time.monotonic() + 30
-        while not control.exists():
+        while not (folder / "ready.json").exists():  # written once the control socket listens
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"the egress proxy did not start: {self.log.read_text()}")
             time.sleep(0.05)

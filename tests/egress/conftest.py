@@ -85,12 +85,13 @@ class Proxy:
         self.log = folder / "proxy.log"
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "rl360cli.egress.proxy", "--profile", str(self.profile),
-                                          "--control", str(self.control), "--cache", str(folder / "cache")],
+                                          "--control", str(self.control), "--cache", str(folder / "cache"),
+                                          "--ready", str(folder / "ready.json")],
                                          cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
         self.route = EgressRoute(mode="allow", control=str(self.control), port=port)
         deadline = time.monotonic() + 20
-        while not self.control.exists():
+        while not (folder / "ready.json").exists():  # written once the control socket listens
             assert self.proc.poll() is None, self.log.read_text()
             assert time.monotonic() < deadline, "the proxy did not start"
             time.sleep(0.05)

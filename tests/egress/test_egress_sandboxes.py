@@ -39,6 +39,7 @@ def attempt(provider, task, *commands: str):
             seen.append(await sandbox.exec(command, timeout_s=60))
 
     result = run(run_attempt(provider, task, agent, attempt_id="egress", labels={"rl360.run": provider.run_id}))
+    assert len(seen) == len(commands), (result.outcome, result.detail)  # else the unpacking hides why
     return result, seen
 
 

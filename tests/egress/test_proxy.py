@@ -7,7 +7,6 @@ import asyncio
 import http.client
 import os
 import ssl
-import tempfile
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -169,17 +168,16 @@ def test_a_client_that_does_not_trust_the_ca_is_a_failure_it_is_told(proxy_of, o
     proxy = proxy_of(f'[egress.mirrors]\n"https://astral.example.test/uv/" = "{outside.url("/uv/")}"\n')
     attached_ca(proxy, tmp_path)
     with pytest.raises(ssl.SSLCertVerificationError):
-        https_get(proxy, "astral.example.test", "/uv/install.sh", cafile=another_ca_file())
+        https_get(proxy, "astral.example.test", "/uv/install.sh", cafile=another_ca_file(tmp_path / "other-ca"))
     seen = report(proxy)
     assert seen.failed == {"astral.example.test": 1} and "does not trust the rl360 egress CA" in seen.failure
     assert outside.gets["/uv/install.sh"] == 0
 
 
-def another_ca_file() -> str:
-    """A CA file that does not hold the proxy's CA: this test's own, fresh one."""
+def another_ca_file(folder: Path) -> str:
+    """A CA file that does not hold the proxy's CA: this test's own, fresh one, in `folder`."""
     from rl360cli.egress.ca import EgressCA
 
-    folder = Path(tempfile.mkdtemp(prefix="rl360-other-ca-"))
     return str(EgressCA.load_or_make(folder).folder / "ca.crt")
 
 
