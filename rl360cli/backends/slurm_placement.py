@@ -4,7 +4,9 @@ Engines take `tp_size` GPUs each on the rollout tier's nodes, packed node by
 node (8 GPUs at TP=2: four engines per node, on GPUs 0-1, 2-3, 4-5, 6-7);
 trainer ranks are one per GPU of the training tier (one per node without
 GPUs), split into tensor, pipeline and data parallel groups; sandbox slots
-are spread evenly over the rollout nodes; the router and the Ray head sit on
+are spread evenly over the rollout nodes (process sandboxes run beside their
+session actors), or over the profile's `[[nodes]]` for the docker provider,
+whose containers start on those daemons; the router and the Ray head sit on
 the service tier. A recipe that does not fit the profile is an error here,
 before an allocation is asked for. Nodes are named by their index in the
 tier (`rollout[3]`): their real names are known only once Slurm allocates.
@@ -46,6 +48,8 @@ class Placement:
     num_sandbox_slots: int
     sandbox_slots_per_node: int
     sandbox_provider: str
+    # The docker provider's nodes (the profile's [[nodes]]), where its slots are; empty: the rollout nodes.
+    docker_nodes: tuple[str, ...] = ()
 
     def engines_on(self, node_index: int) -> list[EngineSlot]:
         return [e for e in self.engines if e.node_index == node_index]
@@ -65,11 +69,24 @@ class Placement:
              f"{_span('training', range(self.num_training_nodes))} × {self.ranks_per_node} "
              f"(rank r on node r // {self.ranks_per_node}); TP={self.tensor_parallel}, PP={self.pipeline_parallel}, "
              f"DP={self.data_parallel}"),
-            (_count(self.num_sandbox_slots, "sandbox slot"),
-             f"{_span('rollout', range(self.num_rollout_nodes))}, at most {self.sandbox_slots_per_node} per node "
-             f"({self.sandbox_provider} provider)"),
+            (_count(self.num_sandbox_slots, "sandbox slot"), self._sandbox_detail()),
             ("router, Ray head", "service[0]; Ray workers on every training and rollout node"),
         ]
+
+    def _sandbox_detail(self) -> str:
+        rollout = _span("rollout", range(self.num_rollout_nodes))
+        if self.sandbox_provider != "docker":
+            return f"{rollout}, at most {self.sandbox_slots_per_node} per node ({self.sandbox_provider} provider)"
+        if not self.docker_nodes:
+            return ("none: the docker provider starts containers on the profile's [[nodes]], which lists none (a "
+                    "rollout node's own daemon is not reached yet: docs/slurm.md, \"Docker sandboxes\"); the run's "
+                    "first sandbox start would fail")
+        names = self.docker_nodes
+        if len(names) > 3:
+            names = (names[0], "…", names[-1])
+        return (f"the profile's {_count(len(self.docker_nodes), 'Docker node')} ({', '.join(names)}), at most "
+                f"{self.sandbox_slots_per_node} per node as far as its cpus and memory_mb hold (docker provider; "
+                f"started from the session actors on {rollout})")
 
 
 def _count(n: int, what: str) -> str:
@@ -119,8 +136,12 @@ def placement(profile: ClusterProfile, recipe: Recipe) -> Placement:
                          "choose tensor_parallel × pipeline_parallel that divides the training GPUs")
 
     slots = recipe.sandbox.max_concurrent
-    per_node_slots = math.ceil(slots / rollout.num_nodes)
-    if recipe.sandbox.cpus and rollout.cpus_per_node:
+    # The docker provider's containers start on the daemons the profile lists, whichever rollout node's actor
+    # asks (its admission waves keep each node within its reservations), not on the rollout nodes' own.
+    docker = recipe.sandbox.provider == "docker"
+    docker_nodes = tuple(node.name for node in profile.nodes) if docker else ()
+    per_node_slots = math.ceil(slots / (len(docker_nodes) if docker_nodes else rollout.num_nodes))
+    if recipe.sandbox.cpus and rollout.cpus_per_node and not docker:
         fits = int(rollout.cpus_per_node // recipe.sandbox.cpus)
         if per_node_slots > fits:
             raise Rl360Error(f"{per_node_slots} sandboxes of {recipe.sandbox.cpus:g} CPUs per rollout node do not "
@@ -132,4 +153,5 @@ def placement(profile: ClusterProfile, recipe: Recipe) -> Placement:
         num_trainer_ranks=ranks, ranks_per_node=ranks_per_node, num_training_nodes=training.num_nodes,
         tensor_parallel=tp_train, pipeline_parallel=pp_train, data_parallel=ranks // (tp_train * pp_train),
         num_sandbox_slots=slots, sandbox_slots_per_node=per_node_slots, sandbox_provider=recipe.sandbox.provider,
+        docker_nodes=docker_nodes,
     )

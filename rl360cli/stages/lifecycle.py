@@ -96,13 +96,22 @@ def bring_up(ctx: Context) -> list[str]:
         for stage in UP_STAGES:
             if stage.NAME in applied and not was_stopped(ctx):
                 stage.apply(ctx)
-    except Rl360Error:
+    except Rl360Error as error:
         # `rl360 down` while the engines were starting: they ended "before they were ready", because of it.
         if not was_stopped(ctx):
+            _fail_if_nothing_runs(ctx, error)
             raise
     if was_stopped(ctx):
         stop_serving(ctx, ctx.run_id or "")
     return applied
+
+
+def _fail_if_nothing_runs(ctx: Context, error: Rl360Error) -> None:
+    """A run refused before any of its components ran (a recipe that does not fit the tiers, an allocation
+    Slurm refuses) ends failed with the reason: the next `rl360 up` is not told that it is still starting. One
+    with components running is left as it is, for `rl360 down` to stop them."""
+    if not queries.live_components(ctx.state.read(), run=ctx.run_id):
+        transitions.end_run(ctx.state, ctx.run_id or "", RunStatus.FAILED, reason=str(error))
 
 
 def was_stopped(ctx: Context) -> bool:

@@ -31,10 +31,8 @@ def plan(ctx: Context) -> list[Action]:
     note = getattr(ctx.backend, "python_note", lambda: None)()
     if note:
         actions.append(Action(stage=NAME, verb="note", subject="python", detail=note))
-    placement_plan = getattr(ctx.backend, "placement_plan", None)
-    if ctx.recipe is not None and placement_plan is not None:
-        actions += [Action(stage=NAME, verb="place", subject=subject, detail=detail)
-                    for subject, detail in placement_plan(ctx.recipe)]
+    actions += [Action(stage=NAME, verb="place", subject=subject, detail=detail)
+                for subject, detail in _placement(ctx)]
     return actions
 
 
@@ -42,6 +40,7 @@ def apply(ctx: Context) -> dict[str, TierRecord]:
     if _already_provisioned(ctx):
         ctx.say("tiers: already provisioned")
         return queries.tiers(ctx.state.read())
+    _placement(ctx)  # a recipe that does not fit the profile is refused here, before an allocation is asked for
     tiers, nodes = ctx.backend.provision()
     transitions.record_provision(
         ctx.state, {"name": ctx.profile.name, "path": str(ctx.profile_path), "backend": ctx.profile.backend},
@@ -50,6 +49,13 @@ def apply(ctx: Context) -> dict[str, TierRecord]:
         ctx.event(NAME, "allocate", f"tier {name}", nodes=tier.get("nodes"), job=tier.get("job_id"))
         ctx.say(f"tier {name}: {tier['status']} on {', '.join(tier.get('nodes') or ['(pending)'])}")
     return tiers
+
+
+def _placement(ctx: Context) -> list[tuple[str, str]]:
+    """Where the recipe's parts go on the tiers, (subject, detail) rows (Slurm; none elsewhere); `Rl360Error`
+    for a recipe that does not fit the profile."""
+    placement_plan = getattr(ctx.backend, "placement_plan", None)
+    return placement_plan(ctx.recipe) if ctx.recipe is not None and placement_plan is not None else []
 
 
 def _already_provisioned(ctx: Context) -> bool:

@@ -347,7 +347,9 @@ def test_submitit_runs_a_function(slurm_cluster, tmp_path, monkeypatch):
         monkeypatch.setenv(k, v)
     ex = submitit.AutoExecutor(folder=tmp_path / "submitit")
     assert ex.cluster == "slurm"
-    ex.update_parameters(timeout_min=2, slurm_partition="short")
+    # submitit asks for SIGUSR2 90 s before the time limit, which Slurm may send up to 60 s earlier still: with 2
+    # minutes, at once, before the job's Python has its handler (CI, 2026-12-06: "task 0: User defined signal 2").
+    ex.update_parameters(timeout_min=5, slurm_partition="short")
 
     def add(a: int, b: int) -> tuple[int, str | None]:  # nested: pickled by value
         return a + b, os.environ.get("SLURMD_NODENAME")

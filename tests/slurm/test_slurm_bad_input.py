@@ -6,6 +6,7 @@ is byte-for-byte the same afterwards and that Slurm never saw a job of this prof
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import uuid
@@ -90,6 +91,28 @@ def test_slurmctld_down(rl360, seeded_state, tmp_path, slurm):
     profile = write_profile(tmp_path, unique("noctld"), slurm={"slurm_conf": str(dead), "command_timeout_s": 4.0})
     line = provision_fails(rl360, seeded_state, profile)
     assert line.startswith("error: ") and "slurmctld" in line and "`scontrol ping`" in line
+
+
+def test_up_refuses_a_recipe_that_does_not_fit_before_asking_for_an_allocation(rl360, state_path, tmp_path):
+    """`rl360 plan` refuses it; `rl360 up` too, before its provision stage submits the tiers (it used to
+    allocate them, then fail at its serve stage)."""
+    from tests.conftest import REPO
+
+    profile = write_profile(tmp_path, unique("nofit"))
+    proc = rl360("up", "--profile", str(profile), "--recipe", str(REPO / "recipes" / "local-smoke.toml"),
+                 "--set", "trainer.kind=megatron", "--set", "trainer.tensor_parallel=2", timeout=120)
+    line = ("1 trainer ranks cannot be split into TP=2 × PP=1 groups; choose tensor_parallel × pipeline_parallel "
+            "that divides the training GPUs")
+    assert proc.returncode == 1 and [e for e in proc.stderr.splitlines() if e.startswith("error:")] == [
+        f"error: {line}"], proc.stdout + proc.stderr
+    assert profile.stem not in slurm_out("sacct", "-n", "-X", "-P", "-o", "JobName", "--name",
+                                         ",".join(f"rl360-{profile.stem}-{t}" for t in ("service", "training",
+                                                                                       "rollout")))
+    doc = json.loads(state_path.read_text())
+    assert not doc["tiers"] and not doc["components"]
+    # The run ends failed with the reason, so that the next `rl360 up` is not told it is still starting.
+    run = doc["runs"][doc["current_run"]]
+    assert run["status"] == "failed" and run["reason"].startswith("1 trainer ranks cannot be split"), run
 
 
 def test_what_sbatch_itself_refuses_is_explained(slurm):

@@ -121,6 +121,32 @@ def test_every_shipped_recipe_plans_on_the_reference(cli, recipe):
     assert f"{engines} engine{'' if engines == 1 else 's'}" in rows and "64 trainer ranks" in rows
 
 
+def test_the_sandbox_slots_are_where_the_provider_starts_them():
+    """Process sandboxes beside their session actors on the rollout nodes; docker ones on the profile's
+    [[nodes]], named (the reference profile lists none, which the row says rather than naming the rollout
+    nodes, whose own daemons are not reached)."""
+    from rl360cli.backends.slurm_placement import placement
+    from rl360cli.nodes.config import NodeSpec
+
+    profile, recipe = load_profile(REFERENCE), load_recipe(CODING_LIKE)
+
+    def slots(profile, provider: str) -> str:
+        recipe_of = dataclasses.replace(recipe, sandbox=dataclasses.replace(recipe.sandbox, provider=provider))
+        return dict(placement(profile, recipe_of).rows())["512 sandbox slots"]
+
+    assert slots(profile, "process") == "rollout[0-23], at most 22 per node (process provider)"
+    assert slots(profile, "docker").startswith("none: the docker provider starts containers on the profile's "
+                                               "[[nodes]], which lists none")
+    three = dataclasses.replace(profile, nodes=tuple(NodeSpec(name=f"d{i}", docker_host=f"ssh://d{i}")
+                                                     for i in range(3)))
+    assert slots(three, "docker") == ("the profile's 3 Docker nodes (d0, d1, d2), at most 171 per node as far as its "
+                                      "cpus and memory_mb hold (docker provider; started from the session actors "
+                                      "on rollout[0-23])")
+    many = dataclasses.replace(profile, nodes=tuple(NodeSpec(name=f"d{i:02d}", docker_host=f"ssh://d{i}")
+                                                    for i in range(40)))
+    assert slots(many, "docker").startswith("the profile's 40 Docker nodes (d00, …, d39), at most 13 per node")
+
+
 def test_a_recipe_too_big_for_the_profile_is_refused_by_plan(cli, tmp_path):
     recipe = tmp_path / "huge.toml"
     recipe.write_text(CODING_LIKE.read_text().replace("num_engines = 96", "num_engines = 97"))
