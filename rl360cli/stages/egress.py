@@ -18,7 +18,9 @@ namespaces, as root there, by the pid a node-local daemon (a unix:// socket) or 
 
 A proxy belongs to the cluster, not to a run: recorded like every component (`start_component`, through
 rl360cli/state/transitions.py), kept across runs, stopped by `rl360 down`. Idempotent: a proxy that runs is left
-alone. Ready once it has written its ready file (beside its log, in the run root every node sees) after its control
+alone, unless the profile's `[egress]` changed since it started (it reads the table once, at start; its record
+keeps a digest of it): then it is started again with the new one, except while another run's sandboxes may use it
+(that run keeps what it started with, and the command says so). Ready once it has written its ready file (beside its log, in the run root every node sees) after its control
 socket listens: a node's socket is out of this machine's reach. `route(ctx)` is what providers are given. A command
 that needs the proxy only while it runs (`rl360 tasks check`, local backend only: its sandboxes are this machine's)
 uses `for_one_command`: it stops the proxy at its end when it started it, and leaves one that `rl360 up` (or
@@ -31,13 +33,16 @@ Slurm cluster, a sandbox on one going out through it).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
+import json
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from rl360cli.backends.base import ComponentSpec
 from rl360cli.egress.client import EGRESS_COMPONENT, EGRESS_KIND, NODE_FIELD, EgressRoute, on_node_path
+from rl360cli.egress.config import EgressConfig
 from rl360cli.errors import Rl360Error
 from rl360cli.stages.base import Action, Context, component_is_live, log_path, python_argv, start_components
 from rl360cli.state import queries, transitions
@@ -47,6 +52,8 @@ READY_TIMEOUT_S = 60.0
 CONTROL = "control.sock"
 # Where a proxy on a Slurm node keeps its socket, cache and CA: on the node itself.
 NODE_TMP = "/tmp"
+# In a proxy's environment (so in its record): the digest of the [egress] table it was started with.
+SETTINGS_ENV = "RL360_EGRESS_SETTINGS"
 
 
 def applies(ctx: Context) -> bool:
@@ -99,7 +106,13 @@ def _spec(ctx: Context, *, tier: str, name: str, node: str | None, control: Path
     argv = python_argv(ctx, "rl360cli.egress.proxy", "--profile", str(ctx.profile_path.absolute()), "--control",
                        str(control), "--cache", str(cache), "--ready", str(ready))
     return ComponentSpec(name=name, tier=tier, stage=NAME, kind=EGRESS_KIND, argv=argv, url=f"unix://{control}",
-                         node=node, ready_file=str(ready))
+                         node=node, ready_file=str(ready), env={SETTINGS_ENV: settings_digest(ctx.profile.egress)})
+
+
+def settings_digest(config: EgressConfig) -> str:
+    """A digest of an `[egress]` table as loaded: what tells that a running proxy's settings are not the profile's."""
+    text = json.dumps(dataclasses.asdict(config), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def ssh_note(ctx: Context) -> str | None:
@@ -135,17 +148,39 @@ def apply(ctx: Context) -> list[dict]:
     if not ctx.backend.on_this_machine and not _nodes(ctx)[1]:
         raise Rl360Error("the egress proxies run on the rollout tier's nodes, and it holds none",
                          "provision the tiers first (`rl360 provision` or `rl360 up`)")
+    _stop_if_settings_changed(ctx)
     return start_components(ctx, component_specs(ctx), ready_timeout_s=READY_TIMEOUT_S)
+
+
+def _stop_if_settings_changed(ctx: Context) -> None:
+    """Stop the running proxies that were started with another `[egress]` (`apply` starts them again with this
+    one); not while another run is under way, whose sandboxes may be attached to them."""
+    digest = settings_digest(ctx.profile.egress)
+    doc = ctx.state.read()
+    changed = {cid: rec for cid, rec in queries.components_of_kind(doc, EGRESS_KIND).items()
+               if (rec.get("env") or {}).get(SETTINGS_ENV) != digest and component_is_live(ctx, cid)}
+    if not changed:
+        return
+    others = sorted(run for run in queries.active_runs(doc) if run != ctx.run_id)
+    if others:
+        ctx.say(f"egress: the profile's [egress] changed since the proxies started; they keep the old settings while "
+                f"run {others[0]} is under way (`rl360 down`, or start again once it ends)")
+        return
+    ctx.say("egress: the profile's [egress] changed since the proxies started; starting them again with it")
+    _stop(ctx, changed, reason="[egress] changed")
 
 
 def stop(ctx: Context) -> None:
     """Stop every proxy and forget their records (what `rl360 down` does to every component)."""
-    records = queries.components_of_kind(ctx.state.read(), EGRESS_KIND)
+    _stop(ctx, queries.components_of_kind(ctx.state.read(), EGRESS_KIND))
+
+
+def _stop(ctx: Context, records: dict[str, dict], **detail) -> None:
     for backend, mine in queries.by_backend(records).items():
         ctx.backend_named(backend).stop(mine, grace_s=5.0)
     transitions.forget(ctx.state, components=list(records))
     for cid in records:
-        ctx.event(NAME, "stop", cid)
+        ctx.event(NAME, "stop", cid, **detail)
 
 
 @contextlib.contextmanager

@@ -91,6 +91,35 @@ def test_a_proxy_that_runs_is_left_running_by_tasks_check_and_down_stops_it(cli,
     assert "rollout/egress" not in json.loads(state_path.read_text())["components"]
 
 
+def test_a_changed_egress_table_starts_the_proxy_again_unless_a_run_is_under_way(state_path, tmp_path, monkeypatch):
+    """A proxy reads [egress] once, at its start: `rl360 up` after an edit starts it again with the new table
+    (it kept the old allow list until `rl360 down`); while another run is under way it is left as it is."""
+    need(os.geteuid() == 0, "the egress proxy enters sandboxes' network namespaces: run as root")
+    from rl360cli.state.store import StateFile
+
+    monkeypatch.setattr(common.GLOBALS, "state_path", state_path)
+
+    def proxy_after_apply(allow: str) -> dict:
+        path = profile(tmp_path, f'mode = "allow"\nallow = ["{allow}"]\n')
+        egress.apply(common.context(profile=path, quiet=True))
+        record = json.loads(state_path.read_text())["components"]["rollout/egress"]
+        assert record["status"] == "running" and procinfo.is_alive(record["pid"], record["start_time"])
+        return record
+
+    first = proxy_after_apply("files.example.test")
+    try:
+        assert proxy_after_apply("files.example.test")["pid"] == first["pid"]  # the same table: left alone
+        second = proxy_after_apply("pypi.org")
+        assert second["pid"] != first["pid"] and not procinfo.is_alive(first["pid"], first["start_time"])
+        assert second["env"][egress.SETTINGS_ENV] != first["env"][egress.SETTINGS_ENV]
+        with StateFile(state_path).update() as doc:  # another run's sandboxes may be attached to it
+            doc["runs"]["other"] = {"name": "other", "status": "running", "step": 1}
+        assert proxy_after_apply("files.pythonhosted.org")["pid"] == second["pid"]
+    finally:
+        egress.stop(common.context(profile=tmp_path / "profile.toml", quiet=True))
+    assert not proxies_of(state_path)
+
+
 def test_on_slurm_the_plan_shows_a_proxy_per_rollout_node_and_ssh_nodes_in_one_line(cli, tmp_path):
     path = profile(tmp_path, 'mode = "allow"\nallow = ["pypi.org"]\n', base="dev-slurm.toml")
     path.write_text(path.read_text().replace("[tiers.rollout]\nnum_nodes = 1", "[tiers.rollout]\nnum_nodes = 2")
