@@ -20,8 +20,9 @@ A proxy belongs to the cluster, not to a run: recorded like every component (`st
 rl360cli/state/transitions.py), kept across runs, stopped by `rl360 down`. Idempotent: a proxy that runs is left
 alone, unless the profile's `[egress]` changed since it started (it reads the table once, at start; its record
 keeps a digest of it): then it is started again with the new one, except while another run's sandboxes may use it
-(that run keeps what it started with, and the command says so). Ready once it has written its ready file (beside its log, in the run root every node sees) after its control
-socket listens: a node's socket is out of this machine's reach. `route(ctx)` is what providers are given. A command
+(that run keeps what it started with, and the command says so). Ready once it has written its ready file (beside
+its log, in the run root every node sees) after its control socket listens: a node's socket is out of this
+machine's reach. `route(ctx)` is what providers are given. A command
 that needs the proxy only while it runs (`rl360 tasks check`, local backend only: its sandboxes are this machine's)
 uses `for_one_command`: it stops the proxy at its end when it started it, and leaves one that `rl360 up` (or
 another command) started running.
