@@ -79,8 +79,8 @@ class Placement:
             return f"{rollout}, at most {self.sandbox_slots_per_node} per node ({self.sandbox_provider} provider)"
         if not self.docker_nodes:
             return ("none: the docker provider starts containers on the profile's [[nodes]], which lists none (a "
-                    "rollout node's own daemon is not reached yet: docs/slurm.md, \"Docker sandboxes\"); the run's "
-                    "first sandbox start would fail")
+                    "rollout node's own daemon is not reached yet: docs/slurm.md, \"Docker sandboxes\"); `rl360 up` "
+                    "refuses this before it allocates anything")
         names = self.docker_nodes
         if len(names) > 3:
             names = (names[0], "…", names[-1])

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rl360cli.configload import check_name, check_non_negative, check_positive
+from rl360cli.errors import Rl360Error
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -34,3 +35,11 @@ class NodeSpec:
             raise ValueError(f"docker_host must start with unix://, ssh:// or tcp:// (got {self.docker_host!r})")
         check_positive(self, "cpus", "memory_mb", "disk_budget_gb")
         check_non_negative(self, "gpus", fix="0 for a node without GPUs")
+
+
+def need_docker_nodes(nodes: tuple[NodeSpec, ...] | list[NodeSpec]) -> None:
+    """The docker provider starts its containers on these nodes' daemons: one line naming the fix when the profile
+    lists none (said by `rl360 up` before it allocates anything, and by the provider)."""
+    if not nodes:
+        raise Rl360Error("the docker provider needs nodes, and the cluster profile lists none",
+                         "add [[nodes]] to the profile, e.g. --profile cluster/dev-docker.toml")

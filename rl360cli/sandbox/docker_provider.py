@@ -45,6 +45,7 @@ from rl360cli.egress.client import EgressRoute, EgressUnavailable
 from rl360cli.egress.trust import container_trust_command, trust_env
 from rl360cli.errors import Rl360Error
 from rl360cli.images.config import RegistrySpec
+from rl360cli.nodes.config import need_docker_nodes
 from rl360cli.nodes.docker_runtime import docker_client
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.docker_container import (INIT, POOL_ATTEMPT, TMPFS_PATHS, ContainerSpec, container_name,
@@ -71,9 +72,7 @@ class DockerProvider(SandboxProvider):
     def __init__(self, nodes: Sequence[NodeSpec], *, config: SandboxConfig, run_id: str = "",
                  registry: RegistrySpec | None = None, share: tuple[int, int] = (0, 1),
                  egress: EgressRoute | None = None):
-        if not nodes:
-            raise Rl360Error("the docker provider needs nodes, and the cluster profile lists none",
-                             "add [[nodes]] to the profile, e.g. --profile cluster/dev-docker.toml")
+        need_docker_nodes(nodes)
         self.specs = {n.name: n for n in nodes}
         self.config = config
         self.run_id = run_id

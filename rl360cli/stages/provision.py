@@ -8,6 +8,7 @@ already provisioned with this profile are left as they are.
 from __future__ import annotations
 
 from rl360cli.errors import Rl360Error
+from rl360cli.nodes.config import need_docker_nodes
 from rl360cli.stages.base import Action, Context
 from rl360cli.state import queries, transitions
 from rl360cli.state.schema import TierRecord
@@ -40,7 +41,10 @@ def apply(ctx: Context) -> dict[str, TierRecord]:
     if _already_provisioned(ctx):
         ctx.say("tiers: already provisioned")
         return queries.tiers(ctx.state.read())
-    _placement(ctx)  # a recipe that does not fit the profile is refused here, before an allocation is asked for
+    # A recipe that does not fit the profile is refused here, before an allocation is asked for.
+    _placement(ctx)
+    if ctx.recipe is not None and ctx.recipe.sandbox.provider == "docker":
+        need_docker_nodes(ctx.profile.nodes)
     tiers, nodes = ctx.backend.provision()
     transitions.record_provision(
         ctx.state, {"name": ctx.profile.name, "path": str(ctx.profile_path), "backend": ctx.profile.backend},

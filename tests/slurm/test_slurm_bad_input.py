@@ -115,6 +115,24 @@ def test_up_refuses_a_recipe_that_does_not_fit_before_asking_for_an_allocation(r
     assert run["status"] == "failed" and run["reason"].startswith("1 trainer ranks cannot be split"), run
 
 
+def test_up_refuses_docker_sandboxes_on_a_profile_without_docker_nodes_before_allocating(rl360, state_path, tmp_path):
+    """The docker provider starts containers on the profile's [[nodes]]: with none, every start would fail once
+    the tiers are allocated and the engines serve. `rl360 up` says so first."""
+    from tests.conftest import REPO
+
+    profile = write_profile(tmp_path, unique("nodocker"))
+    proc = rl360("up", "--profile", str(profile), "--recipe", str(REPO / "recipes" / "local-smoke.toml"),
+                 "--set", "sandbox.provider=docker", timeout=120)
+    assert proc.returncode == 1 and [e for e in proc.stderr.splitlines() if e.startswith("error:")] == [
+        "error: the docker provider needs nodes, and the cluster profile lists none; add [[nodes]] to the profile, "
+        "e.g. --profile cluster/dev-docker.toml"], proc.stdout + proc.stderr
+    assert profile.stem not in slurm_out("sacct", "-n", "-X", "-P", "-o", "JobName", "--name",
+                                         ",".join(f"rl360-{profile.stem}-{t}" for t in ("service", "training",
+                                                                                       "rollout")))
+    doc = json.loads(state_path.read_text())
+    assert not doc["tiers"] and doc["runs"][doc["current_run"]]["status"] == "failed"
+
+
 def test_what_sbatch_itself_refuses_is_explained(slurm):
     """The refusals only the controller can judge (accounts, QOS, features) come back from sbatch; its
     real messages map to one line with the fix."""
