@@ -32,8 +32,9 @@ What it does with a request:
 - with `[egress] pypi_as_of`, a GET of a project page under `pypi_indexes` (https://pypi.org/simple/<name>/,
   read inside its TLS as a mirror's is, for a sandbox that trusts the CA) is asked upstream in its JSON form
   (gzip, decoded here) and served without the files uploaded after that moment (simple_api.py). The cache keeps
-  the dated page (a proxy's date is fixed for its life), so a hit serves it as it is. A client that takes only HTML (pip before 22.2), or an
-  index that answers only HTML, is a `406`/`502` failure naming why: an HTML page cannot be dated. Image
+  the dated page (a proxy's date is fixed for its life), so a hit serves it as it is. A client that takes only
+  HTML (pip before 22.2), or an index that answers only HTML, is a `406`/`502` failure naming why: an HTML
+  page cannot be dated. Image
   builds and docker sidecars (attached without `trusts_ca`: they cannot be given the CA) reach PyPI through
   a blind tunnel, undated, and their lines say so;
 - anything else is refused: `403` whose status line and body say why in one line (`rl360 egress: evil.test

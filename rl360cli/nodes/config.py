@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -37,7 +38,7 @@ class NodeSpec:
         check_non_negative(self, "gpus", fix="0 for a node without GPUs")
 
 
-def need_docker_nodes(nodes: tuple[NodeSpec, ...] | list[NodeSpec]) -> None:
+def need_docker_nodes(nodes: Sequence[NodeSpec]) -> None:
     """The docker provider starts its containers on these nodes' daemons: one line naming the fix when the profile
     lists none (said by `rl360 up` before it allocates anything, and by the provider)."""
     if not nodes:

@@ -93,21 +93,24 @@ def component_specs(ctx: Context) -> list[ComponentSpec]:
     """The machine's proxy (local backend), or one per rollout node (Slurm), all with the same command: its paths
     name `{node}`, which each fills in with its own."""
     home = ctx.state.home.absolute()
+    env = {SETTINGS_ENV: settings_digest(ctx.profile.egress)}
     if ctx.backend.on_this_machine:
         tier, name = EGRESS_COMPONENT.split("/")
-        return [_spec(ctx, tier=tier, name=name, node=None, control=control_path(ctx), cache=home / "egress" / "cache")]
+        return [_spec(ctx, tier=tier, name=name, node=None, control=control_path(ctx),
+                      cache=home / "egress" / "cache", env=env)]
     nodes, known = _nodes(ctx)
     folder = proxy_folder(home, on_nodes=True)
     return [_spec(ctx, tier="rollout", name=f"{NAME}-{node}", node=node if known else None, control=folder / CONTROL,
-                  cache=folder / "cache") for node in nodes]
+                  cache=folder / "cache", env=env) for node in nodes]
 
 
-def _spec(ctx: Context, *, tier: str, name: str, node: str | None, control: Path, cache: Path) -> ComponentSpec:
+def _spec(ctx: Context, *, tier: str, name: str, node: str | None, control: Path, cache: Path,
+          env: dict[str, str]) -> ComponentSpec:
     ready = log_path(ctx, tier=tier, name=name, run=None).with_suffix(".ready.json")
     argv = python_argv(ctx, "rl360cli.egress.proxy", "--profile", str(ctx.profile_path.absolute()), "--control",
                        str(control), "--cache", str(cache), "--ready", str(ready))
     return ComponentSpec(name=name, tier=tier, stage=NAME, kind=EGRESS_KIND, argv=argv, url=f"unix://{control}",
-                         node=node, ready_file=str(ready), env={SETTINGS_ENV: settings_digest(ctx.profile.egress)})
+                         node=node, ready_file=str(ready), env=env)
 
 
 def settings_digest(config: EgressConfig) -> str:
