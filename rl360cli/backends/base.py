@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from rl360cli.outcome import InfraCause
-from rl360cli.state.schema import ComponentRecord, ComponentStatus, StateDoc
+from rl360cli.state.schema import ComponentRecord, ComponentStatus, NodeRecord, StateDoc, TierRecord
 
 if TYPE_CHECKING:
     from rl360cli.backends.slurm_placement import PlacedRecipe
@@ -57,6 +57,17 @@ class Observation:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Allocation:
+    """One submission `rl360 plan` shows before anything is allocated: the tiers it holds and what it asks for."""
+
+    tiers: str
+    detail: str
+    command: tuple[str, ...] = ()
+    # The exact script submitted (Slurm: the sbatch script); empty where nothing is submitted.
+    script: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RayCluster:
     """The Ray processes a run's trainer joins (head and one worker per node), and the head's address; none
     where the trainer starts a private Ray instance on its own machine."""
@@ -76,6 +87,21 @@ class Backend(Protocol):
     def python(self) -> str:
         """The interpreter that runs a component's Python on its node: the first word of the engines', the
         router's and the trainer's commands (locally this one; on Slurm the profile's `[slurm] python`)."""
+
+    def provision_plan(self) -> list[Allocation]:
+        """What `provision` would ask for, one row per submission; touches neither the scheduler nor the disk."""
+
+    def python_note(self) -> str | None:
+        """What `rl360 plan` says about the nodes' interpreter when the profile leaves it to rl360, else None."""
+
+    def provision(self) -> tuple[dict[str, TierRecord], dict[str, NodeRecord]]:
+        """Allocate the tiers; return them and their nodes as the state records them."""
+
+    def tiers_alive(self, tiers: Mapping[str, TierRecord]) -> dict[str, bool]:
+        """Per recorded tier: whether its allocation still holds (a cancelled or ended job does not)."""
+
+    def release(self, tiers: Mapping[str, TierRecord]) -> None:
+        """Give the tiers' allocations back; tiers already given back are fine."""
 
     def launch(self, spec: ComponentSpec, log_path: str) -> dict:
         """Start the component; return the backend's part of its state record (pid or job step, log path, ...),

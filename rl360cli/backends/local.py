@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from collections.abc import Mapping
 
 from rl360cli import procinfo
-from rl360cli.backends.base import ComponentSpec, Observation, RayCluster
+from rl360cli.backends.base import Allocation, ComponentSpec, Observation, RayCluster
 from rl360cli.backends.config import BackendProfile
 from rl360cli.errors import Rl360Error
 from rl360cli.state.schema import ComponentRecord, ComponentStatus, NodeRecord, StateDoc, TierRecord, TierStatus
@@ -78,10 +78,15 @@ class LocalBackend:
         """Nothing to heal: the tiers are shares of this machine, which has no node to lose."""
         return []
 
-    def provision_plan(self) -> list[tuple[str, str, tuple[str, ...]]]:
+    def provision_plan(self) -> list[Allocation]:
         tiers, _ = self.provision()
-        return [(name, f"{t['resources']['cpus']:g} CPUs, {t['resources']['memory_mb']} MB on this machine", ())
+        return [Allocation(tiers=name, detail=f"{t['resources']['cpus']:g} CPUs, {t['resources']['memory_mb']} MB "
+                                              "on this machine")
                 for name, t in tiers.items()]
+
+    def python_note(self) -> str | None:
+        """Nothing to say: every component runs this machine's own interpreter."""
+        return None
 
     def tiers_alive(self, tiers: Mapping[str, TierRecord]) -> dict[str, bool]:
         # This machine is the allocation: a recorded local tier is there as long as it is recorded.

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from rl360cli import procinfo
 from rl360cli.backends import slurm_cmd, slurm_ray, slurm_script
-from rl360cli.backends.base import ComponentSpec, Observation, RayCluster
+from rl360cli.backends.base import Allocation, ComponentSpec, Observation, RayCluster
 from rl360cli.backends.config import BackendProfile, SlurmOptions
 from rl360cli.backends.slurm_cmd import ACTIVE, ENDED
 from rl360cli.backends.slurm_launch import StepFiles, srun_argv
@@ -122,13 +122,11 @@ class SlurmBackend:
             return slurm_script.render_tier(self.profile, group[0], self.submit_folder, exclude=exclude)
         return slurm_script.render_het(self.profile, self.submit_folder, exclude=exclude)
 
-    def provision_plan(self) -> list[tuple[str, str, tuple[str, ...], str]]:
-        """(tiers, detail, command, exact sbatch script) per submission; touches neither Slurm nor disk."""
-        rows = []
-        for group in self.groups():
-            details = [self._tier_detail(t) for t in group]
-            rows.append(("+".join(group), "; ".join(details), ("sbatch",), self.sbatch_script(group)))
-        return rows
+    def provision_plan(self) -> list[Allocation]:
+        """One sbatch per submission, with its exact script; touches neither Slurm nor disk."""
+        return [Allocation(tiers="+".join(group), detail="; ".join(self._tier_detail(t) for t in group),
+                           command=("sbatch",), script=self.sbatch_script(group))
+                for group in self.groups()]
 
     def _tier_detail(self, tier: str) -> str:
         spec = self.profile.tiers[tier]

@@ -24,12 +24,11 @@ def plan(ctx: Context) -> list[Action]:
     if _already_provisioned(ctx):
         return [Action(stage=NAME, verb="keep", subject=f"tier {t}", detail="already provisioned")
                 for t in ctx.profile.tiers]
-    # A backend may add the exact script it submits (Slurm: the sbatch script) as a fourth element.
-    actions = [Action(stage=NAME, verb="allocate", subject=f"tier {name}", detail=detail, command=command,
-                      script=script[0] if script else "")
-               for name, detail, command, *script in ctx.backend.provision_plan()]
+    actions = [Action(stage=NAME, verb="allocate", subject=f"tier {a.tiers}", detail=a.detail, command=a.command,
+                      script=a.script)
+               for a in ctx.backend.provision_plan()]
     # Slurm: a profile that names no interpreter for the nodes gets this machine's; the plan says what to set.
-    note = getattr(ctx.backend, "python_note", lambda: None)()
+    note = ctx.backend.python_note()
     if note:
         actions.append(Action(stage=NAME, verb="note", subject="python", detail=note))
     actions += [Action(stage=NAME, verb="place", subject=subject, detail=detail)

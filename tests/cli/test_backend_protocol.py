@@ -1,5 +1,5 @@
 """Every backend implements the whole `Backend` protocol (rl360cli/backends/base.py), so the stages call its
-methods directly instead of asking `getattr` whether one is there: `heal` (stages/status.py) and
+methods directly instead of asking `getattr` whether one is there: `heal` (stages/status.py), `python_note` and
 `placement_plan` (stages/provision.py) included, the local backend saying what it does (nothing to heal, no
 placement rows).
 
@@ -31,8 +31,9 @@ def protocol_members() -> dict[str, object]:
             if not name.startswith("_") and (inspect.isfunction(value) or isinstance(value, property))}
 
 
-def test_the_protocol_names_heal_and_placement_plan():
-    assert {"heal", "placement_plan", "launch", "observe", "stop", "python"} <= set(protocol_members())
+def test_the_protocol_names_every_method_the_stages_call():
+    assert {"heal", "placement_plan", "launch", "observe", "stop", "python", "provision_plan", "python_note",
+            "provision", "tiers_alive", "release"} <= set(protocol_members())
 
 
 @pytest.mark.parametrize("backend", [LocalBackend, SlurmBackend])
