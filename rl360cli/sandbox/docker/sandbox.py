@@ -308,6 +308,13 @@ class DockerSandbox(Sandbox):
         if await self._node_gone(grace_s=2.0):
             return SandboxError(Event.NODE_UNREACHABLE, f"node {self.node}: its Docker daemon went away",
                                 node=self.node)
+        # dockerd sets OOMKilled from containerd's OOM event, which may come after the exit it followed: read the
+        # state again now that the grace has passed, so an OOM kill is not recorded as a kill from outside.
+        try:
+            state = (await self.owner.call(
+                lambda: self.owner.api(self.node).inspect_container(self.container_id)))["State"]
+        except Exception:  # noqa: BLE001 — removed meanwhile: what was read before is all there is
+            pass
         how = f"exit {state.get('ExitCode')}, status {state.get('Status')}"
         if state.get("OOMKilled"):
             # Its init is the smallest process in it: killed for memory only when nothing else frees any.
