@@ -110,6 +110,12 @@ def check(ctx: Context, loaded: LoadedTasks, *, provider: str, concurrency: int,
     with its Dockerfile beside it is built from it, not pulled (Harbor's `--force-build`, `[sandbox] force_build`)."""
     check_options(provider=provider, concurrency=concurrency)
     if provider == "docker" and not ctx.profile.nodes:
+        if ctx.profile.sandbox.docker_host:
+            # A rollout node's own daemon is local to that node: this machine does not reach it.
+            raise Rl360Error(f"profile '{ctx.profile.name}' reaches Docker only on each rollout node "
+                             f"([sandbox] docker_host), not from this machine",
+                             "run the check on a node (`srun -N1 rl360 tasks check --provider docker --profile P`, "
+                             "P's [[nodes]] naming that node's socket) or pass --profile cluster/dev-docker.toml")
         raise Rl360Error(f"profile '{ctx.profile.name}' lists no Docker nodes",
                          "pass --profile cluster/dev-docker.toml (or a profile with [[nodes]])")
     tasks = list(loaded.tasks)

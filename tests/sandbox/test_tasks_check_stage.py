@@ -47,3 +47,10 @@ def test_the_stage_refuses_what_it_cannot_check(tmp_path):
         check(ctx, loaded, provider="process", concurrency=0)
     with pytest.raises(Rl360Error, match="lists no Docker nodes"):
         check(ctx, loaded, provider="docker", concurrency=1)
+    # A Slurm profile whose sandboxes run on each rollout node's own daemon: none is reached from here.
+    slurm_docker = REPO / "cluster" / "dev-slurm-docker.toml"
+    ctx = Context(state=StateFile(tmp_path / "state.json"), profile=load_profile(slurm_docker),
+                  profile_path=slurm_docker)
+    with pytest.raises(Rl360Error, match="reaches Docker only on each rollout node") as refused:
+        check(ctx, loaded, provider="docker", concurrency=1)
+    assert "srun -N1 rl360 tasks check" in str(refused.value)
