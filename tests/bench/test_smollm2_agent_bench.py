@@ -3,11 +3,12 @@ fine-tuning variant of the recipe (LoRA's comparison). The run itself is the ben
 
 from __future__ import annotations
 
+import statistics
 import tomllib
 
 import pytest
 
-from bench.bench_smollm2_agent import full_finetune_recipe, rise, section
+from bench.bench_smollm2_agent import full_finetune_recipe, rise, section, seed_result, seeds_section
 from rl360cli.config import load_recipe
 from rl360cli.configload import parse_override
 from tests.conftest import REPO
@@ -46,3 +47,30 @@ def test_the_full_fine_tuning_recipe_is_the_recipe_without_lora(tmp_path):
     profile = parse_override(f"run.profile={REPO / 'cluster' / 'local.toml'}")
     recipe = load_recipe(path, overrides=[*map(parse_override, sets), profile])
     assert recipe.trainer.lora is None and recipe.trainer.lr == 1e-5
+
+
+def seed_run(seed: int, rewards: list[float], *, before: dict[str, float], after: dict[str, float]) -> dict:
+    """One seed's kept result: its step rows, and the held-out evaluations before step 0 and after the last."""
+    evaluation = lambda step, tags: {"step": step, "eval/pass@1": statistics.mean(tags.values()),  # noqa: E731
+                                     **{f"eval/pass@1/domain/{t}": v for t, v in tags.items()}}
+    rows = [evaluation(-1, before)] + [step_row(i, r) for i, r in enumerate(rewards)]
+    rows[-1] |= evaluation(len(rewards) - 1, after)
+    return seed_result(seed, rows, wall_s=3000.0, returncode=0)
+
+
+def test_the_seeds_section_gives_mean_and_range_and_judges_the_hint_command_goal():
+    results = [seed_run(0, [0.2, 0.4], before={"hint-command": 0.0, "hint-call": 0.2},
+                        after={"hint-command": 0.5, "hint-call": 0.8}),
+               seed_run(1, [0.4, 0.6, 0.9], before={"hint-command": 0.1, "hint-call": 0.2},
+                        after={"hint-command": 0.2, "hint-call": 0.9})]
+    text = seeds_section(results, command="rl360 up")
+    assert "| 0 | 2 | 50.0 | 0 |" in text and "| 0.000 -> 0.500 | 0.200 -> 0.800 |" in text
+    assert "| 1 | 2 | 0.500 (0.400-0.600) |" in text and "| 2 | 1 | 0.900 |" in text
+    # hint-command: +0.5 and +0.1, mean 0.3 >= 0.25; hint-call rose in both.
+    assert "| hint-command | 0.050 (0.000-0.100) | 0.350 (0.200-0.500) | 0.300 (0.100-0.500) |" in text
+    assert "Goal (issue 49" in text and ": met; hint-command rise 0.300, hint-call kept." in text
+    # The second seed's hint-command falls 0.1 and its hint-call 0.8: mean rises 0.2 and -0.1, the goal not met.
+    results[1] = seed_run(1, [0.4], before={"hint-command": 0.1, "hint-call": 0.9},
+                          after={"hint-command": 0.0, "hint-call": 0.1})
+    text = seeds_section(results, command="rl360 up")
+    assert ": not met; hint-command rise 0.200, hint-call not kept." in text
