@@ -3,6 +3,7 @@
     nohup nice -n 10 .venv/bin/python bench/bench_terminal_bench.py run > /tmp/rl360-tb2/run.log 2>&1 &
     .venv/bin/python bench/bench_terminal_bench.py table            # print the table of the rows so far
     .venv/bin/python bench/bench_terminal_bench.py table --write    # and put it into docs/benchmarks.md
+    .venv/bin/python bench/bench_terminal_bench.py standins --force debian:13.0-slim   # build one again
     .venv/bin/python bench/bench_terminal_bench.py clean            # remove the stand-ins from the node
 
 A bench, not a test (issue 47): hours on two shared cores. Needs the dev Docker nodes and the loopback
@@ -16,7 +17,7 @@ Each task is checked alone, one after the other (`-j 1` in one `rl360 tasks chec
 node), so that one bad task never stops the others. Resumable: each finished task appends one row to
 bench/results/terminal_bench_2.jsonl and is skipped by the next `run` (`--redo TASK` runs one again). A task that
 runs past `--limit-s` (default 1800 s, under the tasks' own 600 s build + 900 s agent + 900 s verifier) is
-stopped, its containers removed, and its row says so. After each task the images built for it on the node
+stopped, its containers removed, and its row says so. `touch /tmp/rl360-tb2/stop` ends a `run` before its next task. After each task the images built for it on the node
 (`rl360-task/<task>:*`, `rl360-task/<task>.*:*`) are removed, so the node's disk stays bounded.
 
 Base images. Every TB2 task names a prebuilt `alexgshaw/<task>:20251031` (Docker Hub, unreachable here), so
@@ -56,6 +57,7 @@ COMMIT_TIME = "2026-04-07T23:28:21Z"  # the copy's commit, 2026-04-07T16:28:21-0
 FOLDER = "terminal-bench-2"
 GIT_DIR = Path("/work/.mirror/yujianll+skill-usage/repo")
 WORK = Path("/tmp/rl360-tb2")
+STOP = WORK / "stop"  # `touch` it: `run` ends before its next task (the rows so far kept)
 REGISTRY = "127.0.0.1:5000"
 NAMESPACE = "tb2-standin"  # the registry folder the bench's profile names as docker.io's mirror
 NODES_JSON = Path("/tmp/rl360-dev/docker/nodes.json")
@@ -71,8 +73,13 @@ STANDINS = {
     "python:3.11": ("hub/library/python:3.11-slim", ""),
     "python:3.10-slim-bookworm": ("hub/library/python:3.11-slim", "3.10"),
     "debian:bullseye-slim": ("hub/library/ubuntu:24.04", ""),
-    "debian:13.0-slim": ("hub/library/ubuntu:24.04", ""),
+    "debian:13.0-slim": ("debootstrap:trixie", ""),
 }
+# A Debian suite's own minbase (from deb.debian.org, which this machine reaches) for a debian:<suite> base, with
+# the shared libraries CPython 3.13 links to (the real slim image lacks them); bullseye is no longer on
+# deb.debian.org's main archive, so debian:bullseye-slim stays bookworm.
+DEBOOTSTRAP_INCLUDE = ("ca-certificates,libssl3t64,libsqlite3-0,libffi8,libbz2-1.0,liblzma5,zlib1g,libreadline8t64,"
+                       "libncursesw6")
 
 
 # ------------------------------------------------------------------------------------------------ the dataset
@@ -160,17 +167,53 @@ def python_tar(version: str, dest: Path) -> None:
                     "--exclude=lib/pkgconfig", f"bin/python{version}", "lib"], check=True)
 
 
-def ensure_standins(node_host: str) -> None:
-    """Each stand-in of STANDINS in the registry under tb2-standin/library/ (built on the node and pushed)."""
+def debootstrap_image(suite: str, node_host: str) -> str:
+    """`debootstrap --variant=minbase <suite>` imported on the node (its rootfs cached in the work folder)."""
+    tar = WORK / f"debootstrap-{suite}-minbase.tar"
+    if not tar.exists():
+        root = WORK / f"{suite}-rootfs"
+        shutil.rmtree(root, ignore_errors=True)
+        subprocess.run(["debootstrap", "--variant=minbase", f"--include={DEBOOTSTRAP_INCLUDE}",
+                        "--cache-dir=/tmp/rl360-dev/cache/debs", suite, str(root), "http://deb.debian.org/debian"],
+                       check=True, capture_output=True)
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
+            for p in (root / junk).glob("*"):
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        subprocess.run(["tar", "-C", str(root), "--numeric-owner", "-cf", f"{tar}.tmp", "."], check=True)
+        Path(f"{tar}.tmp").rename(tar)
+        shutil.rmtree(root)
+    ref = f"tb2-standin-base/debian-{suite}:minbase"
+    imported = subprocess.run(["docker", "-H", node_host, "import", "--change",
+                               "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                               "--change", 'CMD ["bash"]', str(tar), ref], capture_output=True, text=True)
+    if imported.returncode != 0:
+        sys.exit(f"debootstrap {suite}: import failed: {imported.stderr[-1000:]}")
+    return ref
+
+
+def ensure_standins(node_host: str, force: tuple[str, ...] = ()) -> None:
+    """Each stand-in of STANDINS in the registry under tb2-standin/library/ (built on the node and pushed; those
+    in `force` built again)."""
     ctx = WORK / "standin-ctx"
     for base, (start, default_py) in STANDINS.items():
         ref = f"{REGISTRY}/{NAMESPACE}/library/{base}"
-        if registry_has(f"{NAMESPACE}/library/{base}"):
+        if base not in force and registry_has(f"{NAMESPACE}/library/{base}"):
             continue
         t0 = time.monotonic()
         shutil.rmtree(ctx, ignore_errors=True)
         (ctx / "extra").mkdir(parents=True)
         shutil.copy(STANDIN_DIR / "Dockerfile", ctx / "Dockerfile")
+        if start.startswith("debootstrap:"):
+            start = debootstrap_image(start.split(":", 1)[1], node_host)
+            # What this machine added to its trust store (its way out re-signs TLS), as the hub stand-ins have it.
+            local = sorted(Path("/usr/local/share/ca-certificates").glob("*.crt"))
+            if local:
+                (ctx / "extra" / "local-ca").mkdir()
+                for crt in local:
+                    shutil.copy(crt, ctx / "extra" / "local-ca" / crt.name)
+                shutil.copy("/etc/ssl/certs/ca-certificates.crt", ctx / "extra" / "ca-certificates.crt")
+        else:
+            start = f"{REGISTRY}/{start}"
         python_tar("3.13", ctx / "extra" / "python3.13.tar")
         if default_py:
             if default_py != "3.13":
@@ -178,8 +221,9 @@ def ensure_standins(node_host: str) -> None:
             wheel = next(p for d in PIP_WHEEL_DIRS for p in sorted(d.glob("pip-*.whl")))
             shutil.copy(wheel, ctx / "extra" / wheel.name)
         built = docker(node_host, "build", "-q", "--force-rm", "--network", "none",
-                       "--build-arg", f"BASE={REGISTRY}/{start}", "--build-arg", f"STANDS_FOR={base}",
-                       "--build-arg", f"DEFAULT_PY={default_py}", "-t", ref, str(ctx))
+                       "--build-arg", f"BASE={start}", "--build-arg", f"STANDS_FOR={base}",
+                       "--build-arg", f"DEFAULT_PY={default_py}",
+                       "--build-arg", f"DEBIAN={start.split('debian-')[1].split(':')[0] if 'debian-' in start else 'bookworm'}", "-t", ref, str(ctx))
         if built.returncode != 0:
             sys.exit(f"stand-in {base}: build failed: {built.stderr[-2000:]}")
         pushed = docker(node_host, "push", ref)
@@ -360,6 +404,10 @@ def run(args) -> None:
     print(f"{len(done)} row(s) already in {RESULTS.relative_to(ROOT)}; {len(todo)} task(s) to check", flush=True)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     for i, task in enumerate(todo, 1):
+        if STOP.exists():
+            STOP.unlink()
+            print(f"{STOP} found: stopped before {task}", flush=True)
+            return
         try:
             row = check_one(root / task, profile=profile, node_host=node["docker_host"], limit_s=args.limit_s,
                             probe=args.probe, missing=missing)
@@ -376,35 +424,130 @@ def run(args) -> None:
 
 # ------------------------------------------------------------------------------------------------ the table
 
+NOTES = ROOT / "bench" / "results" / "terminal_bench_2_notes.json"
+DENIED = re.compile(r"rl360 egress: (\S+) is not on the profile's \[egress\] allow list")
+
+
+def verifier_summary(tail: str) -> str:
+    """'5 failed, 4 passed; first: test_x - Reason' from the end of a pytest run, else its last line."""
+    counts = re.findall(r"=+ ((?:\d+ \w+(?:, )?)+) in [\d.]+s", tail)
+    failed = re.search(r"^(?:FAILED|ERROR) \S*::(\S+)(?: - (.*))?$", tail, re.M)
+    out = counts[-1] if counts else last_lines(tail, 1)[:120]
+    if failed:
+        out += f", e.g. {failed.group(1)}" + (f" ({failed.group(2)[:60]})" if failed.group(2) else "")
+    return out
+
+
+REACHED = {"deb.debian.org", "pypi.org", "files.pythonhosted.org", "registry.npmjs.org", "astral.sh"}
+
+
+def script_needs(task_dir: Path | None, seen: tuple[str, ...] = ()) -> str:
+    """What the oracle's solve.sh asks for that the dev nodes lack, read from the script (not observed): Ubuntu
+    package versions pinned (the ubuntu:24.04 stand-in is Debian) and the hosts of its URLs the profile neither
+    allows nor mirrors."""
+    solve = task_dir / "solution" / "solve.sh" if task_dir else None
+    if solve is None or not solve.exists():
+        return ""
+    code = "\n".join(ln for ln in solve.read_text(errors="replace").splitlines() if not ln.lstrip().startswith("#"))
+    out = []
+    pins = sorted(set(re.findall(r"\b([a-z0-9][a-z0-9+.-]+=[0-9][\w.+:~-]*(?:ubuntu|build)\d[\w.+~-]*)", code)))
+    if pins:
+        out.append(f"its solve.sh pins Ubuntu packages ({', '.join(pins[:2])}{', ...' if len(pins) > 2 else ''})")
+    hosts = sorted({h.lower() for h in re.findall(r"https?://([A-Za-z0-9.-]+\.[A-Za-z]{2,})", code)} - REACHED - set(seen))
+    if hosts:
+        out.append(f"its solve.sh fetches from {', '.join(hosts[:3])}{', ...' if len(hosts) > 3 else ''}")
+    return "; ".join(out)
+
+
+def summarize(row: dict, notes: dict[str, str], task_dir: Path | None = None) -> str:
+    """The row's one-line cause: a reviewed note where bench/results/terminal_bench_2_notes.json has one, else
+    what the row shows: a host the build or the oracle needed, a timeout, the verifier's own summary."""
+    if row["status"] == "passed":
+        return ""
+    problems = " ".join(row.get("problems") or []) + " " + (row.get("cause") or "")
+    note = notes.get(row["task"])
+    if note:
+        return note
+    if row["status"] in ("not run", "refused") or row.get("cause", "").startswith(("bench", "rl360 tasks check")):
+        return row.get("cause") or ""
+    hosts = sorted(set(DENIED.findall(problems)))
+    if row.get("oracle_cause") == "image_build":
+        if hosts:
+            return f"image build needs {', '.join(hosts)}, not reachable here"
+        m = re.search(r"The command '/bin/sh -c (.{0,70}).*?' returned a non-zero code: (\d+)(?: \(its last line: (.{0,90}))?",
+                      problems)
+        if m:
+            return f"image build: `{m.group(1).strip()}` exited {m.group(2)}" + (f" ({m.group(3).rstrip(')')})"
+                                                                                if m.group(3) else "")
+        return row.get("cause") or "image build failed"
+    if row.get("oracle_cause"):
+        return row.get("cause") or ""
+    denied = row.get("egress_denied") or hosts
+    where = f"; the oracle or verifier asked for {', '.join(denied)} (not reachable here)" if denied else ""
+    if row.get("oracle_reward") is not None and row["oracle_reward"] < 1 - 1e-9:
+        needs = script_needs(task_dir, tuple(denied))
+        return f"the verifier failed the oracle's result{where}{'; ' + needs if needs else ''}"
+    return (row.get("cause") or "") + where
+
+
 def fmt_reward(r) -> str:
     return "-" if r is None else f"{r:g}"
 
 
-def table(rows: dict[str, dict], all_tasks: list[str]) -> str:
+def table(rows: dict[str, dict], all_tasks: list[str], root: Path | None = None) -> str:
     ran = [rows[t] for t in all_tasks if t in rows]
+    notes = json.loads(NOTES.read_text()) if NOTES.exists() else {}
     counts = {s: sum(1 for r in ran if r["status"] == s) for s in ("passed", "failed", "refused", "not run")}
     seconds = sum(r.get("seconds") or 0 for r in ran)
     first = min((r["started"] for r in ran if r.get("started")), default="-")
     last = max((r["started"] for r in ran if r.get("started")), default="-")
+    used = sorted({b for r in ran for b in r.get("standins", [])})
     out = [SECTION, "",
-           f"`rl360 tasks check --force-build` (oracle and no-op, `-j 1`, one task a process) over every task of "
-           f"Terminal-Bench 2.0, the verbatim copy in `{REPO}` at `{COMMIT}`, folder `{FOLDER}/`, on one dev "
-           f"Docker node (2 cores shared with other work), by `bench/bench_terminal_bench.py` "
-           f"(rows: `bench/results/terminal_bench_2.jsonl`).", "",
+           f"`rl360 tasks check --force-build` (each task's oracle, `solution/solve.sh`, must score 1 and a no-op "
+           f"must not; `-j 1`, one `rl360` process a task) over Terminal-Bench 2.0, the verbatim copy in GitHub's "
+           f"`{REPO}` at commit `{COMMIT}`, folder `{FOLDER}/` (89 tasks), on one dev Docker node (`n4`; the "
+           f"machine's 2 cores shared with other work), by `bench/bench_terminal_bench.py` (its docstring says how; "
+           f"rows in `bench/results/terminal_bench_2.jsonl`, one per task, the last one counting). A bench, not a "
+           f"test. The node's way out is the dev profile's: Debian's, PyPI's (as of the copy's commit, "
+           f"{COMMIT_TIME}) and npm's registries, and the uv installer's stand-in for astral.sh; nothing else.", "",
            f"**{len(ran)} of {len(all_tasks)} tasks ran** between {first} and {last} (UTC, each row's start): "
-           f"{counts['passed']} passed, {counts['failed']} failed, {counts['refused']} refused, "
-           f"{counts['not run']} not run (a file the stored copy lacks); {seconds / 60:.0f} min of checks in all "
-           f"(the rows' times summed).", "",
-           "| task | base (stand-in) | oracle | no-op | result | time (s) | cause |", "|---|---|---|---|---|---|---|"]
+           f"**{counts['passed']} passed, {counts['failed']} failed, {counts['refused']} refused, "
+           f"{counts['not run']} not run** (a file the stored copy lacks); {seconds / 60:.0f} min of checks in all "
+           f"(the rows' times summed; a row's time is its whole check: image build, oracle, no-op, verifiers).", "",
+           "Base images: every task names a prebuilt `alexgshaw/<task>:20251031` on Docker Hub and ships its "
+           "Dockerfile; `--force-build` builds that, and its `FROM` (Docker Hub, not reachable here) comes from the "
+           f"loopback registry's `{NAMESPACE}/`, which the bench's profile names as docker.io's mirror: a labelled "
+           "STAND-IN per base name (`bench/terminal_bench_standin/Dockerfile`), each with this machine's CPython "
+           "3.13 as `python3.13` (the verifiers' `uvx -p 3.13` then finds it; on the real images, but "
+           "python:3.13's, uv downloads a managed CPython from github.com, not reachable here). "
+           "`ubuntu:24.04` and `debian:bullseye-slim` are Debian bookworm (so Ubuntu's package versions are absent); "
+           "`debian:13.0-slim` is Debian trixie's own debootstrap minbase; `python:3.13-slim-bookworm` and "
+           "`python:3.10-slim-bookworm` have pyenv's CPython 3.13.0 / 3.10.13 as `python3` with pip; "
+           "`python:3.11-slim` and `python:3.11` are Debian's 3.11 with pip. Every row that built an image used "
+           f"one ({', '.join(used) or '-'} so far); the base column says which.", "",
+           "Columns: *oracle* and *no-op*, the rewards the task's verifier gave them (`-`: not run, the image did "
+           "not build); *verifier on the oracle*, its pytest summary; *cause*, one line for a failure: what the "
+           "row observed (a host the egress proxy refused, a build step, a timeout), then what the oracle's "
+           "`solve.sh` asks for that the node lacks, read from the script.", "",
+           "To go on from where the rows stop (tasks with a row are skipped; the stand-ins are rebuilt if the "
+           "registry lost them):", "",
+           "```", "nohup nice -n 10 .venv/bin/python bench/bench_terminal_bench.py run > /tmp/rl360-tb2/run.log 2>&1 &",
+           ".venv/bin/python bench/bench_terminal_bench.py table --write   # this section again", "```", "",
+           "| task | base | oracle | no-op | verifier on the oracle | result | time (s) | cause |",
+           "|---|---|---|---|---|---|---|---|"]
     for task in all_tasks:
         r = rows.get(task)
         if r is None:
-            out.append(f"| {task} | | | | not yet run | | |")
+            out.append(f"| {task} | | | | | not yet run | | |")
             continue
         bases = ", ".join(f"{b} (stand-in)" if b in r.get("standins", []) else b for b in r.get("bases", []))
-        cause = (r.get("cause") or "").replace("|", "\\|")
+        cause = summarize(r, notes, root / task if root else None).replace("|", "\\|")
         secs = "-" if r.get("seconds") is None else f"{r['seconds']:.0f}"
-        out.append(f"| {task} | {bases} | {fmt_reward(r.get('oracle_reward'))} | {fmt_reward(r.get('noop_reward'))} "
+        ran_oracle = not r.get("oracle_cause")  # an infrastructure failure (a build) scored nothing
+        oracle = fmt_reward(r.get("oracle_reward") if ran_oracle else None)
+        noop = fmt_reward(r.get("noop_reward") if ran_oracle else None)
+        verifier = verifier_summary(r["verifier_tail"]) if ran_oracle and r.get("verifier_tail") else ""
+        out.append(f"| {task} | {bases} | {oracle} | {noop} | {verifier.replace('|', chr(92) + '|')} "
                    f"| {r['status']} | {secs} | {cause} |")
     return "\n".join(out) + "\n"
 
@@ -422,10 +565,16 @@ def write_doc(text: str) -> None:
 def show(args) -> None:
     root = Path(args.dataset)
     all_tasks = tasks_of(root) if root.exists() else sorted(done_rows())
-    text = table(done_rows(), all_tasks)
+    text = table(done_rows(), all_tasks, root if root.exists() else None)
     print(text)
     if args.write:
         write_doc(text)
+
+
+def standins(args) -> None:
+    node = next(n for n in json.loads(NODES_JSON.read_text())["nodes"] if n["name"] == args.node)
+    WORK.mkdir(parents=True, exist_ok=True)
+    ensure_standins(node["docker_host"], force=tuple(args.force))
 
 
 def clean(args) -> None:
@@ -438,7 +587,7 @@ def clean(args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    for name in ("run", "table", "clean"):
+    for name in ("run", "table", "standins", "clean"):
         p = sub.add_parser(name)
         p.add_argument("--dataset", default=str(WORK / FOLDER), help="the extracted copy's folder")
         p.add_argument("--node", default="n4", help="the dev Docker node the checks run on")
@@ -448,10 +597,12 @@ def main() -> None:
             p.add_argument("--probe", action="store_true", help="tasks check --probe as well (about 4 more verifiers)")
             p.add_argument("--only", nargs="*", default=[], help="only these tasks")
             p.add_argument("--redo", nargs="*", default=[], help="run these again although they have rows")
+        if name == "standins":
+            p.add_argument("--force", nargs="*", default=[], help="build these base names' stand-ins again")
         if name == "table":
             p.add_argument("--write", action="store_true", help=f"replace '{SECTION}' in docs/benchmarks.md")
     args = parser.parse_args()
-    {"run": run, "table": show, "clean": clean}[args.cmd](args)
+    {"run": run, "table": show, "standins": standins, "clean": clean}[args.cmd](args)
 
 
 if __name__ == "__main__":
