@@ -45,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prewarm-images": ("prewarm_images", "prewarm_images"),
     "sandboxes": ("sandboxes", "app"),
     "tasks": ("tasks", "app"),
+    "agents": ("agents", "app"),
 }
 # The global options before the command, and those of them that take a value.
 GLOBAL_FLAGS = frozenset({"--verbose", "-v"})
