@@ -36,14 +36,20 @@ class RolloutConfig:
     # each loads its tokenizer and tasks): a tier whose Ray worker never joined fails the run here.
     actor_start_timeout_s: float = 300.0
     # How many times Ray starts a session actor again after its process or node died (a lost rollout
-    # node, an OOM kill), each time running the groups it held again; past it the run fails.
+    # node, an OOM kill); the groups it held end masked (`node_lost` for a lost node), never run again. Past it
+    # the run fails.
     actor_max_restarts: int = 3
+    # After a group was lost with its actor, or while a tier of the run is requeued after a lost node: how long
+    # the loop waits, before it sends new groups, for the rollout tier to be live again (the tier back on a new
+    # node, its engines in the router, the new node prewarmed, every actor answering); past it the run fails.
+    recovery_timeout_s: float = 900.0
 
     def __post_init__(self) -> None:
         check_at_least(self, 1, "max_turns", "max_new_tokens", "max_total_tokens", "num_session_actors",
                        "max_concurrent_sessions", "max_observation_chars")
         check_non_negative(self, "actor_max_restarts", "temperature")
-        check_positive(self, "generate_timeout_s", "session_timeout_s", "actor_start_timeout_s")
+        check_positive(self, "generate_timeout_s", "session_timeout_s", "actor_start_timeout_s",
+                       "recovery_timeout_s")
         check_range(self, 0, 1, "top_p", low_open=True)
         if self.top_p < 1:
             raise ValueError(f"top_p {self.top_p:g} samples from a truncated distribution whose log-probabilities "

@@ -27,6 +27,16 @@ at all may a group be cancelled that would just have stayed within the bound.)
 `cancel_carried()` cancels what is still running at the end of a run. `over_sample = 0` (the default)
 waits for every group, as without carry-over.
 
+A group whose session actor died under it (Ray's actor error: its node lost, its process killed) comes back
+masked: each of its sessions an infra failure, never run again and never trained. Ray starts the actor again
+(`[rollout] actor_max_restarts`), on the node that takes a lost one's place. A collect that met such a group,
+and any submit while the tier watch (`use_tier_watch`: the driver's rl360cli/run/tier_watch.py) sees a requeue,
+first waits (`[rollout] recovery_timeout_s`, then `RunFailed`) for the rollout tier to be live again (the
+requeued tier's engines back in the router, its new nodes prewarmed) and for every actor to answer, so no step
+is generated against a tier that is not there and masked whole. Only then is a lost group's cause known
+(`actor_death_cause`): `node_lost` where its actor's node was lost (the tier says so, or Ray started the actor
+on another node, or Ray says its node died), else `unknown` (a process that died on a node that lives).
+
 `submit_eval(step, task_ids, n)` / `collect_eval(handle)` send held-out tasks (rl360cli/loop/eval.py)
 to the same actors, one group of `n` attempts each, group ids `eval{step}-{task}` (`eval-before-{task}`
 before the first step): no filtering, no further rounds, no carry-over, and nothing of it goes to
@@ -49,6 +59,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rl360cli.errors import RunFailed
+from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.rl.trajectory import Trajectory
 from rl360cli.rollout.routing import RouteTable, choose_actor
 
@@ -60,6 +71,31 @@ PROGRESS_EVERY_S = 1.0
 
 class Progress(Protocol):
     def __call__(self, *, step: int, sessions_done: int, sessions_total: int) -> None: ...
+
+
+class TierWatch(Protocol):
+    """The rollout tier as new groups need it after a lost node (the driver's: rl360cli/run/tier_watch.py)."""
+
+    def recovering(self) -> bool:
+        """Whether a tier of the run is being requeued or was since the last `wait_live` (cheap: the state file)."""
+        ...
+
+    def wait_live(self, deadline: float) -> None:
+        """Return once the tier serves again (its engines back, its new nodes prewarmed); `RunFailed` past
+        `deadline` (time.monotonic())."""
+        ...
+
+    def lost_nodes(self) -> frozenset[str]:
+        """The nodes the run's tiers lost so far."""
+        ...
+
+    def actor_nodes(self, actors: list) -> tuple[str, ...]:
+        """The node each actor runs on now."""
+        ...
+
+    def route_table(self, actors: list) -> RouteTable | None:
+        """The groups' routes with each actor's node now (an actor started again elsewhere has a new one)."""
+        ...
 
 
 class TaskChooser(Protocol):
@@ -88,9 +124,15 @@ class GroupInFlight:
     # The trainer's policy version when it was submitted: its sessions' first turns are generated on
     # it (on a newer one only if they wait for a session slot; engines never go back).
     policy_version: int
+    # Its sessions, the index of the actor it went to, and that actor's node then (None: not known).
+    num_samples: int = 0
+    actor: int = -1
+    actor_node: str | None = None
     submitted: float = field(default_factory=time.time)
     # (when the actor finished it, its serialized trajectories), fetched once.
     result: tuple[float, list[bytes]] | None = None
+    # Its actor died under it (Ray's error): `result` holds no trajectory until `Rollouts` masks its sessions.
+    lost: BaseException | None = None
 
 
 @dataclass
@@ -160,7 +202,8 @@ class Rollouts:
 
     def __init__(self, actors: list, task_ids: list[str], *, num_tasks_per_step: int, num_samples_per_task: int,
                  max_generation_rounds: int, seed: int, over_sample: float = 0.0, resample_below: float = 1.0,
-                 resample_from_step: int = 0, max_staleness: int | None = None, cancel_stale: bool = True):
+                 resample_from_step: int = 0, max_staleness: int | None = None, cancel_stale: bool = True,
+                 recovery_timeout_s: float = 900.0):
         self.actors = actors
         self.task_ids = sorted(task_ids)
         self.num_tasks_per_step = num_tasks_per_step
@@ -184,10 +227,22 @@ class Rollouts:
         # to a warm node, a pinned one, another (a pull) or round robin.
         self._in_flight: list[list[tuple[Any, int]]] = [[] for _ in actors]
         self.routed: collections.Counter[str] = collections.Counter()
+        # After a lost node: how long a submit waits for the tier and the actors, and who says whether it is live.
+        self.recovery_timeout_s = recovery_timeout_s
+        self.tier: TierWatch | None = None
+        # Groups whose actor died under them, all steps; each actor's node (known through the tier watch).
+        self.groups_lost = 0
+        self.actor_nodes: tuple[str, ...] = ()
 
     def use_chooser(self, chooser: TaskChooser) -> None:
         """Steps submitted from now on draw their tasks, and each group's attempts, from `chooser`."""
         self.chooser = chooser
+
+    def use_tier_watch(self, watch: TierWatch) -> None:
+        """Submits wait for the rollout tier `watch` sees recovering (a requeue after a lost node) to be live, and
+        a lost group's cause is told by the nodes it says (the actors' own and those lost)."""
+        self.tier = watch
+        self.actor_nodes = watch.actor_nodes(self.actors)
 
     def use_routing(self, table: RouteTable) -> None:
         """Groups sent from now on go to actors on nodes that hold their task's image (rl360cli/rollout/routing.py)."""
@@ -223,6 +278,7 @@ class Rollouts:
         groups' tokens are this version or newer); `trained_at`: the version the step is to be
         trained at (`policy_version` if None; one more in the overlapped loop, where the step before
         trains first)."""
+        self.when_live()
         self._policy_version = policy_version
         generation = Generation(step=step, quota=self.num_tasks_per_step)
         carried, self.carried = self.carried, []
@@ -257,6 +313,7 @@ class Rollouts:
         # Without a listener the waits block as they did: no polling every PROGRESS_EVERY_S.
         waiting = told if progress is not None else None
         _wait_for(pending, finished, generation.quota or len(pending), waiting)
+        self._mask_lost(finished)
         groups = [_decode(g.result[1]) for g in finished]
         first_round = [t.reward for g in groups for t in g if t.is_valid and t.segment == 0]
         done = {g[0].task_id for g in groups if g and _has_signal(g)}
@@ -275,10 +332,12 @@ class Rollouts:
             rng = random.Random(self.seed * 7919 + generation.step * 31 + round_index)
             chosen = rng.sample(fresh, min(self.in_flight_for(missing), len(fresh)))
             before = len(generation.groups)
+            self.when_live()
             self._start_round(generation, chosen, round_index=round_index)
             pending += generation.groups[before:]
             already = len(finished)
             _wait_for(pending, finished, min(missing, len(chosen)), waiting)
+            self._mask_lost(finished[already:])
             more = [_decode(g.result[1]) for g in finished[already:]]
             groups += more
             done |= {g[0].task_id for g in more if g and _has_signal(g)}
@@ -308,6 +367,7 @@ class Rollouts:
     def submit_eval(self, step: int, task_ids: list[str], num_samples: int) -> Generation:
         """One group of `num_samples` attempts at each held-out task, after `step` (before the first for a
         negative one); returns at once."""
+        self.when_live()
         generation = Generation(step=step)
         label = f"eval{step}" if step >= 0 else "eval-before"
         for task_id in task_ids:
@@ -315,7 +375,44 @@ class Rollouts:
         return generation
 
     def collect_eval(self, generation: Generation) -> list[Trajectory]:
-        return [t for _, blobs in _get(generation.refs) for t in _decode(blobs)]
+        _fetch(generation.groups)
+        self._mask_lost(generation.groups)
+        return [t for g in generation.groups for t in _decode(g.result[1])]
+
+    def when_live(self, *, after_loss: bool = False) -> None:
+        """Before new groups are sent (and once a group was lost with its actor: `after_loss`), while the tier
+        watch sees a requeue: wait for the rollout tier to be live again and for every actor to answer (Ray
+        started the lost ones again, on the node that took a lost node's place), then route by the actors' nodes
+        now. `RunFailed` past `recovery_timeout_s`, or at once for an actor that died for good."""
+        recovering = self.tier is not None and self.tier.recovering()
+        if not (after_loss or recovering):
+            return
+        deadline = time.monotonic() + self.recovery_timeout_s
+        if self.tier is not None:
+            self.tier.wait_live(deadline)
+        _wait_actors(self.actors, deadline, self.recovery_timeout_s)
+        if self.tier is not None:
+            # Again: an actor's call cut at once may come before the tier's requeue begins, and its actor back
+            # with the requeue's Ray worker before the engines that restart beside it.
+            self.tier.wait_live(deadline)
+            self.actor_nodes = self.tier.actor_nodes(self.actors)
+            if self.routing is not None:
+                self.routing = self.tier.route_table(self.actors) or self.routing
+
+    def _mask_lost(self, groups: list[GroupInFlight]) -> None:
+        """Mask the sessions of the groups lost with their actor (`lost_group`), once the tier is live again:
+        only then is it known whether their node was lost."""
+        lost = [g for g in groups if g.lost is not None and not g.result[1]]
+        if not lost:
+            return
+        self.groups_lost += len(lost)
+        self.when_live(after_loss=True)
+        lost_nodes = self.tier.lost_nodes() if self.tier is not None else frozenset()
+        for group in lost:
+            now = self.actor_nodes[group.actor] if 0 <= group.actor < len(self.actor_nodes) else None
+            moved = group.actor_node is not None and now is not None and now != group.actor_node
+            cause = actor_death_cause(group.lost, node_lost=moved or group.actor_node in lost_nodes)
+            group.result = (group.result[0], lost_group(group, cause, group.lost))
 
     def _only_stale(self, group: GroupInFlight, trained_at: int) -> bool:
         """Whether build_batch must drop the carried `group`'s samples whenever they arrive: the step
@@ -344,8 +441,11 @@ class Rollouts:
         ref = self.actors[index].run_group.remote(task_id, group_id, num_samples)
         if self.routing is not None:
             self._in_flight[index].append((ref, num_samples))
+        nodes = self.routing.actor_nodes if self.routing is not None else self.actor_nodes
         generation.groups.append(GroupInFlight(ref=ref, task_id=task_id, group_id=group_id,
-                                               policy_version=self._policy_version))
+                                               policy_version=self._policy_version, num_samples=num_samples,
+                                               actor=index,
+                                               actor_node=nodes[index] if index < len(nodes) else None))
 
 
     def _sessions_in_flight(self) -> list[int]:
@@ -392,23 +492,80 @@ def _wait_for(pending: list[GroupInFlight], finished: list[GroupInFlight], count
 
 
 def _fetch(groups: list[GroupInFlight]) -> None:
-    """Fetch the results of finished groups that were not fetched yet, in one call."""
+    """Fetch the results of finished groups that were not fetched yet (in one call unless an actor died); a
+    group whose actor died under it keeps Ray's error (`lost`) and no trajectory yet (`Rollouts._mask_lost`)."""
     missing = [g for g in groups if g.result is None]
-    for group, result in zip(missing, _get([g.ref for g in missing]) if missing else []):
-        group.result = result
+    for group, result in zip(missing, _get_each([g.ref for g in missing]) if missing else []):
+        if isinstance(result, BaseException):
+            group.result, group.lost = (time.time(), []), result
+        else:
+            group.result = result
 
 
-def _get(refs: list) -> list:
-    """`ray.get`, with a session actor that died for good (Ray started it again
-    `[rollout] actor_max_restarts` times, or could not) told in one line."""
+def _get_each(refs: list) -> list:
+    """`ray.get` of each ref: its value, or the actor error of a group whose session actor died with it."""
     import ray
 
     try:
         return ray.get(refs)
-    except ray.exceptions.RayActorError as e:
-        raise RunFailed(f"a session actor died and was not started again ({type(e).__name__})",
-                        fix="see `rl360 logs` for why (its node lost, its process killed), or raise "
-                            "[rollout] actor_max_restarts") from e
+    except ray.exceptions.RayActorError:
+        pass
+    results = []
+    for ref in refs:
+        try:
+            results.append(ray.get(ref))
+        except ray.exceptions.RayActorError as e:
+            results.append(e)
+    return results
+
+
+def _wait_actors(actors: list, deadline: float, timeout_s: float) -> None:
+    """Until every session actor answers (Ray starts a dead one again where the rollout tier's resource is);
+    `RunFailed` for one that died for good, or past `deadline`. A call that finds an actor unreachable (Ray does
+    not know yet that its node died) is asked again."""
+    import ray
+
+    waiting = {ray_ref: actor for actor in actors for ray_ref in [actor.ready.remote()]}
+    while waiting:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RunFailed(f"{len(waiting)} of {len(actors)} session actors not back {timeout_s:g}s after one was "
+                            "lost", fix="see `rl360 logs` for the rollout tier's ray-worker, or raise "
+                                        "[rollout] recovery_timeout_s")
+        ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=min(left, 5.0))
+        for ref in ready:
+            actor = waiting.pop(ref)
+            try:
+                ray.get(ref)
+            except ray.exceptions.ActorUnavailableError:
+                time.sleep(0.5)
+                waiting[actor.ready.remote()] = actor
+            except ray.exceptions.RayActorError as e:
+                raise RunFailed(f"a session actor died and was not started again ({type(e).__name__})",
+                                fix="see `rl360 logs` for why (its node lost, its process killed), or raise "
+                                    "[rollout] actor_max_restarts") from e
+
+
+def actor_death_cause(error: BaseException, *, node_lost: bool) -> InfraCause:
+    """Why a group's sessions ended with their session actor: `node_lost` where its node was lost (`node_lost`:
+    the tier lost it, or Ray started the actor on another node) or Ray says the actor's node died or was
+    preempted; else `unknown`: its process died on a node that lives (an OOM kill, a kill by pid: worth a look).
+    Ray's error alone cannot tell: a restartable actor's call cut by either is `ActorUnavailableError`, no more."""
+    if node_lost or getattr(error, "preempted", False) or "its node has died" in str(error):
+        return InfraCause.NODE_LOST
+    return InfraCause.UNKNOWN
+
+
+def lost_group(group: GroupInFlight, cause: InfraCause, error: BaseException) -> list[bytes]:
+    """The sessions of `group`, whose actor died under it, each a masked infra failure: what they had generated
+    died with the actor, so nothing of them is trained (nor run again)."""
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    metadata = {"detail": f"its session actor died ({type(error).__name__}: {first[:200]})",
+                "actor_node": group.actor_node, "sandbox_node": group.actor_node}
+    return [Trajectory(task_id=group.task_id, group_id=group.group_id, sample_index=i, token_ids=[], loss_mask=[],
+                       logprobs=[], versions=(), num_prompt_tokens=0, reward=None, outcome=Outcome.INFRA_FAILURE,
+                       cause=cause, metadata=dict(metadata)).to_bytes()
+            for i in range(max(1, group.num_samples))]
 
 
 def _unfinished(groups: list[GroupInFlight]) -> set:

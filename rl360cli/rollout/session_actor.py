@@ -110,9 +110,9 @@ class SessionActor:
 
         self.setup = setup
         if ray.get_runtime_context().was_current_actor_reconstructed:
-            # To the driver's log (Ray forwards an actor's output): the groups it held run again.
+            # To the driver's log (Ray forwards an actor's output): the groups it held came back masked.
             print(f"session actor {setup.actor_index} started again after its process or node died: "
-                  "the groups it held run again", file=sys.stderr, flush=True)
+                  "the groups it held end masked", file=sys.stderr, flush=True)
         if setup.cpu_list:
             os.sched_setaffinity(0, set(setup.cpu_list))
         # A task rl360 refuses is left out, as the driver leaves it out of the steps (and says so).

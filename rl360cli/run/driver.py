@@ -33,6 +33,7 @@ from rl360cli.progress import GenerationProgress
 from rl360cli.run.calibrate import calibrate
 from rl360cli.run.parts import build_training, read_setup, start_actors
 from rl360cli.run.session_actors import close_actors, log, route_table, run_task_ids, wait_actors_ready
+from rl360cli.run.tier_watch import RolloutTierWatch
 from rl360cli.state import queries, transitions
 from rl360cli.state.schema import RunStatus, StateDoc, StateError
 from rl360cli.state.store import StateFile
@@ -98,8 +99,13 @@ def run(state: StateFile, run_id: str, *, resume: bool, ray_address: str | None)
                         max_generation_rounds=recipe.loop.max_generation_rounds, seed=recipe.run.seed,
                         over_sample=recipe.loop.over_sample, resample_below=recipe.loop.resample_below,
                         resample_from_step=recipe.loop.resample_from_step,
-                        max_staleness=recipe.grpo.max_staleness)
+                        max_staleness=recipe.grpo.max_staleness,
+                        recovery_timeout_s=recipe.rollout.recovery_timeout_s)
     table = route_table(doc, recipe, setup.profile, actors, in_cluster=ray_address is not None)
+    # After a lost node no new group goes out before the requeued tier serves again (run/tier_watch.py).
+    rollouts.use_tier_watch(RolloutTierWatch(
+        state=state, run_id=run_id, api_key=setup.api_key, log=log,
+        route=lambda now: route_table(state.read(), recipe, setup.profile, now, in_cluster=ray_address is not None)))
     if table is not None:
         rollouts.use_routing(table)
         log(f"groups go to the actors of nodes that hold their task's image ({len(table.task_images)} tasks with "

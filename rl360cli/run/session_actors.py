@@ -115,12 +115,12 @@ def launch_session_actors(recipe: Recipe, profile: ClusterProfile | None, *, run
                        # A local tier may be pinned to some CPUs: the actors and their sandboxes keep to them.
                        cpu_list=profile.tiers["rollout"].cpu_list if profile else (), api_key_file=api_key_file,
                        max_generate_connections=-(-in_flight // num_actors))
-    # A dead actor (its node lost, its process killed) is started again by Ray on the rollout tier,
-    # and the groups it held run again there: what they had generated died with it, none was trained.
-    # Its tasks are retried without a count of their own (-1): every call that finds it restarting
-    # counts as a retry, and three ran out while a lost Slurm node's actors came back (chaos bench).
+    # A dead actor (its node lost, its process killed) is started again by Ray on the rollout tier. The groups
+    # it held are not run again (no task retries): they come back as Ray's actor error, and the rollouts mask
+    # their sessions (`node_lost`: rl360cli/rollout/rollouts.py `lost_group`), then send no new group before
+    # the tier is live again (`Rollouts.when_live`).
     return [remote_actor.options(num_cpus=0, max_concurrency=10_000,
-                                 max_restarts=recipe.rollout.actor_max_restarts, max_task_retries=-1, **placement)
+                                 max_restarts=recipe.rollout.actor_max_restarts, max_task_retries=0, **placement)
             .remote(dataclasses.replace(setup, actor_index=i))
             for i in range(num_actors)]
 

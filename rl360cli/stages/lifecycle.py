@@ -146,6 +146,9 @@ def follow(ctx: Context, *, poll_s: float = 1.0) -> Iterator[RunView]:
     run_id = ctx.run_id or ""
     while True:
         run = reconcile(ctx).runs.get(run_id, {})
+        # A requeue just brought new nodes: they are prewarmed before their actors take sessions.
+        if prewarm_images.prewarm_replaced_nodes(ctx):
+            run = reconcile(ctx).runs.get(run_id, {})
         run_dir = run.get("run_dir") or ctx.run_dir
         seen = RunView(run_id=run_id, run=run, rows=read_metrics(run.get("metrics_path") or Path(run_dir) /
                                                                   "metrics.jsonl"),

@@ -47,6 +47,7 @@ from rl360cli.state import queries
 from rl360cli.state.images import (FoundImage, ImagePull, NodeFacts, NodeScan, forget_images, record_prewarm,
                                    record_pulls, record_scans, repo_name)
 from rl360cli.state.queries import node_images
+from rl360cli.state.recovery import prewarm_done
 from rl360cli.state.schema import RUN_FINAL, StateDoc, now_iso
 
 NAME = "prewarm-images"
@@ -244,6 +245,28 @@ def apply(ctx: Context, options: PrewarmOptions | None = None,
         ctx.say("prewarm failed on " + "; ".join(f"{n} ({r})" for n, r in report.failed_nodes.items())
                 + "; sandboxes placed there will pull their image; rerun `rl360 prewarm-images` once it is back")
     return report
+
+
+def prewarm_replaced_nodes(ctx: Context) -> list[str]:
+    """After a requeue: the nodes that took lost ones' places and wait for the prewarm those had
+    (`prewarm_pending`, state/recovery.py) get it, the same step on each node as `rl360 prewarm-images`, their
+    caches recorded; the loop sends their session actors no group before (run/tier_watch.py). A prewarm that fails
+    is said and ends the wait all the same: their sandboxes pull their images. The nodes warmed (none: none
+    waited)."""
+    pending = queries.prewarm_pending(ctx.state.read())
+    if not pending:
+        return []
+    ctx.say(f"prewarming {', '.join(pending)}, which took lost nodes' places, before their actors take sessions")
+    try:
+        report = apply(ctx, PrewarmOptions(selector=",".join(pending)))
+        if report.ok:
+            ctx.say(f"{', '.join(pending)} prewarmed: {report.pulled} pulls")
+    except (Rl360Error, NodeError, OSError) as e:
+        ctx.say(f"prewarm of {', '.join(pending)} failed ({getattr(e, 'problem', e)}); their sandboxes pull their "
+                "images")
+    finally:
+        prewarm_done(ctx.state, pending)
+    return pending
 
 
 def dry_run(ctx: Context, options: PrewarmOptions | None = None) -> PrewarmReport:

@@ -44,6 +44,11 @@ def tier_nodes(doc: StateDoc, name: str) -> list[str]:
     return list(found["nodes"]) if found else []
 
 
+def prewarm_pending(doc: StateDoc) -> list[str]:
+    """The nodes a requeue brought that wait for their prewarm (each tier's `prewarm_pending`), in tier order."""
+    return [n for t in doc["tiers"].values() for n in t.get("prewarm_pending") or []]
+
+
 def nodes(doc: StateDoc) -> dict[str, NodeRecord]:
     return doc["nodes"]
 

@@ -99,7 +99,9 @@ def finish_requeue(state: StateFile, group: Sequence[str], *, allocations: Mappi
                    script: str, het_leader: str | None, holder_log: str) -> None:
     """The group's replacement allocation holds its nodes (tier -> (job id, nodes)): the tiers are ready on
     them; each new node takes the place of a replaced one (its record, with this tier), and lost nodes are
-    kept, marked `lost`."""
+    kept, marked `lost`. A new node whose tier's nodes were prewarmed (their records say how their last prewarm
+    went) waits for its own (`prewarm_pending`, until `prewarm_done`): the loop sends its actors no session
+    before (run/tier_watch.py)."""
     with state.update() as doc:
         nodes = doc["nodes"]
         for name in group:
@@ -110,10 +112,25 @@ def finish_requeue(state: StateFile, group: Sequence[str], *, allocations: Mappi
                         het_leader=het_leader, het_group=group.index(name) if het_leader else None, reason=None,
                         holder_log=holder_log)
             template = next((nodes[n] for n in old_nodes if n in nodes), {})
+            prewarmed = any("prewarm" in nodes.get(n, {}) for n in old_nodes)
             for old, new in zip(old_nodes, new_nodes):
                 if old in nodes and old in tier.get("lost_nodes", []):
                     nodes[old]["status"] = NodeStatus.LOST
                 record = dict(nodes.get(new) or template)
                 record.update(tier=name, status=NodeStatus.READY,
                               images=(nodes.get(new) or {}).get("images", {}))
+                if new not in nodes:
+                    record.pop("prewarm", None)  # the replaced node's, not this one's
                 nodes[new] = record
+            fresh = [n for n in new_nodes if n not in old_nodes]
+            tier["prewarm_pending"] = fresh if prewarmed and fresh else None
+
+
+def prewarm_done(state: StateFile, done: Sequence[str]) -> None:
+    """The prewarm of nodes a requeue brought (`prewarm_pending`) has ended, warmed or not (each node's record
+    says how it went): the loop may send their actors sessions."""
+    with state.update() as doc:
+        for tier in doc["tiers"].values():
+            left = [n for n in tier.get("prewarm_pending") or [] if n not in done]
+            if tier.get("prewarm_pending"):
+                tier["prewarm_pending"] = left or None

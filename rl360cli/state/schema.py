@@ -173,6 +173,8 @@ class TierRecord(TypedDict):
     reason: NotRequired[str | None]  # why it failed or ended
     requeued_at: NotRequired[str]
     replaced_nodes: NotRequired[list[str]]  # its nodes before the requeue, in order
+    # The new nodes a requeue brought, waiting for the prewarm the replaced ones had (None: none waits).
+    prewarm_pending: NotRequired[list[str] | None]
     pending: NotRequired[PendingAllocation | None]  # the replacement allocation, until it holds its nodes
     previous_job_ids: NotRequired[list[str]]  # allocations it had before (`rl360 down` cancels them too)
 

@@ -110,3 +110,23 @@ def test_the_fields_are_written_by_the_transitions_and_cleared_when_the_run_ends
     transitions.end_run(state, "r1", RunStatus.FINISHED)
     run = state.read()["runs"]["r1"]
     assert (run["status"], run["cause"], run["resume_after"]) == ("finished", None, None)
+
+
+@pytest.mark.parametrize(("old_records", "pending"), [
+    ({"n1": {"prewarm": {"status": "ok", "reason": None, "at": "t"}, "images": {}}}, ["n3"]),
+    ({"n1": {"images": {}}}, None),  # never prewarmed: nothing to wait for
+])
+def test_a_requeue_leaves_its_new_node_waiting_for_the_prewarm_its_old_one_had(tmp_path, old_records, pending):
+    state = StateFile(tmp_path / "state.json")
+    with state.update() as doc:
+        doc["tiers"]["rollout"] = {"backend": "slurm", "status": "requeueing", "job_id": "7", "nodes": ["n1"],
+                                   "replaced_nodes": ["n1"], "lost_nodes": ["n1"]}
+        doc["nodes"].update(old_records)
+    recovery.finish_requeue(state, ("rollout",), allocations={"rollout": ("8", ["n3"])}, script="#!/bin/sh\n",
+                            het_leader=None, holder_log="holder.log")
+    doc = state.read()
+    assert doc["tiers"]["rollout"]["prewarm_pending"] == pending
+    # The new node's record is its own: the replaced node's prewarm is not taken for its.
+    assert "prewarm" not in doc["nodes"]["n3"] and doc["nodes"]["n1"]["status"] == "lost"
+    recovery.prewarm_done(state, ["n3"])
+    assert state.read()["tiers"]["rollout"]["prewarm_pending"] is None

@@ -76,7 +76,7 @@ def full_doc(home: Path) -> dict:
             "resources": {"cpus": 1.0, "memory_mb": 1024, "gpus": 0, "cpu_list": [0]},
             "mode": "per-tier", "job_id": "17", "het_leader": "16", "het_group": 0, "partition": "p",
             "script": "#!/bin/sh\n", "holder_log": str(home / "holder.log"), "submitted_at": STAMP, "requeues": 1,
-            "lost_nodes": ["n9"], "reason": "lost n9", "requeued_at": STAMP, "replaced_nodes": ["n9"],
+            "lost_nodes": ["n9"], "reason": "lost n9", "requeued_at": STAMP, "replaced_nodes": ["n9"], "prewarm_pending": ["n8"],
             "pending": {"group": ["rollout"], "job_id": "18", "script": "#!/bin/sh\n", "submitted_at": 1.0,
                         "het": False, "exclude": ["n9"]},
             "previous_job_ids": ["15"]}},

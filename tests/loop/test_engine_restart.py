@@ -10,7 +10,8 @@ serving end as `engine_error` infra failures (masked); the run ends with every e
 version, and `rl360 status` says so, with the restart counted. How long the engine took to be back is
 printed (and kept in docs/reliability.md), not asserted. (`[engine] max_restarts = 0`, an engine that
 stays failed, is tests/inference/test_health.py's.) Ray starts the session actor again
-(`[rollout] actor_max_restarts`) and the groups it held run again on it.
+(`[rollout] actor_max_restarts`); the groups it held come back masked (`unknown`: its process died on a node that
+lives), never run again, and the next step waits for it.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def test_injected_failures_are_masked_and_a_killed_engine_is_back_at_the_trainer
     assert rec["served_version"] >= version_then
 
     # Then one of the two session actors (as when its node is lost): Ray starts it again, and the
-    # groups it held run again on it.
+    # groups it held come back masked.
     driver_log = Path(run["run_dir"]) / "logs" / "training.trainer.log"
     actor_pids = session_actor_pids(doc["components"]["training/trainer"]["pid"])
     assert len(actor_pids) == 2, actor_pids
@@ -184,11 +185,13 @@ def test_injected_failures_are_masked_and_a_killed_engine_is_back_at_the_trainer
     # 8 steps x 24 samples at 25% (starts and execs both draw): some were injected.
     assert sum(row["injected_failures"] for row in rows) > 0
     # What the kills cost: only engine_error infra failures besides the injected ones (a request the
-    # router restart cut is sent again once; one that finds no router in time is one of them), every
-    # one masked, none trained on.
+    # router restart cut is sent again once; one that finds no router in time is one of them), and the
+    # sessions the killed actor held (`unknown`: its process died, its node lives), every one masked, none
+    # trained on.
     assert {cause for row in rows[:killed_at_step - 1] for cause in row["infra_failures_by_cause"]} <= {"injected"}
     after = rows[killed_at_step - 1:]
-    assert {cause for row in after for cause in row["infra_failures_by_cause"]} <= {"engine_error", "injected"}
+    assert {cause for row in after for cause in row["infra_failures_by_cause"]} <= {"engine_error", "injected",
+                                                                                    "unknown"}
     assert sum(row["infra_failures_by_cause"].get("engine_error", 0) for row in after) >= 1
     for row in after:
         assert row["batch"].get("masked/engine_error", 0) == row["infra_failures_by_cause"].get("engine_error", 0)

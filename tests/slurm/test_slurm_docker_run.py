@@ -3,8 +3,9 @@ sandbox on the dockerd of its own actor's node (dev Slurm node nX has dev docker
 holding its sandboxes under `[egress] mode = "allow"`, and after `rl360 down` nothing of the run on any daemon,
 also what no actor removed (a step on each rollout node cleans it).
 
-A rollout node killed mid-run (the second test): the tier requeued on the spare node, the run finished there,
-and the lost node's daemon cleaned by `rl360 down` once the node is back.
+A rollout node killed mid-run (the second test): the sessions its actors held masked `node_lost`, the tier
+requeued on the spare node, the loop waiting for it to serve again before it sends new groups, the steps after
+it trained there, and the lost node's daemon cleaned by `rl360 down` once the node is back.
 
     python -m pytest tests/slurm/test_slurm_docker_run.py     # slow: 87-126 s (2 steps) + 156 s (node loss, 3 steps)
 """
@@ -17,6 +18,8 @@ import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -143,9 +146,12 @@ def test_every_sandbox_is_on_its_session_actors_own_node(slurm, docker_nodes, st
 def test_a_rollout_node_lost_mid_run_is_replaced_and_its_daemon_cleaned_once_back(slurm, docker_nodes, state_path,
                                                                                   tmp_path):
     """`slurm.sh kill-node` on the rollout node once the run's first sandbox runs there: its session actors die
-    with it, the tier is requeued on the spare node, Ray starts the actors again there and re-runs the groups
-    they held (none was trained: no sample twice), the run finishes; what the dead actors' sandboxes
-    left on the lost node's daemon is removed by `rl360 down` with a one-node job once the node is back."""
+    with it and the groups they held come back masked `node_lost` (never run again, never trained); the tier is
+    requeued on the spare node, Ray starts the actors again there, and the loop sends no new group before the
+    tier serves again (its engine back in the router), so the steps after the requeue train; the run finishes;
+    what the dead actors' sandboxes left on the lost node's daemon is removed by `rl360 down` with a one-node
+    job once the node is back. The node that took the lost one's place was prewarmed (its cache recorded) before
+    its actors took a session."""
     docker = docker_nodes["docker_cli"]
     # One rollout node (room for the recipe's 4 sandboxes at once), so that the spare fourth node takes its place.
     profile = tmp_path / "dev-slurm-docker.toml"
@@ -153,6 +159,12 @@ def test_a_rollout_node_lost_mid_run_is_replaced_and_its_daemon_cleaned_once_bac
                        .replace('"../images/images.toml"', json.dumps(str(REPO / "images" / "images.toml")))
                        .replace("[tiers.rollout]\nnum_nodes = 2", "[tiers.rollout]\nnum_nodes = 1")
                        .replace("cpus = 2.0\nmemory_mb = 4096", "cpus = 4.0\nmemory_mb = 8192"))
+    # When each daemon created each container of a run (nanoseconds): the new node's sandboxes come after its
+    # prewarm.
+    watchers = {n: subprocess.Popen([docker, "-H", socket_of(n), "events", "--filter", "event=create", "--filter",
+                                     "type=container", "--filter", "label=rl360.run", "--format", "{{json .}}"],
+                                    stdout=subprocess.PIPE, text=True)
+                for n in NODES}
     up = subprocess.Popen([sys.executable, "-m", "rl360cli", "up", "--recipe", str(RECIPE), "--profile",
                            str(profile), "--set", "loop.num_steps=3"], cwd=tmp_path, text=True,
                           env={**os.environ, "RL360_STATE": str(state_path), "COLUMNS": "200"},
@@ -186,13 +198,23 @@ def test_a_rollout_node_lost_mid_run_is_replaced_and_its_daemon_cleaned_once_bac
         ledger = [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
         trained = [s for step in ledger for s in step["samples"]]
         assert len(ledger) == 3 and len(trained) == len(set(trained))
-        # The groups the dead actors held ran again on the new node: none masked for it. A session that met the
-        # tier's engine dead (it ran on the lost node too) is masked for that, never trained. The loop does not
-        # wait for the engine's restart on the new node: the steps generated before it is back are masked whole
-        # (CI, 2026-12-07: all three steps, the run 48 s), so whether a later step trains depends on the timing,
-        # and is not asserted here (docs/slurm.md, "Node loss": left for the loop to wait for a live engine).
-        masked = [sorted(set(step["masked"].values())) for step in ledger]
-        assert all(set(causes) <= {"engine_error"} for causes in masked), (masked, out[-3000:])
+        # The sessions the dead actors held: masked node_lost, each naming the lost node as its actor's, counted
+        # by cause in its step's row. A session that met the tier's engine dead first (it ran on the lost node
+        # too) is masked engine_error. Nothing else is masked, and no masked sample is trained.
+        masked = [set(step["masked"].values()) for step in ledger]
+        assert set().union(*masked) <= {"engine_error", "node_lost"}, (masked, out[-3000:])
+        lost = [r for r in rows if r["cause"] == "node_lost"]
+        assert lost and {r["actor_node"] for r in lost} == {victim}, (masked, out[-3000:])
+        assert not {f"{r['group']}-{r['sample']}" for r in lost} & set(trained)
+        steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert sum(row["infra_failures_by_cause"].get("node_lost", 0) for row in steps) == len(lost)
+        # The loop waited for the tier to serve again: a step after the one that lost the node trains.
+        first_lost = next(i for i, causes in enumerate(masked) if "node_lost" in causes)
+        assert any(step["samples"] for step in ledger[first_lost + 1:]), (masked, out[-3000:])
+        driver_log = Path(doc["components"]["training/trainer"]["log_path"]).read_text()
+        assert "new groups wait for the rollout tier" in driver_log and "the rollout tier is live again" in driver_log
+        print("\nmasked by step:", [dict(Counter(step["masked"].values())) for step in ledger], "trained by step:",
+              [len(step["samples"]) for step in ledger], *re.findall(r".*rollout tier.*", driver_log), sep="\n  ")
 
         dev_slurm("revive-node", victim)
         revived = victim
@@ -203,6 +225,20 @@ def test_a_rollout_node_lost_mid_run_is_replaced_and_its_daemon_cleaned_once_bac
             up.kill()
         if victim and not revived:
             dev_slurm("revive-node", victim)
+        for watcher in watchers.values():
+            watcher.terminate()
+    created = {n: [json.loads(line) for line in w.communicate(timeout=30)[0].splitlines() if line.strip()]
+               for n, w in watchers.items()}
+    # The new node's prewarm, recorded in the state file after the requeue, ended before the first sandbox of the
+    # run was created on its daemon.
+    new_node = tier["nodes"][0]
+    prewarm = doc["nodes"][new_node].get("prewarm") or {}
+    assert prewarm.get("status") == "ok" and prewarm["at"] > tier["requeued_at"], (prewarm, tier)
+    assert doc["nodes"][new_node]["images"] and not tier.get("prewarm_pending")
+    starts = [e["timeNano"] / 1e9 for e in created[new_node]
+              if e.get("Actor", {}).get("Attributes", {}).get("rl360.run") == run_id]
+    warmed_at = datetime.fromisoformat(prewarm["at"]).timestamp()
+    assert starts and min(starts) >= warmed_at, (min(starts or [0]) - warmed_at, prewarm)
     # Nothing of the run on any daemon: the lost node's too.
     assert {n: ps(docker, n, run_id) for n in NODES} == {n: [] for n in NODES}
 
