@@ -9,6 +9,11 @@
 2. One sandbox, one command after another (`--execs` each): the CPU of a bare command (`true`: the
    floor every command pays), the agent's `echo`, the verifier (`VERIFY_COMMAND`) and a bare
    `python3 -I -S`.
+3. The floor's layers (`--execs` each, started here one after another with `subprocess.run`): the whole
+   wrapper around `true`, without `setpriv` and `prlimit`, without the `sh` + `bash` that keep the
+   command off pid 1, `setpriv` + `prlimit` alone; and what a long-lived keeper per sandbox would pay to
+   start instead: the host's `python3 -I -S`, and with `ctypes` (to make itself non-dumpable, so that the
+   sandbox's own commands, of the same uid, cannot write its memory through /proc/1/mem).
 
 Prints the figures (docs/benchmarks.md, "Local smoke: one step, profiled", quotes them); writes nothing.
 CPU seconds hold on a shared machine; the wall times do not.
@@ -21,6 +26,7 @@ import asyncio
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from rl360cli.sandbox.attempt import VERIFY_COMMAND, run_attempt  # noqa: E402
 from rl360cli.sandbox.config import SandboxConfig  # noqa: E402
+from rl360cli.sandbox.process.isolation import rlimit_args  # noqa: E402
 from rl360cli.sandbox.process.provider import ProcessProvider  # noqa: E402
 from rl360cli.sandbox.task_loader import load_task_set  # noqa: E402
 
@@ -89,12 +96,40 @@ async def commands(provider: ProcessProvider, n: int) -> None:
         await sandbox.stop()
 
 
+async def layers(provider: ProcessProvider, n: int) -> None:
+    task = load_task_set(TASKS, refused={})[0]
+    sandbox = await provider.start(task, attempt_id="bench-layers", labels={})
+    iso = provider.isolation
+    limits = rlimit_args(memory_mb=CONFIG.memory_mb, pids=CONFIG.pids_limit, file_mb=CONFIG.max_file_mb,
+                         open_files=CONFIG.max_open_files, cpu_s=31)
+    try:
+        whole = iso.argv(sandbox.fs, "true", workdir=task.workdir, limits=limits, uid=sandbox.uid)
+        bwrap = whole[whole.index(iso.bwrap):] if iso.bwrap else whole
+        bare = bwrap[:len(bwrap) - 1 - bwrap[::-1].index("--")] + ["--", "/bin/sh", "-c", "true"]
+        python = [sys.executable if not Path("/usr/bin/python3").exists() else "/usr/bin/python3", "-I", "-S", "-c"]
+        for name, argv in (("setpriv, prlimit, bwrap, sh, bash", whole), ("bwrap, sh, bash", bwrap),
+                           ("bwrap, sh -c true", bare), ("setpriv, prlimit, true", whole[:len(whole) - len(bwrap)]
+                                                         + ["/bin/true"]),
+                           ("python3 -I -S -c pass", [*python, "pass"]),
+                           ("python3 -I -S, import ctypes", [*python, "import ctypes"])):
+            (_, kids0), began = cpu_s(), time.monotonic()
+            for _ in range(n):
+                subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               check=True)
+            (_, kids1), wall = cpu_s(), time.monotonic() - began
+            print(f"  {name:34s} {1000 * (kids1 - kids0) / n:5.1f} ms CPU, {1000 * wall / n:6.1f} ms wall")
+    finally:
+        await sandbox.stop()
+
+
 async def main(args: argparse.Namespace) -> None:
     provider = ProcessProvider(CONFIG, run_id="bench-arith-attempt")
     try:
         await attempts(provider, args.attempts, args.concurrency)
         print(f"one sandbox, {args.execs} commands each:")
         await commands(provider, args.execs)
+        print(f"the floor's layers, {args.execs} runs each:")
+        await layers(provider, args.execs)
     finally:
         await provider.close()
     print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")

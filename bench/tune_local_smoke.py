@@ -70,6 +70,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="train each batch this many versions late (the overlapped loop: 1)")
     p.add_argument("--rounds", type=int, default=loop.max_generation_rounds,
                    help="generation rounds per step: later rounds resample the tasks whose group had no signal")
+    p.add_argument("--resample-from-step", type=int, default=loop.resample_from_step,
+                   help="the steps before this one run their first round only, as the loop's [loop] resample_from_step")
     p.add_argument("--no-filter", action="store_true", help="keep zero-variance groups in the batch")
     p.add_argument("--threads", type=int, default=1, help="torch threads (2 cores are shared with others)")
     p.add_argument("--policy-root", type=Path, default=None, help="keep prepared policies here (reused)")
@@ -131,7 +133,7 @@ def run_seed(args: argparse.Namespace, seed: int, root: Path) -> dict:
         policy.eval()
         trajectories: list[Trajectory] = []
         todo, first = tasks, None
-        for round_index in range(args.rounds):
+        for round_index in range(args.rounds if step >= args.resample_from_step else 1):
             attempts = run_tasks(policy, tok, todo, num_samples=args.samples, temperature=args.temperature,
                                  max_new_tokens=args.max_new_tokens, max_turns=args.max_turns, version=version,
                                  generator=generator)  # fmt: skip
