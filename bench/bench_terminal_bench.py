@@ -65,9 +65,11 @@ PYENV = Path(os.environ.get("PYENV_ROOT", str(Path.home() / ".pyenv"))) / "versi
 PIP_WHEEL_DIRS = (Path("/opt/wheels"), Path("/tmp/rl360-dev/cache/wheels"))
 
 # Each Docker Hub base the dataset's Dockerfiles name -> (the dev registry's stand-in it starts from, the Python
-# made `python3` with pip: "" keeps the base's). bench/terminal_bench_standin/Dockerfile adds CPython 3.13 to all.
+# made `python3` with pip: "" keeps the base's[, one more CPython as python3.X only]).
+# bench/terminal_bench_standin/Dockerfile adds CPython 3.13 to all.
 STANDINS = {
-    "ubuntu:24.04": ("hub/library/ubuntu:24.04", ""),
+    # Ubuntu 24.04's python3 is 3.12: mailman's verifier runs `uv venv -p 3.12`, which the real image's apt python3 meets.
+    "ubuntu:24.04": ("hub/library/ubuntu:24.04", "", "3.12"),
     "python:3.13-slim-bookworm": ("hub/library/python:3.11-slim", "3.13"),
     "python:3.11-slim": ("hub/library/python:3.11-slim", ""),
     "python:3.11": ("hub/library/python:3.11-slim", ""),
@@ -195,7 +197,7 @@ def ensure_standins(node_host: str, force: tuple[str, ...] = ()) -> None:
     """Each stand-in of STANDINS in the registry under tb2-standin/library/ (built on the node and pushed; those
     in `force` built again)."""
     ctx = WORK / "standin-ctx"
-    for base, (start, default_py) in STANDINS.items():
+    for base, (start, default_py, *more) in STANDINS.items():
         ref = f"{REGISTRY}/{NAMESPACE}/library/{base}"
         if base not in force and registry_has(f"{NAMESPACE}/library/{base}"):
             continue
@@ -214,7 +216,8 @@ def ensure_standins(node_host: str, force: tuple[str, ...] = ()) -> None:
                 shutil.copy("/etc/ssl/certs/ca-certificates.crt", ctx / "extra" / "ca-certificates.crt")
         else:
             start = f"{REGISTRY}/{start}"
-        python_tar("3.13", ctx / "extra" / "python3.13.tar")
+        for version in ("3.13", *more):
+            python_tar(version, ctx / "extra" / f"python{version}.tar")
         if default_py:
             if default_py != "3.13":
                 python_tar(default_py, ctx / "extra" / f"python{default_py}.tar")
@@ -222,7 +225,7 @@ def ensure_standins(node_host: str, force: tuple[str, ...] = ()) -> None:
             shutil.copy(wheel, ctx / "extra" / wheel.name)
         built = docker(node_host, "build", "-q", "--force-rm", "--network", "none",
                        "--build-arg", f"BASE={start}", "--build-arg", f"STANDS_FOR={base}",
-                       "--build-arg", f"DEFAULT_PY={default_py}",
+                       "--build-arg", f"DEFAULT_PY={default_py}", "--build-arg", f"MORE_PY={' '.join(more)}",
                        "--build-arg", f"DEBIAN={start.split('debian-')[1].split(':')[0] if 'debian-' in start else 'bookworm'}", "-t", ref, str(ctx))
         if built.returncode != 0:
             sys.exit(f"stand-in {base}: build failed: {built.stderr[-2000:]}")
@@ -520,7 +523,9 @@ def table(rows: dict[str, dict], all_tasks: list[str], root: Path | None = None)
            "STAND-IN per base name (`bench/terminal_bench_standin/Dockerfile`), each with this machine's CPython "
            "3.13 as `python3.13` (the verifiers' `uvx -p 3.13` then finds it; on the real images, but "
            "python:3.13's, uv downloads a managed CPython from github.com, not reachable here). "
-           "`ubuntu:24.04` and `debian:bullseye-slim` are Debian bookworm (so Ubuntu's package versions are absent); "
+           "`ubuntu:24.04` and `debian:bullseye-slim` are Debian bookworm (so Ubuntu's package versions are absent; "
+           "`ubuntu:24.04`'s also has CPython 3.12 as `python3.12`, Ubuntu 24.04's python3, which mailman's verifier "
+           "asks for); "
            "`debian:13.0-slim` is Debian trixie's own debootstrap minbase; `python:3.13-slim-bookworm` and "
            "`python:3.10-slim-bookworm` have pyenv's CPython 3.13.0 / 3.10.13 as `python3` with pip; "
            "`python:3.11-slim` and `python:3.11` are Debian's 3.11 with pip. Every row that built an image used "
