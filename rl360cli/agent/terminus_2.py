@@ -41,6 +41,7 @@ from typing import Any
 from rl360cli.agent.config import AgentConfig, RolloutConfig
 from rl360cli.agent.harbor_bridge import SandboxBridge
 from rl360cli.agent.harness import AsyncSandbox, Session
+from rl360cli.agent.installed import MAX_FILE_CHARS
 from rl360cli.errors import Rl360Error
 
 # The harbor release rl360 runs (cluster/dev/bootstrap.sh installs it); harbor_runner.py reports the one it ran.
@@ -115,6 +116,7 @@ class Terminus2Harness:
                 tmux.cancel()  # the provider ends the exec and everything it started
                 with contextlib.suppress(BaseException):
                     await tmux
+            keep_trajectory(session, folder)
             shutil.rmtree(folder, ignore_errors=True)
         self.format_errors += outcome.get("unusable_replies", 0)
         session.log(f"terminus-2 (harbor {outcome.get('harbor_version')}) ended after {outcome.get('episodes')} "
@@ -155,6 +157,14 @@ class Terminus2Harness:
             tail = log.read_text(errors="replace")[-LOG_TAIL_CHARS:]
             raise RuntimeError(f"harbor's runner exited {code} without an outcome ({self.python}):\n{tail}")
         return json.loads(result.read_text())
+
+
+def keep_trajectory(session: Session, folder: Path) -> None:
+    """Terminus-2's own trajectory file (ATIF, in its logs folder: `trajectory.json`, and `trajectory.cont-N.json`
+    after a summary) kept with the session's record, as an installed agent's files are (its end, where long)."""
+    for path in sorted((folder / "trial" / "agent").glob("trajectory*.json")):
+        with contextlib.suppress(OSError):
+            session.keep_file(path.name, path.read_text(errors="replace")[-MAX_FILE_CHARS:])
 
 
 async def start_tmux_server(sandbox: AsyncSandbox, log: Callable[[str], None]) -> asyncio.Future | None:

@@ -154,6 +154,9 @@ def test_terminus_2_drives_tmux_in_the_sandbox_on_the_engines_tokens(engine_url,
     last = tokenizer.decode(recorder.inputs[-1])
     feedback = last.count("Previous response had parsing errors") + last.count("ERROR!! NONE of the actions")
     assert feedback >= 1 and trajectory.metadata["session"]["format_errors"] >= feedback
+    # Terminus-2's own trajectory file (ATIF) is kept with the session's record: its steps start from the task.
+    kept = json.loads(trajectory.metadata["agent_files"]["trajectory.json"])
+    assert kept["agent"]["name"] == "terminus-2" and "hello.txt" in json.dumps(kept["steps"])
 
 
 def runners() -> list[int]:
