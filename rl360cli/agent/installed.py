@@ -170,8 +170,9 @@ def _preset(name: str, version: str, agent: AgentConfig) -> InstalledAgent:
         # The door as a Responses model provider of Codex's own config (`-c`), its key from OPENAI_API_KEY.
         provider = ('model_providers.rl360={name="rl360",base_url="\'"$OPENAI_BASE_URL"\'",env_key="OPENAI_API_KEY",'
                     'wire_api="responses"}')
-        run = (f"codex exec --dangerously-bypass-approvals-and-sandbox --skip-git-repo-check --json "
-               f"-c model_provider=rl360 -c '{provider}' -m \"$RL360_MODEL\" {{flags}} -- \"$RL360_INSTRUCTION\" "
+        # Codex refuses a CODEX_HOME that does not exist ("Error finding codex home", exit 1 before any request).
+        run = ('mkdir -p "$CODEX_HOME" && codex exec --dangerously-bypass-approvals-and-sandbox --skip-git-repo-check '
+               f"--json -c model_provider=rl360 -c '{provider}' -m \"$RL360_MODEL\" {{flags}} -- \"$RL360_INSTRUCTION\" "
                f"{tee}")
         return InstalledAgent(name=name, dialect="responses", registry="npm", package="@openai/codex",
                               version=version, install=_npm_install(f"@openai/codex@{version}", "codex"), run=run,

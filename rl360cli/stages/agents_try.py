@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,7 +40,7 @@ from pathlib import Path
 from rl360cli.agent.config import AgentConfig
 from rl360cli.agent.endpoint import SessionEndpoint
 from rl360cli.agent.harnesses import harness_factory, python_harness
-from rl360cli.agent.installed import installed_agent, layer_root, with_agent
+from rl360cli.agent.installed import check_installed, installed_agent, layer_root, with_agent
 from rl360cli.agent.session import SessionSpec, run_session, session_options
 from rl360cli.egress.client import node_name
 from rl360cli.errors import Rl360Error
@@ -64,6 +65,8 @@ NAME = "agents"
 ENGINE_START_TIMEOUT_S = 600.0
 # The model name the session answers to, as a run's actors name it (the policy folder's name).
 POLICY = "policy-v0"
+# The session log's line for an installed agent that exited non-zero (agent/installed.py).
+EXITED_BADLY = re.compile(r"^installed:\S+ exited [1-9]")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -135,14 +138,8 @@ def agent_of(ctx: Context, harness: str) -> AgentConfig:
         if os.getcwd() not in sys.path and "" not in sys.path:
             sys.path.insert(0, os.getcwd())
         python_harness(harness)
-    installed = installed_agent(agent)  # an installed agent's settings, refused in one line
-    if installed is not None:
-        provider = ctx.need_recipe().sandbox.provider
-        if provider != "docker" or ctx.profile.egress.mode != "allow":
-            raise Rl360Error(f"{harness} runs inside a docker sandbox and reaches its model through its door on the "
-                             f"egress proxy (this recipe: provider {provider!r}, [egress] mode "
-                             f"{ctx.profile.egress.mode!r})", "pass --recipe recipes/claude-code-local.toml (or a "
-                             "recipe of the docker provider on a profile with [egress] mode = \"allow\")")
+    # An installed agent's settings, and a recipe whose sandboxes could not run it, refused as `rl360 plan` does.
+    check_installed(agent, provider=ctx.need_recipe().sandbox.provider, egress_mode=ctx.profile.egress.mode)
     harness_factory(agent, ctx.need_recipe().rollout, exec_timeout_s=30.0)  # terminus-2's interpreter, refused here
     return agent
 
@@ -264,11 +261,13 @@ def _result(harness: str, task: Task, trajectories: list[Trajectory], *, tokeniz
         (out / "traceback.txt").write_text(meta["traceback"])
         files.append(out / "traceback.txt")
         last_error = meta["traceback"].strip().splitlines()[-1]
+    # An installed agent that failed (it exited non-zero, or the session was masked): its own log's last error.
+    failed = first.outcome is Outcome.INFRA_FAILURE or any(EXITED_BADLY.search(line) for line in log_lines)
     for name, text in (meta.get("agent_files") or {}).items():
         (out / "agent").mkdir(exist_ok=True)
         (out / "agent" / name).write_text(text)
         files.append(out / "agent" / name)
-        errors = [line for line in text.splitlines() if "error" in line.lower()]
+        errors = [line for line in text.splitlines() if "error" in line.lower()] if failed else []
         last_error = last_error or (errors[-1].strip()[:300] if errors else None)
     if last_error is None and first.outcome is Outcome.INFRA_FAILURE and log_lines:
         last_error = log_lines[-1]

@@ -44,6 +44,11 @@ def test_each_preset_is_pinned_and_speaks_its_dialect():
                    for line in agent.install), agent.install
         assert "{flags}" not in agent.run and all(f.startswith("/logs/agent/") for f in agent.files)
     assert installed_agent(AgentConfig(harness="bash")) is None
+    # Codex exits 1 before any request when its CODEX_HOME does not exist ("Error finding codex home"): the preset
+    # makes it first (every session of codex-local was masked harness_error before, 2026-12-07).
+    codex = installed_agent(AgentConfig(harness="installed:codex"))
+    assert codex.env["CODEX_HOME"].startswith("/logs/agent/")
+    assert codex.run.index('mkdir -p "$CODEX_HOME" &&') < codex.run.index("codex exec")
 
 
 def test_the_recipe_sets_version_flags_and_env_as_the_agents_users_do():

@@ -76,6 +76,7 @@ def test_the_docs_example_harness_runs_one_session_on_an_arith_task(tmp_path, st
     ("python:nope:fn", "module nope does not import"),
     ("python:example_harness:nothing", "example_harness has no function nothing"),
     ("nope", "harness 'nope' is unknown"),
+    ("installed:codex", 'which [sandbox] provider "process" does not build'),  # local-smoke's sandboxes
 ])
 def test_a_harness_that_cannot_run_is_one_line_naming_the_fix_before_any_engine(tmp_path, state_path, harness, says):
     (tmp_path / "example_harness.py").write_text(docs_example())
