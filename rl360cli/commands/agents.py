@@ -73,4 +73,5 @@ def render(result: agents_try.TryResult) -> None:
         out.print(escape(f"detail: {result.detail}"))
     if result.last_error:
         out.print(escape(f"last error: {result.last_error}"))
-    out.print(escape(f"files: {result.out_dir}/ ({', '.join(p.name for p in result.files)})"))
+    names = ", ".join(str(path.relative_to(result.out_dir)) for path in result.files)
+    out.print(escape(f"files: {result.out_dir}/ ({names})"))
