@@ -58,9 +58,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from rl360cli.errors import RunFailed
-from rl360cli.outcome import InfraCause, Outcome
 from rl360cli.rl.trajectory import Trajectory
+from rl360cli.rollout.lost_groups import actor_death_cause, lost_group, wait_actors
 from rl360cli.rollout.routing import RouteTable, choose_actor
 
 # How long the run's end waits for the actors to confirm the cancellation of carried groups.
@@ -390,7 +389,7 @@ class Rollouts:
         deadline = time.monotonic() + self.recovery_timeout_s
         if self.tier is not None:
             self.tier.wait_live(deadline)
-        _wait_actors(self.actors, deadline, self.recovery_timeout_s)
+        wait_actors(self.actors, deadline, self.recovery_timeout_s)
         if self.tier is not None:
             # Again: an actor's call cut at once may come before the tier's requeue begins, and its actor back
             # with the requeue's Ray worker before the engines that restart beside it.
@@ -412,7 +411,8 @@ class Rollouts:
             now = self.actor_nodes[group.actor] if 0 <= group.actor < len(self.actor_nodes) else None
             moved = group.actor_node is not None and now is not None and now != group.actor_node
             cause = actor_death_cause(group.lost, node_lost=moved or group.actor_node in lost_nodes)
-            group.result = (group.result[0], lost_group(group, cause, group.lost))
+            group.result = (group.result[0], lost_group(group.task_id, group.group_id, group.num_samples,
+                                                        cause=cause, error=group.lost, node=group.actor_node))
 
     def _only_stale(self, group: GroupInFlight, trained_at: int) -> bool:
         """Whether build_batch must drop the carried `group`'s samples whenever they arrive: the step
@@ -517,55 +517,6 @@ def _get_each(refs: list) -> list:
         except ray.exceptions.RayActorError as e:
             results.append(e)
     return results
-
-
-def _wait_actors(actors: list, deadline: float, timeout_s: float) -> None:
-    """Until every session actor answers (Ray starts a dead one again where the rollout tier's resource is);
-    `RunFailed` for one that died for good, or past `deadline`. A call that finds an actor unreachable (Ray does
-    not know yet that its node died) is asked again."""
-    import ray
-
-    waiting = {ray_ref: actor for actor in actors for ray_ref in [actor.ready.remote()]}
-    while waiting:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise RunFailed(f"{len(waiting)} of {len(actors)} session actors not back {timeout_s:g}s after one was "
-                            "lost", fix="see `rl360 logs` for the rollout tier's ray-worker, or raise "
-                                        "[rollout] recovery_timeout_s")
-        ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=min(left, 5.0))
-        for ref in ready:
-            actor = waiting.pop(ref)
-            try:
-                ray.get(ref)
-            except ray.exceptions.ActorUnavailableError:
-                time.sleep(0.5)
-                waiting[actor.ready.remote()] = actor
-            except ray.exceptions.RayActorError as e:
-                raise RunFailed(f"a session actor died and was not started again ({type(e).__name__})",
-                                fix="see `rl360 logs` for why (its node lost, its process killed), or raise "
-                                    "[rollout] actor_max_restarts") from e
-
-
-def actor_death_cause(error: BaseException, *, node_lost: bool) -> InfraCause:
-    """Why a group's sessions ended with their session actor: `node_lost` where its node was lost (`node_lost`:
-    the tier lost it, or Ray started the actor on another node) or Ray says the actor's node died or was
-    preempted; else `unknown`: its process died on a node that lives (an OOM kill, a kill by pid: worth a look).
-    Ray's error alone cannot tell: a restartable actor's call cut by either is `ActorUnavailableError`, no more."""
-    if node_lost or getattr(error, "preempted", False) or "its node has died" in str(error):
-        return InfraCause.NODE_LOST
-    return InfraCause.UNKNOWN
-
-
-def lost_group(group: GroupInFlight, cause: InfraCause, error: BaseException) -> list[bytes]:
-    """The sessions of `group`, whose actor died under it, each a masked infra failure: what they had generated
-    died with the actor, so nothing of them is trained (nor run again)."""
-    first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
-    metadata = {"detail": f"its session actor died ({type(error).__name__}: {first[:200]})",
-                "actor_node": group.actor_node, "sandbox_node": group.actor_node}
-    return [Trajectory(task_id=group.task_id, group_id=group.group_id, sample_index=i, token_ids=[], loss_mask=[],
-                       logprobs=[], versions=(), num_prompt_tokens=0, reward=None, outcome=Outcome.INFRA_FAILURE,
-                       cause=cause, metadata=dict(metadata)).to_bytes()
-            for i in range(max(1, group.num_samples))]
 
 
 def _unfinished(groups: list[GroupInFlight]) -> set:

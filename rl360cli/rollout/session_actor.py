@@ -12,6 +12,10 @@ number of actors, not with a single manager.
 The driver gives each actor its configuration as plain data (`ActorSetup`):
 an actor reads no recipe, profile or state file of its own.
 
+With `[sandbox] docker_host` each actor also runs its node's reaper (rl360cli/sandbox/docker/reaper.py): every
+`[sandbox] reap_every_s` it removes the run's containers on the node's daemon that are past their session's
+deadline plus `[sandbox] reap_grace_s`, so a sandbox whose actor died does not outlive the run's sessions.
+
 Each actor also keeps running counters for the step's figures (sessions in flight, the
 generate requests it sent, its CPU seconds and peak memory, image pulls in flight, and its
 admission controller's), and hands them over as one small dict when asked (`take_gauges`,
@@ -44,7 +48,9 @@ from rl360cli.inference.tokenizer import load_tokenizer
 from rl360cli.metrics import Level
 from rl360cli.nodes.config import NodeDaemonConfig, NodeSpec
 from rl360cli.nodes.daemon import node_daemon_spec
+from rl360cli.nodes.docker_runtime import docker_api
 from rl360cli.sandbox.config import SandboxConfig
+from rl360cli.sandbox.docker.reaper import DEADLINE_LABEL, reap_expired
 from rl360cli.sandbox.process.provider import NODE as PROCESS_NODE
 from rl360cli.sandbox.providers import make_provider
 from rl360cli.sandbox.task import Task
@@ -141,7 +147,8 @@ class SessionActor:
         # image (built once per node), and each sandbox gets the door to its own session (egress/door.py).
         installed = installed_agent(setup.agent)
         if installed is not None:
-            self.tasks = {i: with_agent(t, installed, layers=layer_root()) for i, t in self.tasks.items()}
+            self.tasks = {i: with_agent(t, installed, layers=layer_root(), ca_bundle=setup.egress.ca_bundle)
+                          for i, t in self.tasks.items()}
         egress = dataclasses.replace(setup.egress.on_node(self.node), door=installed is not None)
         self.provider = make_provider(sandbox, nodes=nodes, run_id=setup.run_id, node_images=setup.node_images,
                                       registry=setup.registry, egress=egress,
@@ -162,6 +169,7 @@ class SessionActor:
         self._generates_mark = 0
         self._pulls_peak = 0
         self._pull_sampler: asyncio.Task | None = None
+        self._reaper: asyncio.Task | None = None
         self._peak_resets = reset_memory_peak()
         collect_for_many_requests()  # what is loaded now stays; sessions come and go by the thousand
 
@@ -179,6 +187,8 @@ class SessionActor:
                  for i in range(num_samples)]
         if self._pull_sampler is None:  # started in the actor's event loop, with its first sessions
             self._pull_sampler = asyncio.ensure_future(self._sample_pulls())
+            if self.setup.node_daemon.docker_host and self.setup.sandbox.provider == "docker":
+                self._reaper = asyncio.ensure_future(self._reap())
         if self._endpoint_started is None:
             self._endpoint_started = asyncio.ensure_future(self.endpoint.start())
         await asyncio.shield(self._endpoint_started)
@@ -196,7 +206,9 @@ class SessionActor:
                     options=self.options, agent=self.setup.agent, rollout=self.setup.rollout,
                     provider=self.provider, exec_timeout_s=self.setup.sandbox.exec_timeout_s,
                     labels={"rl360.run": self.setup.run_id, "rl360.task": spec.task_id,
-                            "rl360.attempt": spec.attempt_id},
+                            "rl360.attempt": spec.attempt_id,
+                            # Its node's reaper removes the sandbox once well past this (it ends by then itself).
+                            DEADLINE_LABEL: f"{time.time() + self.setup.rollout.session_timeout_s:.0f}"},
                     log=lambda line: print(f"[session {spec.attempt_id}] {line}", file=sys.stderr, flush=True),
                 )
             finally:
@@ -239,9 +251,26 @@ class SessionActor:
             self._pulls_peak = max(self._pulls_peak, load[0])
             await asyncio.sleep(PULL_SAMPLE_S)
 
+    async def _reap(self) -> None:
+        """This node's reaper (see the module docstring): a failed round is said and the next one tries again."""
+        sandbox = self.setup.sandbox
+        api = docker_api(self.setup.node_daemon.host_on(self.node))
+        while True:
+            await asyncio.sleep(sandbox.reap_every_s)
+            try:
+                removed = await asyncio.to_thread(reap_expired, api, self.setup.run_id, grace_s=sandbox.reap_grace_s)
+            except Exception as e:  # noqa: BLE001 - a daemon that does not answer now may later
+                print(f"[reaper {self.node}] round failed ({type(e).__name__}: {e})", file=sys.stderr, flush=True)
+                continue
+            if removed:
+                print(f"[reaper {self.node}] removed {len(removed)} containers past their session's deadline "
+                      f"(+{sandbox.reap_grace_s:g}s)", file=sys.stderr, flush=True)
+
     async def close(self) -> None:
         if self._pull_sampler is not None:
             self._pull_sampler.cancel()
+        if self._reaper is not None:
+            self._reaper.cancel()
         await drain_cut_sessions()  # sessions cut at their deadline stop their sandboxes first
         await self.endpoint.close()
         await self.client.close()

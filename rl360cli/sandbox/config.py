@@ -141,6 +141,11 @@ class SandboxConfig:
     # their own: pull_timeout_s, and the task's build_timeout_sec).
     start_timeout_s: float = 60.0
     pull_timeout_s: float = 600.0
+    # Docker on each rollout node's own daemon (`[sandbox] docker_host`): a container of the run still there this
+    # long past its session's deadline (its `rl360.deadline` label) is removed by its node's reaper (every session
+    # actor on the node runs one, every `reap_every_s`), also when the actor that started it died.
+    reap_grace_s: float = 300.0
+    reap_every_s: float = 30.0
     # "task": a task that wants the internet (Harbor's rule) goes where the profile's [egress] lets it;
     # "none": no sandbox gets a network, whatever [egress] says.
     network: Literal["task", "none"] = "task"
@@ -185,6 +190,8 @@ class SandboxConfig:
         check_at_least(self, 1, "pids_limit", "max_concurrent", "wave_size", "max_wave_size", "max_file_mb",
                        "max_open_files", "max_output_chars")
         check_non_negative(self, "wave_interval_s", "max_infra_retries", "retry_backoff_s", "node_down_s")
-        check_positive(self, "exec_timeout_s", "start_timeout_s", "pull_timeout_s", "target_start_latency_s")
+        check_positive(self, "exec_timeout_s", "start_timeout_s", "pull_timeout_s", "target_start_latency_s",
+                       "reap_every_s")
+        check_non_negative(self, "reap_grace_s")
         check_range(self, 0, 1, "inject_failure_rate", high_open=True)
         check_at_least(self, 1000, "process_uid_base", fix="sandboxes must not share a system user's uid")

@@ -9,7 +9,8 @@ import pytest
 
 from rl360cli.errors import RunFailed
 from rl360cli.outcome import InfraCause, Outcome
-from rl360cli.rollout.rollouts import Rollouts, actor_death_cause
+from rl360cli.rollout.lost_groups import actor_death_cause
+from rl360cli.rollout.rollouts import Rollouts
 from tests.rollout.lost_standins import DyingSessionActorStandIn
 
 TASK_IDS = ["die", "t1"]  # sorted: a step's first group (task "die") goes to the first actor, round robin

@@ -54,6 +54,7 @@ from rl360cli.sandbox.docker.container import (INIT, POOL_ATTEMPT, TMPFS_PATHS, 
 from rl360cli.sandbox.docker.errors import as_sandbox_error, node_lost, one_line
 from rl360cli.sandbox.docker.images import NodeImages
 from rl360cli.sandbox.docker.podman import podman_facts, refusal
+from rl360cli.sandbox.docker.reaper import DEADLINE_LABEL
 from rl360cli.sandbox.docker.sandbox import DockerSandbox
 from rl360cli.sandbox.docker.sidecars import DockerSidecars
 from rl360cli.sandbox.provider import NodeCapacity, Sandbox, SandboxProvider, containers_of, sandbox_labels
@@ -231,8 +232,10 @@ class DockerProvider(SandboxProvider):
             sidecars = DockerSidecars(self, node, task, sandbox_labels(labels, run_id=self.run_id, task=task,
                                                                        attempt_id=attempt_id),
                                       outbound=network.access == Access.OPEN, egress=network.access == Access.PROXY)
-        spec = self._container_spec(node, task, ref, env, labels, network, sidecars=sidecars,
-                                    gpus=self._take_gpus(node, task.gpus))
+        # The session's deadline is its container's own label, not the spec's: a pool matches specs.
+        deadline = labels.get(DEADLINE_LABEL)
+        spec = self._container_spec(node, task, ref, env, {k: v for k, v in labels.items() if k != DEADLINE_LABEL},
+                                    network, sidecars=sidecars, gpus=self._take_gpus(node, task.gpus))
         # Before the pool looks at the node: its refill must count this sandbox (and its sidecars).
         self._reserve(node, spec, +containers_of(task))
         pooled = None
@@ -247,7 +250,7 @@ class DockerProvider(SandboxProvider):
                 _, cid, name = pooled
             else:
                 await self.pool.make_room(node)
-                cid, name = await self._create(node, spec, attempt_id,
+                cid, name = await self._create(node, spec, attempt_id, deadline=deadline,
                                                networking=sidecars.main_networking() if sidecars else None)
         except BaseException:
             self._reserve(node, spec, -containers_of(task))
@@ -337,15 +340,18 @@ class DockerProvider(SandboxProvider):
                              volumes=volumes or (), tmpfs=TMPFS_PATHS if volumes else (),
                              mounts=sidecars.mounts(task.volume_mounts) if sidecars is not None else ())
 
-    async def _create(self, node: str, spec: ContainerSpec, attempt_id: str, *,
+    async def _create(self, node: str, spec: ContainerSpec, attempt_id: str, *, deadline: str | None = None,
                       networking: dict | None = None) -> tuple[str, str]:
-        """Create and start one container within the start timeout; (id, name)."""
+        """Create and start one container within the start timeout; (id, name). `deadline`: its session's
+        (epoch seconds), the label its node's reaper reads (docker/reaper.py)."""
         name = container_name(self.run_id, attempt_id)
         # Set when the caller stopped waiting (start timeout, cancel): the worker removes what it made.
         abandoned = threading.Event()
         labels = dict(spec.labels)
         if attempt_id != POOL_ATTEMPT:
             labels["rl360.attempt"] = attempt_id
+        if deadline:
+            labels[DEADLINE_LABEL] = str(deadline)
         # A concurrent future, so that giving up on it works even once the event loop that asked is gone
         # (its callback runs on the worker thread); `close` waits for the creates still in flight.
         work = self._executor.submit(self._create_blocking, node, spec, name, labels, abandoned, networking)
