@@ -132,8 +132,9 @@ class RolloutTierWatch:
                 said = why
             if time.monotonic() >= deadline:
                 raise RunFailed(f"the rollout tier is not live {time.monotonic() - started:.0f}s after a lost node: "
-                                f"{why}", fix="see `rl360 status` and `rl360 logs` (`rl360 up` attached or `rl360 watch` "
-                                "advances a requeue and prewarms its new nodes); raise [rollout] recovery_timeout_s")
+                                f"{why}", fix="see `rl360 status` and `rl360 logs` (`rl360 up` attached or "
+                                "`rl360 watch` advances a requeue and prewarms its new nodes); raise "
+                                "[rollout] recovery_timeout_s")
             time.sleep(self.poll_s)
         self.seen_requeues = requeues(doc)
         waited = time.monotonic() - started
