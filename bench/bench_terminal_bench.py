@@ -479,6 +479,11 @@ def summarize(row: dict, notes: dict[str, str], task_dir: Path | None = None) ->
             return f"image build needs {', '.join(hosts)}, not reachable here"
         m = re.search(r"The command '/bin/sh -c (.{0,70}).*?' returned a non-zero code: (\d+)(?: \(its last line: (.{0,90}))?",
                       problems)
+        failing = re.search(r"The command '/bin/sh -c (.{1,300}?)(?:' returned|\n|$)", problems)
+        wanted = sorted({h.lower() for h in re.findall(r"https?://([A-Za-z0-9.-]+\.[A-Za-z]{2,})",
+                                                       failing.group(1) if failing else "")} - REACHED)
+        if wanted:
+            return f"image build needs {', '.join(wanted)}, not reachable here (`{failing.group(1)[:60].strip()}...` failed)"
         if m:
             return f"image build: `{m.group(1).strip()}` exited {m.group(2)}" + (f" ({m.group(3).rstrip(')')})"
                                                                                 if m.group(3) else "")
