@@ -12,7 +12,10 @@ Dockerfile, or `FROM` its image, then the install as root), built by the docker 
 there as any task image is (its tag is the layer's content hash), so no session pays for it. The build's `RUN`
 reaches PyPI or the npm registry through the node's egress proxy, as any task build does: the profile's
 `[egress] allow` names their hosts (pypi.org and files.pythonhosted.org; registry.npmjs.org), or its mirrors map
-them (docs/sandboxes.md, "Builds").
+them (docs/sandboxes.md, "Builds"). Where the cluster's own way out re-signs TLS with a CA the task's image does
+not trust, the profile's `[egress] ca_bundle` is copied into the layer and trusted by its install step alone
+(npm's NODE_EXTRA_CA_CERTS, pip's PIP_CERT), then removed: the sandbox's trust store stays the task image's (the
+agent's door is plain HTTP on the sandbox's loopback, and its model calls need no TLS).
 
 The run command is the preset's, on the instruction, with the session's door in its environment
 (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`: rl360cli/egress/door.py) and
@@ -71,6 +74,10 @@ LOGS = "/logs/agent"
 MAX_FILE_CHARS = 64 << 10
 # The image's trust store, as Debian's ca-certificates keeps it.
 SYSTEM_CAS = "/etc/ssl/certs/ca-certificates.crt"
+# The profile's `[egress] ca_bundle` in a layer's build folder, copied into the image for the install step, and what
+# that step trusts (the image's store, then the bundle); both removed by the step.
+BUILD_CA = "rl360-build-ca.pem"
+BUILD_CAS = "/tmp/rl360-build-cas.pem"
 # What an install step may take, beyond the task's own build_timeout_sec (apt's Node and an npm package, or a
 # PyPI agent's dependencies, on a cold node: mini-swe-agent's took ~270 s on the dev Docker nodes).
 INSTALL_TIMEOUT_S = 900.0
@@ -116,9 +123,11 @@ def _pypi_install(name: str, requirement: str, entry: str) -> tuple[str, ...]:
 
 def _npm_install(package: str, entry: str) -> tuple[str, ...]:
     # Node trusts its own CA list, not the image's: an image whose store trusts a TLS-inspecting proxy on the way
-    # out (the dev stand-ins', as pip there is told to) would fail npm with SELF_SIGNED_CERT_IN_CHAIN.
+    # out (the dev stand-ins', as pip there is told to) would fail npm with SELF_SIGNED_CERT_IN_CHAIN. The
+    # profile's ca_bundle, when the layer has one (BUILD_CAS), is that store and the bundle together.
     return (f"if ! command -v npm >/dev/null 2>&1; then {APT.format('nodejs npm ca-certificates')}; fi",
-            f"if [ -f {SYSTEM_CAS} ]; then export NODE_EXTRA_CA_CERTS={SYSTEM_CAS}; fi",
+            f'if [ -z "${{NODE_EXTRA_CA_CERTS:-}}" ] && [ -f {SYSTEM_CAS} ]; then '
+            f"export NODE_EXTRA_CA_CERTS={SYSTEM_CAS}; fi",
             f"npm install -g --no-fund --no-audit --loglevel=error {shlex.quote(package)}",
             f"command -v {entry} >/dev/null")
 
@@ -210,10 +219,10 @@ def installed_agent(agent: AgentConfig) -> InstalledAgent | None:
                                env={**preset.env, **{str(k): str(v) for k, v in env.items()}})
 
 
-def check_installed(agent: AgentConfig, *, provider: str, egress_mode: str) -> None:
+def check_installed(agent: AgentConfig, *, provider: str, egress_mode: str, ca_bundle: str = "") -> None:
     """Refuse in one line an installed agent the run could not start (`rl360 plan`, `up --dry-run` and `up`, before
     anything starts): its settings, a provider that builds no image layer, a profile with no egress proxy (no
-    door)."""
+    door), an `[egress] ca_bundle` that is no readable PEM file."""
     if installed_agent(agent) is None:
         return
     if provider != "docker":
@@ -223,6 +232,23 @@ def check_installed(agent: AgentConfig, *, provider: str, egress_mode: str) -> N
         raise Rl360Error(f"[agent] harness {agent.harness!r} reaches its model through its session's door on the "
                          f"node's egress proxy, which [egress] mode = \"{egress_mode}\" does not start",
                          'set [egress] mode = "allow" in the profile, its allow list naming the agent\'s registry')
+    if ca_bundle:
+        read_ca_bundle(ca_bundle)
+
+
+def read_ca_bundle(path: str) -> str:
+    """The certificates (PEM) of `[egress] ca_bundle` at `path`; `Rl360Error` when it is unreadable or holds none."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise Rl360Error(f"[egress] ca_bundle {path!r} cannot be read on this node ({getattr(e, 'strerror', None) or e})",
+                         "name a PEM file that exists on every node (e.g. /etc/ssl/certs/ca-certificates.crt), "
+                         "or remove ca_bundle") from None
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise Rl360Error(f"[egress] ca_bundle {path!r} holds no PEM certificate",
+                         "name the CA bundle file (-----BEGIN CERTIFICATE----- blocks) that the way out's TLS is "
+                         "signed with, or remove ca_bundle")
+    return text if text.endswith("\n") else text + "\n"
 
 
 def layer_root() -> Path:
@@ -231,34 +257,51 @@ def layer_root() -> Path:
     return Path(os.environ.get("RL360_AGENT_LAYERS") or Path(tempfile.gettempdir()) / "rl360-agent-layers")
 
 
-def layer_dockerfile(task: Task, agent: InstalledAgent) -> str:
-    """The task's image with the agent's install step as one more layer, its user as the task's image left it."""
+def layer_dockerfile(task: Task, agent: InstalledAgent, *, build_ca: bool = False) -> str:
+    """The task's image with the agent's install step as one more layer, its user as the task's image left it.
+    `build_ca`: the build folder holds BUILD_CA (the profile's `[egress] ca_bundle`), which the install step trusts
+    beside the image's own store (NODE_EXTRA_CA_CERTS for npm, PIP_CERT, SSL_CERT_FILE, REQUESTS_CA_BUNDLE, in that
+    step's shell only) and then removes: the sandbox's trust store is the task image's, as before."""
     if task.dockerfile is not None:
         base = task.dockerfile.read_text().rstrip("\n")
         users = [i.args for i in dockerfile.parse(base) if i.keyword == "USER"]
     else:
         base, users = f"FROM {task.docker_image}", []
+    install = "; ".join(agent.install)
     lines = [base, "", f"# rl360: the installed agent {agent.name} ({agent.registry} {agent.package} "
-             f"{agent.version}), a layer of its own, built once per node", "USER root",
-             f"RUN set -e; mkdir -p {LOGS}; " + "; ".join(agent.install)]
+             f"{agent.version}), a layer of its own, built once per node", "USER root"]
+    if build_ca:
+        copied = f"/tmp/{BUILD_CA}"
+        lines.append(f"COPY {BUILD_CA} {copied}")
+        install = (f"{{ cat {SYSTEM_CAS} 2>/dev/null && echo || true; cat {copied}; }} > {BUILD_CAS}; "
+                   f"export NODE_EXTRA_CA_CERTS={BUILD_CAS} PIP_CERT={BUILD_CAS} SSL_CERT_FILE={BUILD_CAS} "
+                   f"REQUESTS_CA_BUNDLE={BUILD_CAS}; {install}; rm -f {copied} {BUILD_CAS}")
+    lines.append(f"RUN set -e; mkdir -p {LOGS}; {install}")
     if users:  # the task's own user again, for its agent and verifier
         lines.append(f"USER {users[-1]}")
     return "\n".join(lines) + "\n"
 
 
-def with_agent(task: Task, agent: InstalledAgent, *, layers: Path) -> Task:
+def with_agent(task: Task, agent: InstalledAgent, *, layers: Path, ca_bundle: str = "") -> Task:
     """`task` whose image is its own plus the agent's install layer: a build folder under `layers` (the task's
     environment/ files and the layered Dockerfile), tagged by its content, so each node builds it once and keeps
-    it. The task's tests, solution, workdir and everything else are unchanged."""
+    it. The task's tests, solution, workdir and everything else are unchanged. `ca_bundle`: the profile's
+    `[egress] ca_bundle`, which the install step trusts (`layer_dockerfile`); a new bundle is a new layer."""
     if task.dockerfile is None and task.docker_image is None:
         raise Rl360Error(f"task {task.id} names no image", "give it an [environment] docker_image or a Dockerfile")
-    text = layer_dockerfile(task, agent)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    pem = read_ca_bundle(ca_bundle) if ca_bundle else ""
+    text = layer_dockerfile(task, agent, build_ca=bool(pem))
+    digest = hashlib.sha256((text + pem).encode()).hexdigest()[:16]
     folder = layers / f"{task.id}-{agent.name}-{digest}"
     if not (folder / "Dockerfile").is_file():
         staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=_made(layers)))
         if task.dockerfile is not None:  # its COPY and ADD sources, beside the layered Dockerfile
             shutil.copytree(task.dockerfile.parent, staging, dirs_exist_ok=True, symlinks=True)
+        if pem:
+            (staging / BUILD_CA).write_text(pem)
+            ignore = staging / ".dockerignore"
+            if ignore.is_file():  # the task's own rules must not leave the bundle out of the build's context
+                ignore.write_text(ignore.read_text().rstrip("\n") + f"\n!{BUILD_CA}\n")
         (staging / "Dockerfile").write_text(text)
         try:
             staging.rename(folder)

@@ -115,15 +115,19 @@ class EgressRoute:
     # (door.py), on this port of its 127.0.0.1 ([egress] door_port), whatever else it gets (network.py decides).
     door: bool = False
     door_port: int = 3129
+    # [egress] ca_bundle: what an installed agent's install step trusts beside the image's roots (installed.py).
+    ca_bundle: str = ""
 
     @classmethod
     def of(cls, config: EgressConfig, records: Iterable[Mapping[str, Any]]) -> EgressRoute:
         """The route of a profile's `[egress]`, through the proxies the `egress` stage recorded (`records`): the
         machine's (local backend), or the rollout nodes' (Slurm: one control template for them all)."""
         if config.mode != "allow":
-            return cls(mode=config.mode, port=config.sandbox_port, door_port=config.door_port)
+            return cls(mode=config.mode, port=config.sandbox_port, door_port=config.door_port,
+                       ca_bundle=config.ca_bundle)
         control = next((str(r.get("url") or "") for r in records), "").removeprefix("unix://")
-        return cls(mode="allow", control=control, port=config.sandbox_port, door_port=config.door_port)
+        return cls(mode="allow", control=control, port=config.sandbox_port, door_port=config.door_port,
+                   ca_bundle=config.ca_bundle)
 
     @classmethod
     def recorded(cls, config: EgressConfig, doc: StateDoc) -> EgressRoute:

@@ -6,6 +6,7 @@
     cache_mb = 2048                         # the per-node cache of GET responses
 
     pypi_as_of = "2026-04-23T00:00:00Z"     # PyPI as it was then (optional)
+    ca_bundle = "/etc/ssl/certs/ca-certificates.crt"  # what an installed agent's install step trusts (optional)
 
     [egress.mirrors]                        # URL prefix -> the prefix fetched instead
     "http://deb.debian.org/debian/" = "http://127.0.0.1:8081/debian/"
@@ -37,6 +38,12 @@ image builds and docker sidecars, which cannot be given the CA, reach it undated
 and the proxy's lines for them say so. Why per profile, not per task: the date is of the world the sandboxes
 see, as the allow list is; Harbor's task.toml has no field for it (the datasets stay unchanged), and one
 run's sandboxes then all see one PyPI (docs/sandboxes.md, "PyPI as of a date").
+
+`ca_bundle` is for a cluster whose own way out re-signs TLS (a TLS-inspecting proxy beyond rl360's): the proxy
+tunnels blind, so a build's RUN step meets that proxy's certificate, which a task's image need not trust. The
+install step rl360 adds to a task's image (an installed agent's layer) trusts the file beside the image's own
+roots, during that step only (agent/installed.py); the task's own Dockerfile and the sandboxes are left as
+they are, as Harbor leaves them.
 
 Test: tests/egress/test_egress_config.py.
 """
@@ -112,6 +119,11 @@ class EgressConfig:
     pypi_as_of: str = ""
     # The Simple API prefixes that `pypi_as_of` dates (PyPI's; add a mirror's that sandboxes name themselves).
     pypi_indexes: tuple[str, ...] = ("https://pypi.org/simple/",)
+    # A PEM file (an absolute path, the same on every node) that the install step rl360 adds to a task's image (an
+    # installed agent's layer: agent/installed.py) trusts beside the image's own roots, for that step alone: for a
+    # way out beyond this proxy that re-signs TLS (a TLS-inspecting proxy) with a CA the task's image does not
+    # trust. The host's own system bundle is the usual value; "" (the default) adds nothing.
+    ca_bundle: str = ""
 
     def __post_init__(self) -> None:
         if self.mode != "allow" and (self.allow or self.mirrors):
@@ -148,6 +160,9 @@ class EgressConfig:
             if not prefix.startswith(("http://", "https://")) or not prefix.endswith("/"):
                 raise ValueError(f"pypi_indexes: {prefix!r} must be a Simple API URL prefix ending in \"/\" "
                                  '(e.g. "https://pypi.org/simple/")')
+        if self.ca_bundle and not self.ca_bundle.startswith("/"):
+            raise ValueError(f"ca_bundle: {self.ca_bundle!r} must be an absolute path to a PEM file, the same on "
+                             'every node (e.g. "/etc/ssl/certs/ca-certificates.crt")')
         check_at_least(self, 1, "cache_mb", fix="the cache is how N sandboxes fetch a file once")
         check_positive(self, "cache_ttl_s", "connect_timeout_s")
         check_range(self, 1, 65535, "sandbox_port", "door_port")

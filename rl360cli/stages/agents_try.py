@@ -139,7 +139,8 @@ def agent_of(ctx: Context, harness: str) -> AgentConfig:
             sys.path.insert(0, os.getcwd())
         python_harness(harness)
     # An installed agent's settings, and a recipe whose sandboxes could not run it, refused as `rl360 plan` does.
-    check_installed(agent, provider=ctx.need_recipe().sandbox.provider, egress_mode=ctx.profile.egress.mode)
+    check_installed(agent, provider=ctx.need_recipe().sandbox.provider, egress_mode=ctx.profile.egress.mode,
+                    ca_bundle=ctx.profile.egress.ca_bundle)
     harness_factory(agent, ctx.need_recipe().rollout, exec_timeout_s=30.0)  # terminus-2's interpreter, refused here
     return agent
 
@@ -151,7 +152,7 @@ def try_harness(ctx: Context, *, harness: str, task_path: Path, out_dir: Path | 
     task = load_task(task_path)
     installed = installed_agent(agent)
     if installed is not None:
-        task = with_agent(task, installed, layers=layer_root())
+        task = with_agent(task, installed, layers=layer_root(), ca_bundle=ctx.profile.egress.ca_bundle)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = (out_dir or ctx.state.home / "tries" / f"{stamp}-{task.id}").absolute()
     out.mkdir(parents=True, exist_ok=True)

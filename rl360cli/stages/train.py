@@ -94,7 +94,7 @@ def check_harness(ctx: Context) -> None:
         harbor_python(ctx.need_recipe().agent)
     # An installed agent: its settings, a provider that builds its image layer, the egress proxy for its door.
     check_installed(ctx.need_recipe().agent, provider=ctx.need_recipe().sandbox.provider,
-                    egress_mode=ctx.profile.egress.mode)
+                    egress_mode=ctx.profile.egress.mode, ca_bundle=ctx.profile.egress.ca_bundle)
 
 
 def plan(ctx: Context) -> list[Action]:

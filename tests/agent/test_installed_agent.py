@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from rl360cli.agent.config import INSTALLED_AGENTS, AgentConfig, RolloutConfig
-from rl360cli.agent.installed import (INSTALL_TIMEOUT_S, PINNED, InstalledHarness, installed_agent, layer_dockerfile,
-                                      with_agent)
+from rl360cli.agent.installed import (BUILD_CA, INSTALL_TIMEOUT_S, PINNED, InstalledAgent, InstalledHarness,
+                                      check_installed, installed_agent, layer_dockerfile, with_agent)
 from rl360cli.agent.session import SessionSpec, run_session, session_options
 from rl360cli.errors import Rl360Error
 from rl360cli.outcome import Outcome
@@ -28,7 +28,8 @@ from rl360cli.sandbox.task_loader import load_task
 from tests.agent.endpoint_standin import ServedEndpoint
 from tests.conftest import REPO
 from tests.egress.conftest import proxy_of  # noqa: F401 - the real egress proxy
-from tests.sandbox.conftest import docker_node_specs, docker_provider, write_task  # noqa: F401
+from rl360cli.egress.config import EgressConfig
+from tests.sandbox.conftest import docker_node_specs, docker_provider, run, write_task  # noqa: F401
 
 PYTHON_SLIM = "127.0.0.1:5000/hub/library/python:3.11-slim"  # the dev registry's stand-in (images/standin/)
 
@@ -76,6 +77,76 @@ def test_the_install_is_one_layer_over_the_tasks_image_its_user_kept(tmp_path):
     assert layered.build_timeout_s == task.build_timeout_s + INSTALL_TIMEOUT_S  # the install's time on top
     prebuilt = load_task(write_task(tmp_path, "prebuilt", image=PYTHON_SLIM))
     assert layer_dockerfile(prebuilt, agent).startswith(f"FROM {PYTHON_SLIM}\n")
+
+
+# A CA bundle as `[egress] ca_bundle` names one (its text is not parsed: only the PEM markers are looked for).
+FAKE_CA = "-----BEGIN CERTIFICATE-----\nrl360-test-way-out-ca\n-----END CERTIFICATE-----\n"
+
+
+def test_the_profiles_ca_bundle_is_a_new_layer_and_is_refused_in_one_line_when_it_is_no_pem_file(tmp_path):
+    agent = installed_agent(AgentConfig(harness="installed:codex"))
+    task = load_task(write_task(tmp_path, "prebuilt", image=PYTHON_SLIM))
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text(FAKE_CA)
+    plain = with_agent(task, agent, layers=tmp_path / "layers")
+    trusted = with_agent(task, agent, layers=tmp_path / "layers", ca_bundle=str(bundle))
+    assert BUILD_CA not in plain.dockerfile.read_text() and not (plain.dockerfile.parent / BUILD_CA).exists()
+    assert (trusted.dockerfile.parent / BUILD_CA).read_text() == FAKE_CA and trusted.image_ref != plain.image_ref
+    bundle.write_text(FAKE_CA.replace("rl360", "other"))  # another CA: another layer, never the old one's image
+    assert with_agent(task, agent, layers=tmp_path / "layers", ca_bundle=str(bundle)).image_ref != trusted.image_ref
+    with pytest.raises(ValueError, match="ca_bundle: 'ca.pem' must be an absolute path"):
+        EgressConfig(mode="allow", ca_bundle="ca.pem")
+    with pytest.raises(Rl360Error, match="cannot be read on this node") as missing:
+        check_installed(AgentConfig(harness="installed:codex"), provider="docker", egress_mode="allow",
+                        ca_bundle=str(tmp_path / "none.pem"))
+    assert "name a PEM file that exists on every node" in missing.value.fix
+    (tmp_path / "empty.pem").write_text("not a certificate\n")
+    with pytest.raises(Rl360Error, match="holds no PEM certificate"):
+        with_agent(task, agent, layers=tmp_path / "layers", ca_bundle=str(tmp_path / "empty.pem"))
+
+
+def test_npm_keeps_the_bundle_the_layer_trusts_and_takes_the_images_store_without_one():
+    line = next(c for c in installed_agent(AgentConfig(harness="installed:claude-code")).install
+                if "NODE_EXTRA_CA_CERTS" in c)
+    script = f"{line.replace('/etc/ssl/certs/ca-certificates.crt', '/dev/null')}; echo \"$NODE_EXTRA_CA_CERTS\""
+    kept = subprocess.run(["sh", "-c", script], env={"NODE_EXTRA_CA_CERTS": "/tmp/x.pem"}, capture_output=True,
+                          text=True)
+    store = subprocess.run(["sh", "-c", script.replace("[ -f /dev/null ]", "[ -e /dev/null ]")], env={},
+                           capture_output=True, text=True)
+    assert (kept.stdout, store.stdout) == ("/tmp/x.pem\n", "/dev/null\n"), (kept.stderr, store.stderr, script)
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_the_install_step_trusts_the_ca_bundle_and_the_sandbox_keeps_the_images_store(docker_provider, tmp_path):
+    """A layer over a task whose .dockerignore leaves everything out, built on a dev Docker node: its install step
+    sees the image's store and the bundle in NODE_EXTRA_CA_CERTS, PIP_CERT, SSL_CERT_FILE and REQUESTS_CA_BUNDLE;
+    the sandbox's image holds neither the bundle nor those variables."""
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text(FAKE_CA)
+    evidence = ('cp "$NODE_EXTRA_CA_CERTS" /installed-cas.pem', 'echo "$PIP_CERT $SSL_CERT_FILE $REQUESTS_CA_BUNDLE" '
+                '> /installed-env', "ls /tmp > /installed-tmp")
+    agent = InstalledAgent(name="probe", dialect="chat completions", registry="npm", package="probe", version="1",
+                           install=evidence, run="true")
+    folder = write_task(tmp_path, "ignored", dockerfile='FROM 127.0.0.1:5000/rl360/busybox:latest\nUSER 65534\n')
+    (folder / "environment" / ".dockerignore").write_text("*\n")
+    task = with_agent(load_task(folder), agent, layers=tmp_path / "layers", ca_bundle=str(bundle))
+
+    async def go():
+        sandbox = await docker_provider().start(task, attempt_id="ca-1", labels={})
+        try:
+            return (await sandbox.exec("cat /installed-cas.pem /installed-env /installed-tmp; echo now:; "
+                                       "ls /tmp | grep -c rl360-build; env | grep -c _CERT; id -u",
+                                       timeout_s=30)).output
+        finally:
+            await sandbox.stop()
+
+    step, now = run(go()).split("now:\n")
+    # The step: the bundle (busybox has no store of its own), in all four variables, copied in beside the merged one.
+    assert step == FAKE_CA + "/tmp/rl360-build-cas.pem " * 2 + f"/tmp/rl360-build-cas.pem\n{BUILD_CA}\n" \
+        "rl360-build-cas.pem\n", step
+    # The sandbox: neither file in /tmp, no CA variable, the task's own user again.
+    assert now.split() == ["0", "0", "65534"], now
 
 
 # ----------------------------------------------------------------------------- a real one, in a docker sandbox
