@@ -116,6 +116,19 @@ def slurm_cluster() -> dict[str, Any]:
     return desc
 
 
+@pytest.fixture(scope="module")
+def ray_up():
+    """A local Ray instance on this machine's 2 CPUs for a module's actors (left running if one already was)."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    yield ray
+    if started:
+        ray.shutdown()
+
+
 @pytest.fixture
 def state_path(tmp_path: Path):
     """The test's state file; whatever it still records at the end (a test that failed half-way) is

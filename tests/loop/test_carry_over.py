@@ -63,18 +63,6 @@ class StalenessRecordingTrainer(SimulatedTrainer):
 
 
 @pytest.fixture(scope="module")
-def ray_up():
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    yield ray
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def shared_actor(ray_up):
     """One stand-in actor for the module's tests (each starts it over with `configure`)."""
     return ray_up.remote(GatedSessionActorStandIn).remote()

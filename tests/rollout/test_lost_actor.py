@@ -44,18 +44,6 @@ class TierWatchStandIn:
         return None
 
 
-@pytest.fixture(scope="module")
-def ray_up():
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    yield ray
-    if started:
-        ray.shutdown()
-
-
 def actors(ray, *, max_restarts: int) -> list:
     remote = ray.remote(DyingSessionActorStandIn)
     # As the driver launches the session actors: Ray starts a dead one again, and retries none of its calls.

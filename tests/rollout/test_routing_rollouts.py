@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
 from rl360cli.config import load_profile, load_recipe
 from rl360cli.rollout.rollouts import Rollouts
@@ -41,18 +40,6 @@ class NodeActorStandIn(GatedSessionActorStandIn):
 
     async def groups_ran(self) -> list[str]:
         return list(self.ran)
-
-
-@pytest.fixture(scope="module")
-def ray_up():
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    yield ray
-    if started:
-        ray.shutdown()
 
 
 def test_groups_run_on_the_actor_whose_node_holds_their_image(ray_up):
