@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from rl360cli.config import load_profile, load_recipe
 from rl360cli.rollout.rollouts import Rollouts
 from rl360cli.rollout.routing import ANY, WARM, Choice, NodeImages, RouteTable, choose_actor
