@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,6 +78,10 @@ STANDINS = {
     "debian:bullseye-slim": ("hub/library/ubuntu:24.04", ""),
     "debian:13.0-slim": ("debootstrap:trixie", ""),
 }
+# ghcr.io's images the Dockerfiles take `COPY --from`: uv's binaries of that very version, from its PyPI wheel
+# (images/standin-uv/Dockerfile, as the dev registry's ghcr/astral-sh/uv:latest is made), under tb2-standin-ghcr/.
+GHCR_NAMESPACE = "tb2-standin-ghcr"
+UV_STANDINS = ("0.8.14", "0.8.15", "0.9.7")  # 0.9.7 is also tagged latest, as the dev registry's is
 # A Debian suite's own minbase (from deb.debian.org, which this machine reaches) for a debian:<suite> base, with
 # the shared libraries CPython 3.13 links to (the real slim image lacks them); bullseye is no longer on
 # deb.debian.org's main archive, so debian:bullseye-slim stays bookworm.
@@ -135,12 +140,20 @@ def bases_of(task_dir: Path) -> list[str]:
     out, stages = [], set()
     for line in dockerfile.read_text(errors="replace").splitlines():
         m = re.match(r"\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", line, re.I)
-        if m:
-            if m.group(1).lower() not in stages:
-                out.append(m.group(1))
-            if m.group(2):
-                stages.add(m.group(2).lower())
+        copy = re.match(r"\s*COPY\s+.*--from=(\S+)", line, re.I)
+        image = m.group(1) if m else copy.group(1) if copy else None
+        if image and image.lower() not in stages and image not in out and not image.isdigit():
+            out.append(image)
+        if m and m.group(2):
+            stages.add(m.group(2).lower())
     return out
+
+
+def is_standin(image: str) -> bool:
+    if image in STANDINS:
+        return True
+    m = re.fullmatch(r"ghcr\.io/astral-sh/uv:(\S+)", image)
+    return bool(m) and (m.group(1) in UV_STANDINS or m.group(1) == "latest")
 
 
 # ------------------------------------------------------------------------------------------------ the stand-ins
@@ -161,12 +174,14 @@ def docker(node_host: str, *argv: str, **kw) -> subprocess.CompletedProcess:
 
 
 def python_tar(version: str, dest: Path) -> None:
-    """pyenv's CPython `version` (built on this same Debian) as a tar of /usr/local's bin/ and lib/."""
+    """pyenv's CPython `version` (built on this same Debian) as a tar of /usr/local's bin/, lib/ and include/ (its
+    headers: verifiers build C extensions against it, as they can on the real python images)."""
     home = max(PYENV.glob(f"{version}.*"), key=lambda p: [int(x) for x in p.name.split(".")])
     subprocess.run(["tar", "-C", str(home), "-cf", str(dest), f"--exclude=lib/python{version}/test",
-                    f"--exclude=lib/python{version}/idlelib", f"--exclude=lib/python{version}/config-*",
+                    f"--exclude=lib/python{version}/idlelib", "--exclude=*.a",
                     f"--exclude=lib/python{version}/site-packages", "--exclude=lib/libpython3.so",
-                    "--exclude=lib/pkgconfig", f"bin/python{version}", "lib"], check=True)
+                    "--exclude=lib/pkgconfig", f"bin/python{version}", f"bin/python{version}-config", "lib",
+                    f"include/python{version}"], check=True)
 
 
 def debootstrap_image(suite: str, node_host: str) -> str:
@@ -236,6 +251,37 @@ def ensure_standins(node_host: str, force: tuple[str, ...] = ()) -> None:
     shutil.rmtree(ctx, ignore_errors=True)
 
 
+def ensure_uv_standins(node_host: str) -> None:
+    """ghcr.io/astral-sh/uv:<version> for each of UV_STANDINS under tb2-standin-ghcr/ (built on the node, pushed)."""
+    ctx = WORK / "standin-uv-ctx"
+    for version in UV_STANDINS:
+        tags = [version, "latest"] if version == UV_STANDINS[-1] else [version]
+        if all(registry_has(f"{GHCR_NAMESPACE}/astral-sh/uv:{t}") for t in tags):
+            continue
+        shutil.rmtree(ctx, ignore_errors=True)
+        ctx.mkdir(parents=True)
+        wheels = WORK / "wheels"
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
+                        "--platform", "manylinux_2_17_x86_64", "-d", str(wheels), f"uv=={version}"], check=True)
+        wheel = next(wheels.glob(f"uv-{version}-*manylinux_2_17_x86_64*.whl"))
+        with zipfile.ZipFile(wheel) as z:
+            for name in ("uv", "uvx"):
+                (ctx / name).write_bytes(z.read(f"uv-{version}.data/scripts/{name}"))
+                (ctx / name).chmod(0o755)
+        text = (ROOT / "images" / "standin-uv" / "Dockerfile").read_text()
+        (ctx / "Dockerfile").write_text(text.replace("ghcr.io/astral-sh/uv:latest:", f"ghcr.io/astral-sh/uv:{version}:"))
+        refs = [f"{REGISTRY}/{GHCR_NAMESPACE}/astral-sh/uv:{t}" for t in tags]
+        built = docker(node_host, "build", "-q", "--force-rm", "--network", "none", "--build-arg",
+                       f"UV_VERSION={version}", *[a for r in refs for a in ("-t", r)], str(ctx))
+        if built.returncode != 0:
+            sys.exit(f"stand-in uv {version}: build failed: {built.stderr[-2000:]}")
+        for ref in refs:
+            if docker(node_host, "push", ref).returncode != 0:
+                sys.exit(f"stand-in uv {version}: push of {ref} failed")
+        print(f"stand-in ghcr.io/astral-sh/uv:{version}: pushed as {', '.join(refs)}", flush=True)
+    shutil.rmtree(ctx, ignore_errors=True)
+
+
 def write_profile(node: dict) -> Path:
     """cluster/dev-docker.toml with docker.io mirrored to the stand-ins, one node, PyPI as of the copy's commit."""
     text = (ROOT / "cluster" / "dev-docker.toml").read_text()
@@ -243,6 +289,10 @@ def write_profile(node: dict) -> Path:
     if mirror not in text or "pypi_as_of = " not in text:
         sys.exit("cluster/dev-docker.toml changed: update write_profile in bench/bench_terminal_bench.py")
     text = text.replace(mirror, f'"docker.io" = "{REGISTRY}/{NAMESPACE}"')
+    ghcr = '"ghcr.io" = "127.0.0.1:5000/ghcr"'
+    if ghcr not in text:
+        sys.exit("cluster/dev-docker.toml changed: update write_profile in bench/bench_terminal_bench.py")
+    text = text.replace(ghcr, f'"ghcr.io" = "{REGISTRY}/{GHCR_NAMESPACE}"')
     text = re.sub(r'pypi_as_of = "[^"]*"', f'pypi_as_of = "{COMMIT_TIME}"', text)
     text = re.sub(r'name = "dev-docker"', 'name = "dev-docker-tb2"', text, count=1)
     # One node: a task's images are built once, where its oracle and no-op both run. Its reservations cover the
@@ -338,7 +388,7 @@ def check_one(task_dir: Path, *, profile: Path, node_host: str, limit_s: float, 
               missing: list[str]) -> dict:
     task = task_dir.name
     bases = bases_of(task_dir)
-    row = {"task": task, "bases": bases, "standins": [b for b in bases if b in STANDINS],
+    row = {"task": task, "bases": bases, "standins": [b for b in bases if is_standin(b)],
            "unmapped_bases": [b for b in bases if b not in STANDINS and "/" not in b.split(":")[0]],
            "dataset": f"{REPO}@{COMMIT}:{FOLDER}", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "probe": probe}
@@ -399,6 +449,7 @@ def run(args) -> None:
     missing = [m for m in (root / ".missing").read_text().splitlines() if m]
     node = next(n for n in json.loads(NODES_JSON.read_text())["nodes"] if n["name"] == args.node)
     ensure_standins(node["docker_host"])
+    ensure_uv_standins(node["docker_host"])
     profile = write_profile(node)
     done = done_rows()
     todo = [t for t in tasks_of(root) if t not in done or t in args.redo]
@@ -462,6 +513,16 @@ def script_needs(task_dir: Path | None, seen: tuple[str, ...] = ()) -> str:
     return "; ".join(out)
 
 
+def build_hosts(task_dir: Path | None) -> list[str]:
+    """The unreachable hosts of the URLs in the task's Dockerfile and the shell scripts beside it (read, not seen)."""
+    env = task_dir / "environment" if task_dir else None
+    if env is None or not env.exists():
+        return []
+    code = "\n".join(ln for f in [env / "Dockerfile", *env.rglob("*.sh")] if f.is_file()
+                     for ln in f.read_text(errors="replace").splitlines() if not ln.lstrip().startswith("#"))
+    return sorted({h.lower() for h in re.findall(r"https?://([A-Za-z0-9.-]+\.[A-Za-z]{2,})", code)} - REACHED)
+
+
 def summarize(row: dict, notes: dict[str, str], task_dir: Path | None = None) -> str:
     """The row's one-line cause: a reviewed note where bench/results/terminal_bench_2_notes.json has one, else
     what the row shows: a host the build or the oracle needed, a timeout, the verifier's own summary."""
@@ -484,8 +545,10 @@ def summarize(row: dict, notes: dict[str, str], task_dir: Path | None = None) ->
                                                        failing.group(1) if failing else "")} - REACHED)
         if wanted:
             return f"image build needs {', '.join(wanted)}, not reachable here (`{failing.group(1)[:60].strip()}...` failed)"
+        scripts = build_hosts(task_dir)
         if m:
-            return f"image build: `{m.group(1).strip()}` exited {m.group(2)}" + (f" ({m.group(3).rstrip(')')})"
+            return (f"image build: `{m.group(1).strip()}` exited {m.group(2)}"
+                    + (f"; its build scripts fetch from {', '.join(scripts)} (not reachable here)" if scripts else "")) + (f" ({m.group(3).rstrip(')')})"
                                                                                 if m.group(3) else "")
         return row.get("cause") or "image build failed"
     if row.get("oracle_cause"):
@@ -509,7 +572,8 @@ def table(rows: dict[str, dict], all_tasks: list[str], root: Path | None = None)
     seconds = sum(r.get("seconds") or 0 for r in ran)
     first = min((r["started"] for r in ran if r.get("started")), default="-")
     last = max((r["started"] for r in ran if r.get("started")), default="-")
-    used = sorted({b for r in ran for b in r.get("standins", [])})
+    used = sorted({b for r in ran for b in (bases_of(root / r["task"]) if root else r.get("bases", []))
+                   if is_standin(b)})
     out = [SECTION, "",
            f"`rl360 tasks check --force-build` (each task's oracle, `solution/solve.sh`, must score 1 and a no-op "
            f"must not; `-j 1`, one `rl360` process a task) over Terminal-Bench 2.0, the verbatim copy in GitHub's "
@@ -533,8 +597,13 @@ def table(rows: dict[str, dict], all_tasks: list[str], root: Path | None = None)
            "asks for); "
            "`debian:13.0-slim` is Debian trixie's own debootstrap minbase; `python:3.13-slim-bookworm` and "
            "`python:3.10-slim-bookworm` have pyenv's CPython 3.13.0 / 3.10.13 as `python3` with pip; "
-           "`python:3.11-slim` and `python:3.11` are Debian's 3.11 with pip. Every row that built an image used "
-           f"one ({', '.join(used) or '-'} so far); the base column says which.", "",
+           "`python:3.11-slim` and `python:3.11` are Debian's 3.11 with pip; the pyenv CPythons come with their "
+           "headers. `COPY --from=ghcr.io/astral-sh/uv:<version>` takes uv's binaries of that version from its PyPI "
+           "wheel (`tb2-standin-ghcr/`). Every row that built an image used "
+           f"stand-ins ({', '.join(used) or '-'} so far); the base column says which. Two stand-in gaps found on the "
+           "way were closed mid-run and the two rows they had failed run again: the CPythons' headers "
+           "(feal-differential-cryptanalysis's verifier builds a C extension) and uv 0.8.14 "
+           "(financial-document-processor).", "",
            "Columns: *oracle* and *no-op*, the rewards the task's verifier gave them (`-`: not run, the image did "
            "not build); *verifier on the oracle*, its pytest summary; *cause*, one line for a failure: what the "
            "row observed (a host the egress proxy refused, a build step, a timeout), then what the oracle's "
@@ -550,7 +619,8 @@ def table(rows: dict[str, dict], all_tasks: list[str], root: Path | None = None)
         if r is None:
             out.append(f"| {task} | | | | | not yet run | | |")
             continue
-        bases = ", ".join(f"{b} (stand-in)" if b in r.get("standins", []) else b for b in r.get("bases", []))
+        images = bases_of(root / task) if root else r.get("bases", [])
+        bases = ", ".join(f"{b} (stand-in)" if is_standin(b) else b for b in images)
         cause = summarize(r, notes, root / task if root else None).replace("|", "\\|")
         secs = "-" if r.get("seconds") is None else f"{r['seconds']:.0f}"
         ran_oracle = not r.get("oracle_cause")  # an infrastructure failure (a build) scored nothing
@@ -585,6 +655,7 @@ def standins(args) -> None:
     node = next(n for n in json.loads(NODES_JSON.read_text())["nodes"] if n["name"] == args.node)
     WORK.mkdir(parents=True, exist_ok=True)
     ensure_standins(node["docker_host"], force=tuple(args.force))
+    ensure_uv_standins(node["docker_host"])
 
 
 def clean(args) -> None:
