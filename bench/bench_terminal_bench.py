@@ -395,8 +395,8 @@ def check_one(task_dir: Path, *, profile: Path, node_host: str, limit_s: float, 
     absent = [m for m in missing if m.startswith(task + "/")]
     if absent:
         return row | {"status": "not run", "seconds": 0.0, "oracle_reward": None, "noop_reward": None,
-                      "cause": f"not run: {', '.join(a.split('/', 1)[1] for a in absent)} absent from the stored "
-                               f"copy of {REPO} (a large file its snapshot lacks)"}
+                      "cause": f"not run: {', '.join(a.split('/', 1)[1] for a in absent)} absent from this "
+                               f"machine's snapshot of {REPO} (the `fetch` tool leaves out the largest files)"}
     log = WORK / "logs" / f"{task}.json"
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = [str(ROOT / ".venv" / "bin" / "rl360"), "tasks", "check", str(task_dir), "--provider", "docker",
@@ -561,8 +561,38 @@ def summarize(row: dict, notes: dict[str, str], task_dir: Path | None = None) ->
     return (row.get("cause") or "") + where
 
 
+def category(cause: str) -> str:
+    """The kind of a failure's one-line cause, for the counts above the table."""
+    if cause.startswith("image build needs"):
+        return "an image build needs a host not reachable here"
+    if cause.startswith(("image build", "image_build")):
+        return "an image build failed otherwise"
+    if "asked for" in cause and "not reachable here" in cause:
+        return "the oracle or its verifier asked for a host not reachable here"
+    if "pins Ubuntu packages" in cause:
+        return "the oracle pins Ubuntu 24.04 package versions, which the Debian stand-in lacks"
+    if "fetches from" in cause:
+        return "the oracle's solve.sh fetches from a host not reachable here (read from it)"
+    if cause.startswith("not run"):
+        return "not run: a file this machine's snapshot lacks"
+    return "other (the cause column)"
+
+
 def fmt_reward(r) -> str:
     return "-" if r is None else f"{r:g}"
+
+
+def kinds(ran: list[dict], notes: dict[str, str], root: Path | None) -> list[str]:
+    """'The N that did not pass:' and a count per kind of cause, most first."""
+    found: dict[str, int] = {}
+    for r in ran:
+        if r["status"] != "passed":
+            kind = category(summarize(r, notes, root / r["task"] if root else None))
+            found[kind] = found.get(kind, 0) + 1
+    if not found:
+        return []
+    return [f"The {sum(found.values())} that did not pass, by the first kind their cause line shows:", "",
+            *[f"- {n}: {kind}" for kind, n in sorted(found.items(), key=lambda kv: -kv[1])]]
 
 
 def table(rows: dict[str, dict], all_tasks: list[str], root: Path | None = None) -> str:
@@ -584,8 +614,9 @@ def table(rows: dict[str, dict], all_tasks: list[str], root: Path | None = None)
            f"{COMMIT_TIME}) and npm's registries, and the uv installer's stand-in for astral.sh; nothing else.", "",
            f"**{len(ran)} of {len(all_tasks)} tasks ran** between {first} and {last} (UTC, each row's start): "
            f"**{counts['passed']} passed, {counts['failed']} failed, {counts['refused']} refused, "
-           f"{counts['not run']} not run** (a file the stored copy lacks); {seconds / 60:.0f} min of checks in all "
+           f"{counts['not run']} not run** (a file this machine's snapshot of the copy lacks); {seconds / 60:.0f} min of checks in all "
            f"(the rows' times summed; a row's time is its whole check: image build, oracle, no-op, verifiers).", "",
+           *kinds(ran, notes, root), "",
            "Base images: every task names a prebuilt `alexgshaw/<task>:20251031` on Docker Hub and ships its "
            "Dockerfile; `--force-build` builds that, and its `FROM` (Docker Hub, not reachable here) comes from the "
            f"loopback registry's `{NAMESPACE}/`, which the bench's profile names as docker.io's mirror: a labelled "
