@@ -448,11 +448,15 @@ def test_no_process_it_started_outlives_its_attempt(provider_of, kind, tmp_path)
 
 
 def test_a_containers_root_is_writable_by_default_and_the_hosts_is_untouched(docker_provider, tmp_path):
-    """Harbor's images expect root to install what they need: by default a container's root is its own to write."""
-    result, (wrote,) = attempt(docker_provider(), hostile_task(tmp_path),
-                               "echo x > /usr/rl360-probe && echo x > /rl360-probe && echo wrote")
+    """Harbor's images expect root to install what they need: by default a container's root is its own to write.
+    And to serve it: sshd chroots its pre-auth child (SYS_CHROOT), which no other capability may stand in for."""
+    result, (wrote, chrooted) = attempt(docker_provider(), hostile_task(tmp_path),
+                                        "echo x > /usr/rl360-probe && echo x > /rl360-probe && echo wrote",
+                                        "chroot / /bin/sh -c 'echo chrooted'")
     assert wrote.exit_code == 0 and wrote.output.strip() == "wrote", wrote.output
     assert not Path("/usr/rl360-probe").exists() and not Path("/rl360-probe").exists()
+    # Without SYS_CHROOT: "chroot: cannot change root directory to '/': Operation not permitted".
+    assert chrooted.exit_code == 0 and chrooted.output.strip() == "chrooted", chrooted.output
     assert result.outcome == Outcome.OK
 
 

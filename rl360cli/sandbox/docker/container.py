@@ -38,11 +38,14 @@ INIT = ("mkdir -p /tests /logs/verifier /logs/agent && chmod 777 /logs /logs/ver
 # another user needs KILL (`kill -9 -1` before the verifier leaves its processes running without it) and
 # DAC_OVERRIDE (emptying the 0700 folders it left in /logs, /tests fails without it).
 CAP_ADD = ("DAC_OVERRIDE", "KILL")
-# And where the root is writable (a network task, which may install packages): apt-get drops to its
-# `_apt` user (setgroups: SETGID, SETUID) and dpkg gives the files it unpacks their owners (CHOWN, FOWNER).
-# Never: NET_RAW (raw sockets: spoofing on a bridge), MKNOD, SETFCAP, SETPCAP, SYS_CHROOT,
-# NET_BIND_SERVICE, AUDIT_WRITE, FSETID of Docker's default set.
-PACKAGE_CAPS = ("CHOWN", "FOWNER", "SETGID", "SETUID")
+# And where the root is writable (Harbor's images install and serve what they need): apt-get drops to its
+# `_apt` user (setgroups: SETGID, SETUID), dpkg gives the files it unpacks their owners (CHOWN, FOWNER), and
+# sshd chroots its pre-auth child into /run/sshd (SYS_CHROOT: a task that serves git over ssh, as two of
+# Terminal-Bench 2.0's do, fails without it; inside the container's own mount namespace, with
+# no-new-privileges, a chroot reaches nothing the container does not already hold).
+# Never: NET_RAW (raw sockets: spoofing on a bridge), MKNOD, SETFCAP, SETPCAP, NET_BIND_SERVICE, AUDIT_WRITE,
+# FSETID of Docker's default set.
+WRITABLE_ROOT_CAPS = ("CHOWN", "FOWNER", "SETGID", "SETUID", "SYS_CHROOT")
 # A read-only root's writable paths: volumes, which Docker fills with what the image holds there (a
 # Dockerfile's COPY into /app survives), and tmpfs (empty, counted against the memory limit, and out of
 # reach of the daemon's archive calls: nothing is uploaded to or read from them).
@@ -108,8 +111,8 @@ def tmpfs_mounts(spec: ContainerSpec) -> dict[str, str] | None:
 
 
 def capabilities(spec: ContainerSpec) -> tuple[str, ...]:
-    """What a container of `spec` gets back after dropping all: see CAP_ADD and PACKAGE_CAPS."""
-    return CAP_ADD if spec.volumes else CAP_ADD + PACKAGE_CAPS
+    """What a container of `spec` gets back after dropping all: see CAP_ADD and WRITABLE_ROOT_CAPS."""
+    return CAP_ADD if spec.volumes else CAP_ADD + WRITABLE_ROOT_CAPS
 
 
 def read_only_volumes(task, workdir: str | None = None) -> tuple[str, ...] | None:
