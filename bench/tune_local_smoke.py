@@ -1,6 +1,7 @@
 """Tune the local-smoke recipe: an in-process simulation of its GRPO loop, seconds per step on a CPU.
 
     .venv/bin/python bench/tune_local_smoke.py --seeds 0 1 2            # the recipe's policy and settings
+    .venv/bin/python bench/tune_local_smoke.py --seeds 0 1 2 3 4 5 --stop-after 2 --num-epochs 3  # a search
     .venv/bin/python bench/tune_local_smoke.py --build --warmup-steps 150 --policy-seed 3 --lr 2e-3 --out /tmp/t.json
 
 What it keeps from the real loop: the recipe's policy v0 (recipes/models/local-smoke-v0), or with
@@ -15,7 +16,8 @@ test.sh (its own function, `arith.check_answer`, called in process). `--stalenes
 batch one policy version late, as the overlapped loop does.
 
 It prints one line per step and, at the end, the per-seed reward curves and whether each run
-went from <= 0.45 to >= 0.90; `--out` writes them as JSON.
+went from <= 0.45 to >= 0.90; `--out` writes them as JSON, with each run's first step at or above 0.90
+and the sessions sampled up to it. `--stop-after K` ends a run K steps after that step.
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-filter", action="store_true", help="keep zero-variance groups in the batch")
     p.add_argument("--threads", type=int, default=1, help="torch threads (2 cores are shared with others)")
     p.add_argument("--policy-root", type=Path, default=None, help="keep prepared policies here (reused)")
+    p.add_argument("--stop-after", type=int, default=None,
+                   help="end a run this many steps after its first reward >= 0.90 (what a search needs)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     args.grpo = dataclasses.replace(g, clip_high=args.clip_high)
@@ -181,7 +185,9 @@ def run_seed(args: argparse.Namespace, seed: int, root: Path) -> dict:
             stats["update"] = float((after - before).norm() / before.norm())
             figures = {name: stats[name] for name in figures}
         train_s = time.perf_counter() - t0
-        if not args.staleness and step + 1 < args.num_steps:
+        first_090 = next((i for i, r in enumerate([*(row["reward"] for row in rows), reward]) if r >= 0.9), None)
+        stopping = args.stop_after is not None and first_090 is not None and step >= first_090 + args.stop_after
+        if not args.staleness and step + 1 < args.num_steps and not stopping:
             pending = generate(step + 1, model, step + 1)
         row = {"step": step, "reward": reward, "groups_kept": report.num_groups_kept,
                "samples": len(trajectories), "tokens": int(sum(t.num_tokens for t in trajectories)), "generate_s": round(gen_s, 2),
@@ -191,12 +197,16 @@ def run_seed(args: argparse.Namespace, seed: int, root: Path) -> dict:
               f"samples {row['samples']:3d} "
               f"gen {gen_s:5.2f}s train {train_s:5.2f}s grad {figures['grad_norm']:.3f} "
               f"kl {figures['approx_kl']:.4f} clip {figures['clip_frac']:.3f} update {figures['update']:.2e}", flush=True)  # fmt: skip
+        if stopping:
+            break
     curve = [row["reward"] for row in rows]
     return {
         "seed": seed, "policy_seed": policy_seed, "prepare_s": round(prepare_s, 1),
         "warmup": json.loads((path / "warmup.json").read_text()) if (path / "warmup.json").is_file() else None,
         "curve": curve, "rows": rows, "start": curve[0], "best": max(curve), "final": curve[-1],
         "steps_to_090": next((i for i, r in enumerate(curve) if r >= 0.9), None),
+        # Sessions sampled up to and including the step of the first reward >= 0.90 (all rounds).
+        "sessions_to_090": next((sum(row["samples"] for row in rows[: i + 1]) for i, r in enumerate(curve) if r >= 0.9), None),
         "ok": curve[0] <= 0.45 and max(curve[-3:]) >= 0.9,
     }
 
@@ -211,11 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = args.policy_root or Path(tmp)
         results = [run_seed(args, seed, root) for seed in args.seeds]
-    print("\nseed  ok    start  final  steps->0.90  gen s/step  train s/step  curve")
+    print("\nseed  ok    start  final  steps->0.90  sessions->0.90  gen s/step  train s/step  curve")
     for r in results:
         gen = sum(row["generate_s"] for row in r["rows"]) / len(r["rows"])
         train = sum(row["train_s"] for row in r["rows"]) / len(r["rows"])
-        print(f"{r['seed']:4d}  {str(r['ok']):5s} {r['start']:.3f}  {r['final']:.3f}  {str(r['steps_to_090']):>11s}"
+        print(f"{r['seed']:4d}  {str(r['ok']):5s} {r['start']:.3f}  {r['final']:.3f}  {str(r['steps_to_090']):>11s}  {str(r['sessions_to_090']):>14s}"
               f"  {gen:10.2f}  {train:12.2f}  {' '.join(f'{c:.2f}' for c in r['curve'])}")  # fmt: skip
     if args.out:
         args.out.write_text(json.dumps({"settings": settings, "results": results}, indent=2, default=str) + "\n")
