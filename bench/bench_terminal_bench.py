@@ -569,7 +569,7 @@ def category(cause: str) -> str:
         return "an image build needs a host not reachable here"
     if cause.startswith(("image build", "image_build")):
         return "an image build failed otherwise"
-    if "asked for" in cause and "not reachable here" in cause:
+    if ("asked for" in cause or "needs" in cause) and "not reachable here" in cause:
         return "the oracle or its verifier asked for a host not reachable here"
     if "pins Ubuntu packages" in cause:
         return "the oracle pins Ubuntu 24.04 package versions, which the Debian stand-in lacks"
