@@ -145,7 +145,9 @@ class EgressRoute:
         """The environment that points a sandbox's tools at the proxy (curl reads only the lowercase
         http_proxy; apt, pip, uv and Python read either)."""
         url = f"http://127.0.0.1:{self.port}"
-        local = ",".join(["localhost", "127.0.0.1", "::1", *no_proxy])
+        # The sandbox's own addresses: a server it runs is reached straight, also at 0.0.0.0 (which connects to
+        # this host), as a verifier of Terminal-Bench 2.0 queries its agent's server; the proxy would refuse it.
+        local = ",".join(["localhost", "127.0.0.1", "::1", "0.0.0.0", *no_proxy])
         return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
                 "NO_PROXY": local, "no_proxy": local}
 

@@ -129,6 +129,19 @@ def test_nothing_on_the_nodes_loopback_but_the_proxy_is_reachable(provider_of, p
     assert result.egress.denied == {"127.0.0.1": 1}
 
 
+def test_a_server_of_the_sandbox_is_reached_on_its_every_address_not_through_the_proxy(provider_of, proxy_of,
+                                                                                       tmp_path):
+    """A task's verifier that queries the server its agent started at http://0.0.0.0:PORT (Terminal-Bench 2.0's
+    hf-model-inference does) reaches it straight: the address is the sandbox itself, as localhost is, and the
+    proxy would refuse it."""
+    proxy = proxy_of("")
+    serve_and_fetch = ("cd /tmp && (python3 -m http.server 8765 --bind 0.0.0.0 >/dev/null 2>&1 &) && sleep 1 && "
+                       "echo served > /tmp/probe.txt && " + FETCH.format(url="http://0.0.0.0:8765/probe.txt"))
+    result, (fetched,) = attempt(provider_of(proxy.route), network_task(tmp_path), serve_and_fetch)
+    assert fetched.exit_code == 0 and fetched.output.strip() == "served", fetched.output
+    assert result.egress.denied == {}, result.egress
+
+
 def test_a_mirror_serves_the_stand_ins_file_and_the_verifier_scores(provider_of, proxy_of, outside, tmp_path):
     """harbor-cookbook's simple-task, in small: the verifier fetches an installer from the internet."""
     proxy = proxy_of(f'[egress.mirrors]\n"http://astral.example.test/uv/" = "{outside.url("/uv/")}"\n')
