@@ -128,8 +128,14 @@ def restarted_by_backend(doc: StateDoc, rec: ComponentRecord, seen: Observation 
         return f"{rec.get('reason') or InfraCause.NODE_LOST.value}: the {rec['tier']} tier's recovery starts it again"
     if tier.get("status") == TierStatus.REQUEUEING:
         return f"the {rec['tier']} tier is requeued after {InfraCause.NODE_LOST.value}"
-    if seen is not None and seen.cause == InfraCause.NODE_LOST and rec["status"] != ComponentStatus.STOPPED:
+    if rec["status"] == ComponentStatus.STOPPED:
+        return None
+    # Seen lost now, or recorded so before the tier's requeue began: a restart here would go to the lost node
+    # (and, failing, leave a failed record over the one the requeue starts on the new node).
+    if (seen is not None and seen.cause == InfraCause.NODE_LOST) or rec.get("cause") == InfraCause.NODE_LOST:
         return f"{InfraCause.NODE_LOST.value}: its tier's recovery starts it again"
+    if rec.get("node") and rec["node"] in (tier.get("lost_nodes") or ()):
+        return f"its node {rec['node']} was lost: the {rec['tier']} tier's recovery starts it again"
     return None
 
 
