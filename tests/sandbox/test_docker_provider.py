@@ -45,6 +45,27 @@ def test_a_container_gets_the_reservation_labels_and_no_network(docker_provider,
     assert info["node"] == docker_node_specs[1].name and info["container_id"] == attrs["Id"]
 
 
+def test_a_task_asking_for_more_cpus_than_its_node_has_runs_with_all_of_them(docker_provider, docker_node_specs,
+                                                                             tmp_path):
+    # mcmc-sampling-stan (Terminal-Bench 2.0) asks for 4 CPUs; a 2-CPU daemon refuses a 4-CPU limit with a 400.
+    provider = docker_provider()
+    node = docker_node_specs[0]
+    api = docker.APIClient(base_url=node.docker_host, version="auto")
+    node_cpus = api.info()["NCPU"]
+    task = load_task(write_task(tmp_path, "wide", toml=f"[environment]\ncpus = {node_cpus + 2}\n"))
+
+    async def go():
+        sandbox = await provider.start(task, attempt_id="wide-1", labels={}, node=node.name)
+        try:
+            return api.inspect_container(sandbox.container_id)["HostConfig"]["NanoCpus"], provider.reservation(task)
+        finally:
+            await sandbox.stop()
+
+    nano_cpus, (reserved_cpus, _) = run(go())
+    assert nano_cpus == node_cpus * 10**9
+    assert reserved_cpus == node_cpus + 2  # the admission controller still counts what the task asked for
+
+
 def test_a_task_image_is_built_once_per_node_under_its_content_tag(docker_provider, docker_node_specs):
     provider = docker_provider()
     task = load_task(EXAMPLES / "install-tool")

@@ -81,13 +81,21 @@ class ContainerSpec:
     mounts: tuple[tuple[str, str, bool], ...] = ()
 
 
-def create_kwargs(spec: ContainerSpec, config: SandboxConfig) -> dict[str, Any]:
+def cpu_limit_nanos(cpus: float, node_cpus: int) -> int:
+    """A container's CPU limit in billionths of a CPU: the task's `cpus`, at most the node's own (0: unknown).
+    A daemon refuses a limit above its CPUs ("Range of CPUs is from 0.01 to 2.00"), and such a limit
+    limits nothing there: a task asking for 4 CPUs on a 2-CPU node runs with all 2, its reservation unchanged."""
+    return int((min(cpus, node_cpus) if node_cpus else cpus) * 1e9)
+
+
+def create_kwargs(spec: ContainerSpec, config: SandboxConfig, *, node_cpus: int = 0) -> dict[str, Any]:
     """The daemon's host configuration of a container of `spec` (all but its tmpfs), as the docker SDK's
-    `create_host_config` takes it: limits, network, privileges and the GPU device request."""
+    `create_host_config` takes it: limits, network, privileges and the GPU device request. `node_cpus`:
+    the node's CPUs as its daemon counts them (0: unknown)."""
     import docker.types
 
     host = {
-        "nano_cpus": int(spec.cpus * 1e9), "mem_limit": f"{spec.memory_mb}m", "memswap_limit": f"{spec.memory_mb}m",
+        "nano_cpus": cpu_limit_nanos(spec.cpus, node_cpus), "mem_limit": f"{spec.memory_mb}m", "memswap_limit": f"{spec.memory_mb}m",
         "pids_limit": config.pids_limit, "network_mode": spec.network, "security_opt": ["no-new-privileges"],
         "cap_drop": ["ALL"], "cap_add": list(capabilities(spec)), "read_only": bool(spec.volumes),
         "ulimits": [docker.types.Ulimit(name="fsize", soft=spec.file_bytes, hard=spec.file_bytes),

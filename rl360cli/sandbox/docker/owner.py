@@ -24,6 +24,8 @@ class SandboxOwner(Daemons, Protocol):
     specs: Mapping[str, NodeSpec]
     # What each node holds: image ids, USERs, ENTRYPOINTs, the build network.
     node_images: NodeImages
+    # node name -> its CPUs as its daemon counts them (absent before the first start there).
+    node_cpus: Mapping[str, int]
 
     @property
     def images(self) -> Mapping[tuple[str, str], str]:

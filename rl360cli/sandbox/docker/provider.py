@@ -93,6 +93,8 @@ class DockerProvider(SandboxProvider):
         self._bridges: dict[str, bool] = {}
         # Each node's CPU architecture, as its daemon says (x86_64, aarch64; "" before the first start there).
         self.architecture: dict[str, str] = {}
+        # Each node's CPUs, as its daemon counts them (0 before the first start there): a container's CPU limit.
+        self.node_cpus: dict[str, int] = {}
         self._next = 0
         # The reservations of the live sandboxes on each node (CPUs, MB), which the warm pool must leave be.
         self._reserved: dict[str, list[float]] = {name: [0.0, 0] for name in self.specs}
@@ -147,6 +149,7 @@ class DockerProvider(SandboxProvider):
         info = api.info()
         stamp = info.get("SystemTime", "")
         self.architecture[node] = info.get("Architecture", "")
+        self.node_cpus[node] = int(info.get("NCPU") or 0)
         offset = 0.0
         with contextlib.suppress(ValueError):
             offset = _parse_time(stamp) - time.time()
@@ -379,7 +382,7 @@ class DockerProvider(SandboxProvider):
     def _create_blocking(self, node: str, spec: ContainerSpec, name: str, labels: dict[str, str],
                          abandoned: threading.Event, networking: dict | None = None) -> str:
         api = self.api(node)
-        kwargs = create_kwargs(spec, self.config)
+        kwargs = create_kwargs(spec, self.config, node_cpus=self.node_cpus.get(node, 0))
         host_config = api.create_host_config(**kwargs["host_config"], tmpfs=tmpfs_mounts(spec))
         container = api.create_container(
             spec.image, entrypoint=["/bin/sh", "-c"], command=[INIT], stdin_open=True, user="0", labels=labels,

@@ -38,6 +38,7 @@ import docker.types
 
 from rl360cli.egress.client import EgressReport, EgressUnavailable
 from rl360cli.sandbox.docker.build_net import HOLDER_IMAGE
+from rl360cli.sandbox.docker.container import cpu_limit_nanos
 from rl360cli.sandbox.docker.owner import SandboxOwner
 from rl360cli.sandbox.sidecars import MAIN, Sidecar, VolumeMount, image_task, volume_names, wait_healthy
 from rl360cli.sandbox.taxonomy import Event, SandboxError
@@ -145,7 +146,7 @@ class DockerSidecars:
         api = self.owner.api(self.node)
         config = self.owner.config
         host_config = api.create_host_config(
-            nano_cpus=int(cpus * 1e9), mem_limit=f"{memory_mb}m", memswap_limit=f"{memory_mb}m",
+            nano_cpus=cpu_limit_nanos(cpus, self.owner.node_cpus.get(self.node, 0)), mem_limit=f"{memory_mb}m", memswap_limit=f"{memory_mb}m",
             pids_limit=config.pids_limit, network_mode=f"container:{holder}" if holder else self.network,
             security_opt=["no-new-privileges"], cap_drop=["ALL"], cap_add=list(SIDECAR_CAPS),
             mounts=[docker.types.Mount(target, source, type="volume", read_only=read_only)
