@@ -545,9 +545,10 @@ def _reward_of(rewards: Mapping[str, float]) -> float:
 # ----------------------------------------------------------------------------- agents of `tasks check`
 
 
-def oracle_agent(task: Task) -> Agent:
+def oracle_agent(task: Task, *, runs: list[ExecResult] | None = None) -> Agent:
     """Uploads solution/ to /solution and runs solve.sh with [solution.env], under the agent budget.
-    In a multi-step task, each step's own steps/<name>/solution/ (a step without one does nothing)."""
+    In a multi-step task, each step's own steps/<name>/solution/ (a step without one does nothing).
+    `runs`: where each solve.sh run's result is appended (`tasks check` shows the oracle's own output)."""
 
     async def oracle(sandbox: Sandbox, step: Step | None = None) -> None:
         try:
@@ -558,9 +559,11 @@ def oracle_agent(task: Task) -> Agent:
         if folder is None:
             return
         await sandbox.upload(folder, "/solution")
-        await sandbox.exec(run_script("/solution/solve.sh"),
-                           timeout_s=task.agent_timeout_s if step is None else step.agent_timeout_s,
-                           env=env, user=task.agent_user if step is None else step.agent_user)
+        result = await sandbox.exec(run_script("/solution/solve.sh"),
+                                    timeout_s=task.agent_timeout_s if step is None else step.agent_timeout_s,
+                                    env=env, user=task.agent_user if step is None else step.agent_user)
+        if runs is not None:
+            runs.append(result)
 
     return oracle
 

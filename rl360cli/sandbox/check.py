@@ -29,6 +29,7 @@ from rl360cli.errors import Rl360Error
 from rl360cli.outcome import Outcome
 from rl360cli.sandbox.attempt import AttemptResult, noop_agent, oracle_agent, run_attempt
 from rl360cli.sandbox.probes import PROBES, Outputs, probe_agent, recording_oracle
+from rl360cli.sandbox.provider import ExecResult
 from rl360cli.sandbox.task import Task
 
 # A reward at least this close to 1 counts as reaching 1 (rewards are floats from a file).
@@ -46,6 +47,8 @@ class CheckRow:
     # `--probe`: each probe's attempt (probes.py), and the files the oracle wrote that they wrote to.
     probes: dict[str, AttemptResult] = field(default_factory=dict)
     outputs: tuple[str, ...] = ()
+    # The tail of what the oracle's solve.sh printed, with its exit code (each step's, in a multi-step task).
+    oracle_output: str = ""
 
     @classmethod
     def refused_row(cls, task: str, error: Rl360Error) -> CheckRow:
@@ -93,8 +96,13 @@ class CheckRow:
                     # Why a verifier scored what it did (its output's tail): where a failing check is read.
                     "verifier_output": r.verifier_output}
 
+        oracle = attempt(self.oracle)
+        if oracle is not None:
+            # What solve.sh itself printed: why an oracle that the verifier failed did not do its work.
+            oracle["solve_output"] = self.oracle_output
+
         return {"task": self.task, "passed": self.passed, "problems": self.problems, "seconds": round(self.seconds, 3),
-                "oracle": attempt(self.oracle), "noop": attempt(self.noop), "refused": self.refused,
+                "oracle": oracle, "noop": attempt(self.noop), "refused": self.refused,
                 **({"probes": {k: attempt(v) for k, v in self.probes.items()}, "outputs": list(self.outputs)}
                    if self.probes else {})}
 
@@ -118,7 +126,8 @@ async def check_tasks(provider, tasks: Sequence[Task], *, run_id: str, concurren
         async with gate:
             began = time.monotonic()
             outputs = Outputs()
-            agent = recording_oracle(task, outputs) if probe else oracle_agent(task)
+            solve_runs: list[ExecResult] = []
+            agent = recording_oracle(task, outputs, runs=solve_runs) if probe else oracle_agent(task, runs=solve_runs)
             oracle_run = attempt(task, agent, "oracle") if task.has_solution else None
             noop_run = attempt(task, noop_agent, "noop")
             if oracle_run is not None:
@@ -133,7 +142,8 @@ async def check_tasks(provider, tasks: Sequence[Task], *, run_id: str, concurren
                                                  for name in PROBES))
                 probes = dict(zip(PROBES, results, strict=True))
             return CheckRow(task=task.id, oracle=oracle, noop=noop, seconds=time.monotonic() - began, probes=probes,
-                            outputs=tuple(f for files in outputs.files.values() for f in files))
+                            outputs=tuple(f for files in outputs.files.values() for f in files),
+                            oracle_output=solve_output(solve_runs))
 
     return list(await asyncio.gather(*(one(t) for t in tasks)))
 
@@ -145,6 +155,13 @@ _FOOLED = {
     "echo": "the verifier passes the instruction echoed into the output files",
     "moved": "the verifier passes with the oracle's output files moved aside (it does not read them)",
 }
+
+
+def solve_output(runs: Sequence[ExecResult], limit: int = 4000) -> str:
+    """The solve.sh runs of one oracle attempt as `tasks check --json` shows them: each run's exit code and
+    output, the last `limit` characters of it all (an attempt retried on another node shows every try)."""
+    text = "\n".join(f"[solve.sh exit {r.exit_code}{', timed out' if r.timed_out else ''}]\n{r.output}" for r in runs)
+    return text[-limit:]
 
 
 def _what(result: AttemptResult) -> str:

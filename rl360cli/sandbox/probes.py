@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rl360cli.sandbox.attempt import oracle_agent
-from rl360cli.sandbox.provider import Sandbox
+from rl360cli.sandbox.provider import ExecResult, Sandbox
 from rl360cli.sandbox.task import Step, Task
 
 PROBES = ("empty", "garbage", "echo", "moved")
@@ -65,9 +65,9 @@ class Outputs:
         return any(self.files.values())
 
 
-def recording_oracle(task: Task, outputs: Outputs):
-    """The oracle, noting in `outputs` the files each of its solve.sh runs wrote."""
-    oracle = oracle_agent(task)
+def recording_oracle(task: Task, outputs: Outputs, *, runs: list[ExecResult] | None = None):
+    """The oracle, noting in `outputs` the files each of its solve.sh runs wrote (and in `runs` each run)."""
+    oracle = oracle_agent(task, runs=runs)
 
     async def agent(sandbox: Sandbox, step: Step | None = None) -> None:
         await sandbox.exec(MARK_COMMAND, timeout_s=30, user="root")

@@ -91,3 +91,14 @@ def test_tasks_check_force_build_builds_what_it_would_pull(cli, bwrap, sandbox_r
     assert pulled["tasks"][0]["oracle"]["reward"] == 0.0  # the host stood in for the image: no marker
     built = cli("tasks", "check", str(folder), "--force-build", "--json", env=env)
     assert built.returncode == 0 and json.loads(built.stdout)["passed"], built.stdout + built.stderr
+
+
+def test_the_check_keeps_what_the_oracles_solve_sh_printed(process_provider, tmp_path):
+    # An oracle that dies half-way: the verifier's failures alone do not say why (Terminal-Bench 2.0's rows).
+    broken = load_task(write_task(tmp_path, "broken", solve_sh="echo fetching the data; echo 'no route' >&2; exit 7\n",
+                                  test_sh="echo 0 > /logs/verifier/reward.txt\n"))
+    for probe in (False, True):
+        (row,) = run(check_tasks(process_provider(), [broken], run_id=f"solve-{probe}", probe=probe))
+        shown = row.to_dict()["oracle"]["solve_output"]
+        assert "[solve.sh exit 7]" in shown and "fetching the data" in shown and "no route" in shown, shown
+        assert row.oracle.reward == 0.0 and not row.passed
