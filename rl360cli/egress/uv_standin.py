@@ -14,6 +14,14 @@ $HOME/.local/bin/env; uvx ...`. With the dev profile's mirror `"https://astral.s
 - `/uv/stand-in/uv-x86_64-unknown-linux-gnu.tar.gz`: `uv` and `uvx` from the uv wheel given (PyPI's
   manylinux x86_64 wheel, which `cluster/dev/docker-nodes.sh up` downloads once), made at start.
 
+Given `--python-downloads URL` (the dev profile's: the managed-Python stand-in's list,
+rl360cli/egress/python_standin.py, under its github.com mirror key), the script also fetches that list into
+`${XDG_DATA_HOME:-$HOME/.local/share}/uv/rl360-stand-in-python-downloads.json`, and the `env` file it writes sets
+`UV_PYTHON_DOWNLOADS_JSON_URL` to it (unless already set): uv reads such a list from a local file only, and verifies
+each download against the sha256 of its list, so this is how `uvx -p 3.13` on an image without CPython 3.13 gets
+the stand-in's. The real installer does neither. When the list cannot be fetched the script says so and goes on
+without it (uv then asks github.com, which is refused).
+
 What it does not do: other architectures or musl (the wheel is x86_64 glibc), the version in the URL (the
 wheel's version is installed whatever the URL asks; the script says both), checksums, shell-profile
 edits, receipts, `uv self update`. It is started and stopped by `cluster/dev/docker-nodes.sh up` / `down`.
@@ -48,10 +56,13 @@ dest=${UV_INSTALL_DIR:-${XDG_BIN_HOME:-$HOME/.local/bin}}
 url=PUBLIC_PREFIXstand-in/TARGET.tar.gz
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if command -v curl >/dev/null 2>&1; then curl -fsSL "$url" -o "$tmp/uv.tar.gz"
-elif command -v wget >/dev/null 2>&1; then wget -q -O "$tmp/uv.tar.gz" "$url"
-else python3 -c 'import sys, urllib.request; open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1]).read())' "$url" "$tmp/uv.tar.gz"
-fi
+fetch() {
+    if command -v curl >/dev/null 2>&1; then curl -fsSL "$1" -o "$2"
+    elif command -v wget >/dev/null 2>&1; then wget -q -O "$2" "$1"
+    else python3 -c 'import sys, urllib.request; open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1]).read())' "$1" "$2"
+    fi
+}
+fetch "$url" "$tmp/uv.tar.gz"
 tar -xzf "$tmp/uv.tar.gz" -C "$tmp"
 mkdir -p "$dest"
 for bin in uv uvx; do
@@ -71,6 +82,20 @@ case ":\${PATH}:" in
         ;;
 esac
 EOF
+# rl360 stand-in only: uv's managed Pythons from the dev profile's stand-in (rl360cli/egress/python_standin.py).
+list_url=RL360_PYTHON_LIST
+if [ -n "$list_url" ]; then
+    list=${XDG_DATA_HOME:-$HOME/.local/share}/uv/rl360-stand-in-python-downloads.json
+    mkdir -p "$(dirname "$list")"
+    if fetch "$list_url" "$list.tmp"; then
+        mv -f "$list.tmp" "$list"
+        printf '# rl360 stand-in: uv downloads managed Pythons by this list (rl360cli/egress/python_standin.py)\n[ -n "${UV_PYTHON_DOWNLOADS_JSON_URL:-}" ] || export UV_PYTHON_DOWNLOADS_JSON_URL="%s"\n' "$list" >> "$dest/env"
+        echo "rl360 stand-in: uv's managed Pythons from $list_url (UV_PYTHON_DOWNLOADS_JSON_URL in $dest/env)" >&2
+    else
+        rm -f "$list.tmp"
+        echo "rl360 stand-in: no managed-Python list at $list_url; uv will ask github.com for one" >&2
+    fi
+fi
 echo "everything's installed! (rl360 stand-in: uv and uvx in $dest)" >&2
 """
 
@@ -95,8 +120,13 @@ def tarball_of_wheel(wheel: Path) -> tuple[str, bytes]:
 class UvInstallerStandIn(InternetStandIn):
     """The stand-in's HTTP server on 127.0.0.1:`port` (0: any free port); see the module docstring."""
 
-    def __init__(self, wheel: Path, *, port: int = 0, public: str = "https://astral.sh/uv/"):
+    def __init__(self, wheel: Path, *, port: int = 0, public: str = "https://astral.sh/uv/",
+                 python_downloads: str = ""):
         self.version, tarball = tarball_of_wheel(wheel)
+        # The managed-Python stand-in's list, as the sandbox reaches it (through a mirror); "": none.
+        if not re.fullmatch(r"(https?://[A-Za-z0-9._~:/%+-]+)?", python_downloads):
+            raise SystemExit(f"--python-downloads {python_downloads!r}: give a plain http(s) URL")
+        self.python_downloads = python_downloads
         # The mirror key this stands behind: the script fetches the tarball from there, through the proxy.
         self.public = public if public.endswith("/") else public + "/"
         super().__init__({TARBALL: tarball}, headers={TARBALL: {"Content-Type": "application/gzip"}},
@@ -108,7 +138,8 @@ class UvInstallerStandIn(InternetStandIn):
         if asked is None:
             return None
         script = (SCRIPT.replace("WHEEL_VERSION", self.version).replace("ASKED_VERSION", asked.group(1) or "latest")
-                  .replace("TARGET", TARGET).replace("PUBLIC_PREFIX", self.public))
+                  .replace("TARGET", TARGET).replace("PUBLIC_PREFIX", self.public)
+                  .replace("RL360_PYTHON_LIST", f"'{self.python_downloads}'"))
         return script.encode(), {"Content-Type": "text/x-shellscript"}
 
     def url(self, path: str = "/uv/", host: str = "127.0.0.1") -> str:
@@ -120,8 +151,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True, help="the port on 127.0.0.1")
     parser.add_argument("--wheel", type=Path, required=True, help="PyPI's uv wheel (manylinux x86_64)")
     parser.add_argument("--public", default="https://astral.sh/uv/", help="the mirror key it stands behind")
+    parser.add_argument("--python-downloads", default="",
+                        help="the managed-Python stand-in's list URL, as sandboxes reach it (python_standin.py)")
     args = parser.parse_args(argv)
-    standin = UvInstallerStandIn(args.wheel, port=args.port, public=args.public)
+    standin = UvInstallerStandIn(args.wheel, port=args.port, public=args.public,
+                                 python_downloads=args.python_downloads)
     print(f"rl360 stand-in for astral.sh's uv installer: uv {standin.version} on {standin.url()}", flush=True)
     standin.server.serve_forever()
 
