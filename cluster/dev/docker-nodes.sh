@@ -2,8 +2,10 @@
 # Emulated Docker nodes for development and tests, on this one machine:
 # a loopback registry and one dockerd per node (n1..nN), each with its own
 # data root, exec root, socket and cgroup parent; no bridge, no iptables;
-# and a loopback stand-in for astral.sh's uv installer (rl360cli/egress/uv_standin.py),
-# which cluster/dev-docker.toml's [egress.mirrors] serves for https://astral.sh/uv/.
+# a loopback stand-in for astral.sh's uv installer (rl360cli/egress/uv_standin.py),
+# which cluster/dev-docker.toml's [egress.mirrors] serves for https://astral.sh/uv/; and one for
+# uv's managed-Python downloads (rl360cli/egress/python_standin.py: this machine's CPython 3.13),
+# served for https://github.com/astral-sh/python-build-standalone/releases/download/.
 #
 #   docker-nodes.sh up [N=4]      install if missing, start, build/push base images (N=4: one per dev Slurm node)
 #   docker-nodes.sh down          stop what this script started (by pid file)
@@ -23,7 +25,8 @@ DEV_LOG_PREFIX=docker-nodes
 # shellcheck source=lib.sh
 source "$HERE/lib.sh"
 
-dev_settings "$DEV_ROOT/docker/settings.env" RL360_DEV_REGISTRY_PORT=5000 RL360_DEV_UV_STANDIN_PORT=5081
+dev_settings "$DEV_ROOT/docker/settings.env" RL360_DEV_REGISTRY_PORT=5000 RL360_DEV_UV_STANDIN_PORT=5081 \
+    RL360_DEV_PYTHON_STANDIN_PORT=5082
 REG_PORT=$RL360_DEV_REGISTRY_PORT
 REG_ADDR=127.0.0.1:$REG_PORT
 REG_DIR=$DEV_ROOT/registry
@@ -48,6 +51,11 @@ PACKAGES=(docker.io docker-registry busybox-static debootstrap)
 UV_PORT=$RL360_DEV_UV_STANDIN_PORT
 UV_VERSION=0.9.7   # harbor-cookbook's verifiers ask for this one
 UV_DIR=$DEV_ROOT/uv-standin
+# The managed-Python downloads' stand-in: cluster/dev-docker.toml's github.com mirror names this port. The uv
+# installer's stand-in has each sandbox fetch its list (by that mirror) and name it in uv's env file.
+PY_PORT=$RL360_DEV_PYTHON_STANDIN_PORT
+PY_DIR=$DEV_ROOT/python-standin
+PY_LIST=https://github.com/astral-sh/python-build-standalone/releases/download/rl360-stand-in/python-downloads.json
 REPO_ROOT=$(cd "$HERE/../.." && pwd)
 
 # Containers of node nX live in cgroup /rl360-nX (absolute); another
@@ -156,9 +164,33 @@ start_uv_standin() {
     dev_port_free 127.0.0.1 "$UV_PORT" \
         || dev_die "127.0.0.1:$UV_PORT is taken by another process; set RL360_DEV_UV_STANDIN_PORT (and the mirror in cluster/dev-docker.toml)"
     dev_start "$pidfile" "$log" "rl360cli.egress.uv_standin --port $UV_PORT" \
-        env PYTHONPATH="$REPO_ROOT" "$py" -m rl360cli.egress.uv_standin --port "$UV_PORT" --wheel "$wheel"
+        env PYTHONPATH="$REPO_ROOT" "$py" -m rl360cli.egress.uv_standin --port "$UV_PORT" --wheel "$wheel" \
+        --python-downloads "$PY_LIST"
     dev_wait_tcp 127.0.0.1 "$UV_PORT" 30 "$pidfile" "$log"
     dev_log "uv stand-in: started on 127.0.0.1:$UV_PORT (pid $DEV_PID, uv from $wheel)"
+}
+
+start_python_standin() {
+    local pidfile=$PY_DIR/rl360.pid log=$PY_DIR/python-standin.log py home
+    mkdir -p "$PY_DIR"
+    if dev_running "$pidfile"; then
+        dev_log "python stand-in: already running on 127.0.0.1:$PY_PORT (pid $DEV_PID)"
+        return
+    fi
+    py=$(python3 -c 'import sys; print(sys.executable)')
+    # This machine's CPython 3.13 (pyenv's, as the TB2 bench's stand-in bases take it). Not fatal: without it
+    # only a `uvx -p 3.13` on an image without 3.13 fails (uv asks github.com, which the proxy refuses).
+    home=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.13.* 2>/dev/null | sort -V | tail -n1 || true)
+    if [ -z "$home" ] || [ ! -x "$home/bin/python3.13" ]; then
+        dev_log "python stand-in: NOT started: no CPython 3.13 under ${PYENV_ROOT:-$HOME/.pyenv}/versions"
+        return 0
+    fi
+    dev_port_free 127.0.0.1 "$PY_PORT" \
+        || dev_die "127.0.0.1:$PY_PORT is taken by another process; set RL360_DEV_PYTHON_STANDIN_PORT (and the mirror in cluster/dev-docker.toml)"
+    dev_start "$pidfile" "$log" "rl360cli.egress.python_standin --port $PY_PORT" \
+        env PYTHONPATH="$REPO_ROOT" "$py" -m rl360cli.egress.python_standin --port "$PY_PORT" --python "$home"
+    dev_wait_tcp 127.0.0.1 "$PY_PORT" 60 "$pidfile" "$log"
+    dev_log "python stand-in: started on 127.0.0.1:$PY_PORT (pid $DEV_PID, CPython from $home)"
 }
 
 # ---------------------------------------------------------------- nodes
@@ -564,6 +596,7 @@ cmd_up() {
     mkdir -p "$DOCKER_DIR"
     start_registry
     start_uv_standin
+    start_python_standin
     for i in $(seq 1 "$num"); do nodes+=("n$i"); done
     # Nodes beyond N that an earlier "up" started: stop them ("up N" is the
     # desired state).
@@ -588,6 +621,7 @@ cmd_down() {
     for n in "${pids[@]+"${pids[@]}"}"; do wait "$n" || true; done
     dev_log "registry: $(dev_stop "$REG_DIR/rl360.pid" 10)"
     dev_log "uv stand-in: $(dev_stop "$UV_DIR/rl360.pid" 10)"
+    dev_log "python stand-in: $(dev_stop "$PY_DIR/rl360.pid" 10)"
     # No description file while down: tests that only look for it skip.
     rm -f "$DOCKER_DIR/nodes.json"
     dev_log "down: done"
@@ -604,6 +638,11 @@ cmd_status() {
         dev_log "uv stand-in: running on 127.0.0.1:$UV_PORT (pid $DEV_PID)"
     else
         dev_log "uv stand-in: not running"   # not a failure: up goes on without it (start_uv_standin)
+    fi
+    if dev_running "$PY_DIR/rl360.pid"; then
+        dev_log "python stand-in: running on 127.0.0.1:$PY_PORT (pid $DEV_PID)"
+    else
+        dev_log "python stand-in: not running"   # not a failure either (start_python_standin)
     fi
     local nodes
     nodes=$(json_nodes)   # what "up" asked for; else every node ever started
@@ -645,7 +684,7 @@ main() {
             find "$DOCKER_DIR" -mindepth 1 -maxdepth 1 ! -name settings.env -exec rm -rf {} +
             rm -rf "$REG_DIR" "$DEV_ROOT/build"
             dev_log "purge: removed $DOCKER_DIR and $REG_DIR (cache $DEV_CACHE kept)" ;;
-        *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || [ "$cmd" = help ] || [ "$cmd" = -h ] || exit 2 ;;
+        *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || [ "$cmd" = help ] || [ "$cmd" = -h ] || exit 2 ;;
     esac
 }
 
