@@ -116,7 +116,9 @@ async def run_session(spec: SessionSpec, task: Task, *, endpoint: SessionEndpoin
                              "retries": attempt.retries, "pool_hit": attempt.pool_hit,
                              **({"rewards": dict(attempt.rewards)} if len(attempt.rewards) > 1 else {}),
                              "egress": attempt.egress.to_json() if attempt.egress else None,
-                             **({"steps": list(attempt.steps)} if attempt.steps else {})})
+                             **({"steps": list(attempt.steps)} if attempt.steps else {}),
+                             **({"artifacts": list(attempt.artifacts)} if attempt.artifacts else {}),
+                             **({"collect_hooks": list(attempt.collect_hooks)} if attempt.collect_hooks else {})})
 
 
 async def _run_harness(harness: Harness, session: Session, record: SessionRecord, timeout_s: float) -> None:

@@ -33,12 +33,15 @@ step's timeout; /tests and /logs/verifier are emptied again
 before the next step's agent. A step below its `min_reward` ends the task.
 The task's reward is Harbor's rule over the steps' (steps.task_rewards).
 
-A separate verifier (`task.verifier_task`, or a step's) runs in a second
-sandbox started from the verifier's own environment through the same
-provider: the agent's processes are ended, /logs/artifacts and the
-configured `artifacts` are copied into it at the same paths, the tests are
-uploaded unless its image (built from tests/) holds them, and the reward is
-read there. A task no node can hold (GPUs, MCP sidecars) ends as
+Before each verifier, Harbor's collection pass (artifacts.py): the
+`[[verifier.collect]]` hooks run (in the sandbox, then in its sidecars) and
+the `artifacts` (with /logs/artifacts) are taken out, kept in `artifacts_dir`
+when one is given; their manifest is in the result. A separate verifier
+(`task.verifier_task`, or a step's) runs in a second sandbox started from
+the verifier's own environment through the same provider: the agent's
+processes are ended, the artifacts are copied into it at their source paths,
+the tests are uploaded unless its image (built from tests/) holds them, and
+the reward is read there. A task no node can hold (GPUs, MCP sidecars) ends as
 `sandbox_start` with the reason, before anything starts.
 
 How the attempt ends is decided by the taxonomy table (taxonomy.py) from
@@ -65,8 +68,9 @@ from typing import Any
 
 from rl360cli.egress.client import EgressReport
 from rl360cli.outcome import InfraCause, Outcome
+from rl360cli.sandbox.artifacts import Collected, collect_pass, deliver
 from rl360cli.sandbox.provider import ExecResult, Sandbox, SandboxProvider
-from rl360cli.sandbox.steps import below_min_reward, collect, deliver, handed_paths, placement_problem, task_rewards
+from rl360cli.sandbox.steps import below_min_reward, placement_problem, task_rewards
 from rl360cli.sandbox.task import Healthcheck, Step, Task, resolve_env
 from rl360cli.sandbox.taxonomy import RULES, Event, InfraError, ModelFailure, Observed, SandboxError, classify
 
@@ -129,6 +133,10 @@ class AttemptResult:
     # What its sandboxes did through the node's egress proxy (bytes, denials and failures per host, one line
     # each), or, for a task that wanted the internet and got none, that line alone; None when neither.
     egress: EgressReport | None = field(default=None, compare=False)
+    # Harbor's collection pass (artifacts.py): each artifact taken (source, destination, type, status,
+    # service; "step" in a multi-step task), and each collect hook's end (service, command, exit_code).
+    artifacts: tuple[dict[str, Any], ...] = field(default=(), compare=False)
+    collect_hooks: tuple[dict[str, Any], ...] = field(default=(), compare=False)
 
     @property
     def masked(self) -> bool:
@@ -137,11 +145,13 @@ class AttemptResult:
 
 async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, attempt_id: str,
                       labels: Mapping[str, str] | None = None, node: str | None = None,
-                      timeout_multiplier: float = 1.0) -> AttemptResult:
+                      timeout_multiplier: float = 1.0, artifacts_dir: Path | None = None) -> AttemptResult:
     """Run one attempt end to end; never raises for an infrastructure failure (it is in the result).
 
     `timeout_multiplier` scales the task's agent and verifier budgets (and each step's), as Harbor's
-    `--timeout-multiplier` does: a slower engine or node than the task's author timed against."""
+    `--timeout-multiplier` does: a slower engine or node than the task's author timed against.
+    `artifacts_dir`: where the artifacts taken after the agent are kept, as in Harbor's trial folder
+    (a step's under `steps/<name>/artifacts/`); None keeps only their manifest, in the result."""
     observed: list[Observed] = []
     timings: dict[str, float] = {}
     commands: list[dict[str, Any]] = []
@@ -153,12 +163,14 @@ async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, at
     sandbox: Sandbox | None = None
     step_results: list[dict[str, Any]] = []
     verifier = _VerifierStarter(provider, attempt_id, dict(labels or {}))
+    kept = _Kept(folder=artifacts_dir)
     began = time.monotonic()
     try:
         try:
             if task.gpus or task.mcp_servers or task.sidecars:  # what not every node holds: refused before a start
                 problem = placement_problem(task, provider.nodes(), getattr(provider, "name", ""),
-                                            sidecars=getattr(provider, "supports_sidecars", False))
+                                            sidecars=getattr(provider, "supports_sidecars", False),
+                                            service_ops=getattr(provider, "supports_service_ops", False))
                 if problem is not None:
                     raise SandboxError(Event.START_FAILED, problem)
             with _timed(timings, "start"):
@@ -175,7 +187,8 @@ async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, at
                     await _healthcheck(sandbox, task)
             if task.steps:
                 rewards, verifier_output, injected_here = await _run_steps(
-                    sandbox, task, agent, verifier, observed, timings, commands, step_results, timeout_multiplier)
+                    sandbox, task, agent, verifier, observed, timings, commands, step_results, timeout_multiplier,
+                    kept)
                 injected |= injected_here
             else:
                 with _timed(timings, "agent"):
@@ -189,7 +202,7 @@ async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, at
 
                     rewards, verifier_output = await _verify(sandbox, task, observed, timings,
                                                              task.verifier_timeout_s * timeout_multiplier,
-                                                             verifier=verifier, release=release)
+                                                             verifier=verifier, release=release, kept=kept)
         except InfraError as e:
             observed.append(e.observed())
             injected |= e.injected
@@ -211,6 +224,7 @@ async def run_attempt(provider: SandboxProvider, task: Task, agent: Agent, *, at
         retriable=verdict.retriable and verdict.outcome == Outcome.INFRA_FAILURE,
         events=tuple(o.event.value for o in observed), verifier_output=verifier_output[-2000:],
         commands=tuple(commands), pool_hit=pool_hit, steps=tuple(step_results), egress=egress,
+        artifacts=tuple(kept.manifest), collect_hooks=tuple(kept.hooks),
     )
 
 
@@ -233,7 +247,8 @@ def _egress_of(sandboxes: list[Sandbox], observed: list[Observed]) -> EgressRepo
 
 async def _run_steps(sandbox: Sandbox, task: Task, agent: Agent, verifier: _VerifierStarter,
                      observed: list[Observed], timings: dict[str, float], commands: list[dict[str, Any]],
-                     step_results: list[dict[str, Any]], timeout_multiplier: float) -> tuple[dict[str, float], str, bool]:
+                     step_results: list[dict[str, Any]], timeout_multiplier: float,
+                     kept: _Kept) -> tuple[dict[str, float], str, bool]:
     """Run a multi-step task's steps in order in `sandbox`; the task's rewards by Harbor's rule."""
     injected = False
     per_step: list[dict[str, float]] = []
@@ -263,7 +278,7 @@ async def _run_steps(sandbox: Sandbox, task: Task, agent: Agent, verifier: _Veri
             break
         rewards, output = await _verify(sandbox, task, observed, timings,
                                         step.verifier_timeout_s * timeout_multiplier,
-                                        verifier=verifier, step=step)
+                                        verifier=verifier, step=step, kept=kept)
         if _infra(observed):
             break
         per_step.append(rewards)
@@ -408,51 +423,84 @@ class _VerifierStarter:
         return separate
 
 
+@dataclass(kw_only=True, slots=True)
+class _Kept:
+    """Where the attempt keeps what its collection passes take (None: a temporary folder each), and what
+    they recorded."""
+
+    folder: Path | None = None
+    manifest: list[dict[str, Any]] = field(default_factory=list)
+    hooks: list[dict[str, Any]] = field(default_factory=list)
+
+    @contextlib.contextmanager
+    def folder_for(self, step: Step | None):
+        if self.folder is not None:
+            yield self.folder if step is None else self.folder / "steps" / step.name / "artifacts"
+            return
+        with tempfile.TemporaryDirectory(prefix="rl360-artifacts-") as tmp:
+            yield Path(tmp)
+
+
 async def _verify(sandbox: Sandbox, task: Task, observed: list[Observed], timings: dict[str, float],
                   timeout_s: float, *, verifier: _VerifierStarter | None = None, step: Step | None = None,
-                  release: Callable[[], Awaitable[None]] | None = None) -> tuple[dict[str, float], str]:
+                  release: Callable[[], Awaitable[None]] | None = None,
+                  kept: _Kept | None = None) -> tuple[dict[str, float], str]:
     """Run the verifier (the task's, or a step's) and read its reward: in the agent's sandbox, or
-    in a second sandbox from the verifier's own environment when it is separate."""
+    in a second sandbox from the verifier's own environment when it is separate. Before it, Harbor's
+    collection pass: the collect hooks run and the artifacts are taken (artifacts.py)."""
     of = step if step is not None else task
     tests_dirs = step.tests_dirs if step is not None else (task.tests_dir,)
+    kept = kept or _Kept()
     try:
         env = resolve_env(of.verifier_env)
     except KeyError as e:
         observed.append(Observed(event=Event.VERIFIER_ENV_MISSING,
                                  detail=f"[verifier.env] needs ${{{e.args[0]}}}, which is not set"))
         return {}, ""
-    if of.verifier_task is None or verifier is None:
-        with _timed(timings, "upload_tests"):
-            await sandbox.prepare_verifier()
-            await _upload_tests(sandbox, tests_dirs)
-        # Once test.sh has exited, a single-step task's sandbox is done: what the agent left running (alive
-        # for the tests, as Harbor leaves it) ends before the reward is read, so it cannot write the reward
-        # after the verifier did. A later step needs it alive.
-        return await _run_tests(sandbox, task, of.verifier_user, env, observed, timings, timeout_s,
-                                end_after=step is None)
-    # Separate: the agent is done with its sandbox; the verifier sees only what is handed to it.
-    await sandbox.end_agent_processes()
-    with tempfile.TemporaryDirectory(prefix="rl360-artifacts-") as tmp:
-        with _timed(timings, "upload_tests"):
-            collected = await collect(sandbox, handed_paths(of.artifacts), Path(tmp))
+    separate = of.verifier_task is not None and verifier is not None
+    with kept.folder_for(step) as folder:
+        collected = Collected(folder=folder)  # a shared verifier with no hook and nothing kept: nothing to do
+        if of.collect or separate or kept.folder is not None:
+            # Separate, on the last (or only) step: the agent is done with its sandbox, its processes end once
+            # main's artifacts are taken (Harbor stops main there; an earlier step's live on for the next).
+            # The verifier sees only what is handed to it. Shared: the copies are taken only where kept.
+            last = step is None or step.index == len(task.steps) - 1
+            with _timed(timings, "collect"):
+                collected = await collect_pass(sandbox, of.artifacts, of.collect, folder,
+                                               end_main=separate and last,
+                                               download=separate or kept.folder is not None)
+        kept.hooks.extend(collected.hooks)
+        kept.manifest.extend({**entry, "step": step.name} if step is not None else entry
+                             for entry in collected.manifest)
+        if not separate:
+            with _timed(timings, "upload_tests"):
+                await sandbox.prepare_verifier()
+                await _upload_tests(sandbox, tests_dirs)
+            # Once test.sh has exited, a single-step task's sandbox is done: what the agent left running (alive
+            # for the tests, as Harbor leaves it) ends before the reward is read, so it cannot write the reward
+            # after the verifier did. A later step needs it alive.
+            return await _run_tests(sandbox, task, of.verifier_user, env, observed, timings, timeout_s,
+                                    end_after=step is None)
+        assert verifier is not None and of.verifier_task is not None
         if release is not None:
             # A single-step task's agent sandbox is done: stopped before the verifier's starts, so that
             # the two never wait on each other for a reservation.
             with _timed(timings, "stop"):
                 await release()
         with _timed(timings, "verifier_start"):
-            separate = await verifier.start(of.verifier_task, beside=sandbox if release is None else None)
+            separate_box = await verifier.start(of.verifier_task, beside=sandbox if release is None else None)
         try:
             with _timed(timings, "upload_tests"):
-                await separate.reset_dir("/logs/verifier")
-                await deliver(separate, collected)
+                await separate_box.reset_dir("/logs/verifier")
+                await deliver(separate_box, collected)
                 if of.verifier_uploads_tests:
-                    await separate.reset_dir("/tests")
-                    await _upload_tests(separate, tests_dirs)
-            return await _run_tests(separate, of.verifier_task, of.verifier_user, env, observed, timings, timeout_s)
+                    await separate_box.reset_dir("/tests")
+                    await _upload_tests(separate_box, tests_dirs)
+            return await _run_tests(separate_box, of.verifier_task, of.verifier_user, env, observed, timings,
+                                    timeout_s)
         finally:
             with _timed(timings, "verifier_stop"):
-                await _stop(separate)
+                await _stop(separate_box)
 
 
 async def _upload_tests(sandbox: Sandbox, tests_dirs: tuple) -> None:

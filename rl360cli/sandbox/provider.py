@@ -223,6 +223,19 @@ class Sandbox(abc.ABC):
     async def end_agent_processes(self) -> None:
         """Stop whatever the agent left running, so it cannot touch the verifier's files."""
 
+    async def service_exec(self, service: str, command: str, *, timeout_s: float,
+                           user: str | None = None) -> ExecResult:
+        """Run `command` with sh in one of its sidecars (Harbor's collect hooks), as `user` (None: the
+        sidecar's own). A provider whose `supports_service_ops` is False cannot: `SandboxError`."""
+        raise SandboxError(Event.PROVIDER_FAILED, f"the {self.provider} provider cannot run commands in sidecar "
+                           f"{service!r}", node=self.node)
+
+    async def service_download(self, service: str, remote_path: str, local_path: Path | str) -> None:
+        """Copy a file or folder out of one of its sidecars (Harbor's artifacts of a service); `SandboxError`
+        when it is not there, or where the provider cannot."""
+        raise SandboxError(Event.PROVIDER_FAILED, f"the {self.provider} provider cannot copy files out of sidecar "
+                           f"{service!r}", node=self.node)
+
     async def prepare_verifier(self) -> None:
         """Before the tests are uploaded: no agent process left, empty /tests and /logs/verifier."""
         await self.end_agent_processes()
@@ -236,6 +249,9 @@ class SandboxProvider(abc.ABC):
     name: str
     # Whether it starts Harbor's sidecar services beside a sandbox (task.sidecars); wrappers copy it.
     supports_sidecars: bool = False
+    # Whether its sandboxes run commands in, and copy files out of, their sidecars (`Sandbox.service_exec`,
+    # `service_download`: Harbor's collect hooks and artifacts of a service); wrappers copy it.
+    supports_service_ops: bool = False
 
     @abc.abstractmethod
     def nodes(self) -> list[NodeCapacity]:
@@ -320,6 +336,12 @@ class WrappedSandbox(Sandbox):
     async def end_agent_processes(self):
         await self.inner.end_agent_processes()
 
+    async def service_exec(self, service, command, *, timeout_s, user=None):
+        return await self.inner.service_exec(service, command, timeout_s=timeout_s, user=user)
+
+    async def service_download(self, service, remote_path, local_path):
+        await self.inner.service_download(service, remote_path, local_path)
+
     async def prepare_verifier(self):
         await self.inner.prepare_verifier()
 
@@ -344,6 +366,7 @@ class WrappedProvider(SandboxProvider):
         self.inner = inner
         self.name = inner.name
         self.supports_sidecars = inner.supports_sidecars
+        self.supports_service_ops = inner.supports_service_ops
 
     def nodes(self) -> list[NodeCapacity]:
         return self.inner.nodes()

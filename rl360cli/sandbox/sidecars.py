@@ -70,6 +70,8 @@ _WHY_NOT = {
 }
 # The variable every command of a sandbox with MCP servers sees: the servers, as JSON (name, transport, url).
 MCP_ENV = "RL360_MCP_SERVERS"
+# An MCP server's header value, one variable each (AUTH in the name: Harbor's logs redact such names).
+MCP_HEADER_PREFIX = "RL360_MCP_AUTH_"
 # Compose's interpolation of a value: $$, ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?err}, ${VAR?err}, $VAR.
 _INTERPOLATE = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us)")
@@ -226,12 +228,24 @@ def missing_mcp_host(servers, sidecars: tuple[Sidecar, ...]) -> str | None:
 
 
 def mcp_env(servers) -> dict[str, str]:
-    """What tells the agent of the task's MCP servers: `RL360_MCP_SERVERS` (JSON), empty without any."""
+    """What tells the agent of the task's MCP servers: `RL360_MCP_SERVERS` (JSON), empty without any.
+
+    A server's HTTP headers travel as Harbor's agents pass them (agents/mcp_headers.py): each value in a
+    variable of its own (`RL360_MCP_AUTH_<server>_<header>`, filled from the orchestrator's `${VAR}` when the
+    sandbox starts, like [environment.env]), the JSON naming the variable under `header_env`, so no
+    credential is written into the list itself."""
     if not servers:
         return {}
-    listed = [{"name": s.name, "transport": s.transport, **({"url": s.url} if s.url else {}),
-               **({"command": s.command, "args": list(s.args)} if s.command else {})} for s in servers]
-    return {MCP_ENV: json.dumps(listed, separators=(",", ":"))}
+    listed, values = [], {}
+    for i, s in enumerate(servers):
+        header_env = {}
+        for j, (name, value) in enumerate(s.headers):
+            header_env[name] = variable = f"{MCP_HEADER_PREFIX}{i}_{j}"
+            values[variable] = value
+        listed.append({"name": s.name, "transport": s.transport, **({"url": s.url} if s.url else {}),
+                       **({"command": s.command, "args": list(s.args)} if s.command else {}),
+                       **({"header_env": header_env} if header_env else {})})
+    return {MCP_ENV: json.dumps(listed, separators=(",", ":")), **values}
 
 
 def image_task(task, sidecar: Sidecar):

@@ -1,10 +1,8 @@
 """What Harbor's task format decides beyond one agent and one verifier: a multi-step task's reward, a
-step's early stop, the artifacts handed to a separate verifier, and where a task may be placed.
+step's early stop, and where a task may be placed (the artifacts handed to a separate verifier: artifacts.py).
 
     rewards = task_rewards(task.reward_strategy, [step_1_rewards, step_2_rewards])
     if below_min_reward(step, step_rewards): ...  # the remaining steps do not run
-    collected = await collect(agent_sandbox, handed_paths(step.artifacts), folder)
-    await deliver(verifier_sandbox, collected)
     problem = placement_problem(task, provider.nodes())  # None, or the one-line reason
 
 Harbor's rules, as its multi-step trial applies them (harbor-framework/harbor,
@@ -15,25 +13,16 @@ per-key mean over the steps that have a verifier result, a key missing from a st
 (a number, or a minimum per key) ends the trial: the steps after it do not run, so they have no
 verifier result and are left out of the mean.
 
-A separate verifier (Harbor's CHANGELOG, "Separate Verifier Environments") sees only what it is
-handed: `/logs/artifacts` and the task's and the step's `artifacts`, each copied to the same path
-in the verifier's sandbox; a path the agent did not create is skipped.
-
 Test: tests/sandbox/test_harbor_format.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 
-from rl360cli.sandbox.provider import NodeCapacity, Sandbox
+from rl360cli.sandbox.provider import NodeCapacity
 from rl360cli.sandbox.sidecars import missing_mcp_host
-from rl360cli.sandbox.task import Step, Task
-from rl360cli.sandbox.taxonomy import Event, SandboxError
-
-# Always handed over, as Harbor does: the conventional folder an agent writes its outputs to.
-ARTIFACTS_DIR = "/logs/artifacts"
+from rl360cli.sandbox.task import MAIN_SERVICE, Step, Task
 
 
 def task_rewards(strategy: str, per_step: Sequence[Mapping[str, float]]) -> dict[str, float]:
@@ -56,37 +45,11 @@ def below_min_reward(step: Step, rewards: Mapping[str, float], reward: float) ->
     return reward < step.min_reward
 
 
-def handed_paths(artifacts: Iterable[str]) -> tuple[str, ...]:
-    """What a separate verifier receives: /logs/artifacts, then the configured artifacts, once each."""
-    return tuple(dict.fromkeys((ARTIFACTS_DIR, *artifacts)))
-
-
-async def collect(source: Sandbox, paths: Iterable[str], folder: Path) -> list[tuple[str, Path]]:
-    """Download each path from `source` into `folder`; returns (path, local copy) of those that existed."""
-    collected = []
-    for index, path in enumerate(paths):
-        local = folder / str(index)
-        try:
-            await source.download(path, local)
-        except SandboxError as e:
-            if e.event == Event.PROVIDER_FAILED and "no such" in e.detail:
-                continue  # the agent did not make it: the verifier judges its absence
-            raise
-        if local.exists():
-            collected.append((path, local))
-    return collected
-
-
-async def deliver(target: Sandbox, collected: Iterable[tuple[str, Path]]) -> None:
-    """Upload what `collect` downloaded to the same paths in `target`."""
-    for path, local in collected:
-        await target.upload(local, path)
-
-
 def placement_problem(task: Task, nodes: Sequence[NodeCapacity], provider: str = "", *,
-                      sidecars: bool = False) -> str | None:
+                      sidecars: bool = False, service_ops: bool = False) -> str | None:
     """Why no node of the provider can hold the task (one line), or None when one can. `sidecars`: whether
-    the provider starts Harbor's sidecar services."""
+    the provider starts Harbor's sidecar services; `service_ops`: whether it runs commands in them and copies
+    files out of them (collect hooks and artifacts of a service)."""
     where = f"the {provider} provider" if provider else "this provider"
     if task.gpus:
         kinds = f" ({' or '.join(task.gpu_types)})" if task.gpu_types else ""
@@ -103,6 +66,10 @@ def placement_problem(task: Task, nodes: Sequence[NodeCapacity], provider: str =
         names = ", ".join(s.name for s in task.sidecars)
         return (f"task {task.id} needs sidecar services ({names}), which {where} does not start: "
                 "run it with the docker provider (or the process provider, as root with bubblewrap)")
+    used = services_used(task)
+    if used and sidecars and not service_ops:
+        return (f"task {task.id} runs collect hooks in, or takes artifacts from, its sidecars ({', '.join(used)}), "
+                f"which {where} cannot reach: run it with the docker provider")
     missing = missing_mcp_host(task.mcp_servers, task.sidecars)
     if missing is not None:
         return f"task {task.id}: {missing}"
@@ -116,3 +83,9 @@ def gpu_type_fits(node_type: str, wanted: Sequence[str]) -> bool:
         return True
     have = node_type.lower()
     return any(w.lower() == have or have.endswith(w.lower()) or w.lower().endswith(have) for w in wanted)
+
+
+def services_used(task: Task) -> tuple[str, ...]:
+    """The sidecars the task's (and its steps') collect hooks and artifacts name, sorted."""
+    named = {x.service for of in (task, *task.steps) for x in (*of.artifacts, *of.collect)}
+    return tuple(sorted(named - {MAIN_SERVICE}))

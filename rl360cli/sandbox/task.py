@@ -1,8 +1,9 @@
 """The Harbor task model: a task as rl360 runs it, once its folder has been read and validated.
 
 `Task` is one Harbor task (its instruction, image, reservation, network, timeouts, users, env,
-healthcheck, GPUs, MCP servers, sidecars, artifacts); `Step` one entry of a multi-step task, with
-its folder resolved; `Healthcheck` and `McpServer` the environment's. A separate verifier
+healthcheck, GPUs, MCP servers, sidecars, artifacts, collect hooks); `Step` one entry of a multi-step
+task, with its folder resolved; `Healthcheck` and `McpServer` the environment's; `Artifact` and
+`CollectHook` what is taken from the sandbox after the agent. A separate verifier
 environment is itself a `Task` (`verifier_task`, on the task or on a step). Unset values are
 Harbor's defaults (`DEFAULT_*`); `network` is whether the task wants the internet, by Harbor's rule
 (task_loader.py: public unless it says otherwise); where it may go is the profile's `[egress]`.
@@ -50,10 +51,46 @@ class McpServer:
     """One `[[environment.mcp_servers]]` entry: a tool server the agent reaches beside its sandbox."""
 
     name: str
-    transport: str = "stdio"
+    # Harbor's default; its "http" is read as "streamable-http".
+    transport: str = "sse"
     url: str | None = None
     command: str | None = None
     args: tuple[str, ...] = ()
+    # HTTP headers (name, value) for the sse / streamable-http transports; a value may hold ${VAR} /
+    # ${VAR:-default}, filled on the orchestrator when the sandbox starts (each travels in its own variable,
+    # sidecars.mcp_env).
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+# The compose service that is the sandbox itself (Harbor's MAIN_SERVICE_NAME).
+MAIN_SERVICE = "main"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Artifact:
+    """One `artifacts` entry (Harbor's `ArtifactConfig`): a path taken from the agent's sandbox, or from one of
+    its sidecars, after the agent; a separate verifier gets it at the same path (artifacts.py)."""
+
+    # The path in the sandbox (or the sidecar): absolute, or relative to / as `docker cp` reads it.
+    source: str
+    # Where the kept copy goes under the attempt's artifacts folder (None: the source's own path there).
+    destination: str | None = None
+    # `tar --exclude` patterns applied when the source is a folder.
+    exclude: tuple[str, ...] = ()
+    # The compose service it is taken from; "main" is the sandbox itself.
+    service: str = MAIN_SERVICE
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CollectHook:
+    """One `[[verifier.collect]]` entry (Harbor's `VerifierCollectConfig`): a command run in a service after the
+    agent, before the artifacts are taken (a sidecar's database dumped to a file an artifact names)."""
+
+    command: str
+    service: str = MAIN_SERVICE
+    timeout_s: float = 60.0
+    # Who it runs as (None: the service's own user).
+    user: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,8 +116,10 @@ class Step:
     # steps/<name>/workdir/: uploaded into the task's workdir before the step's agent starts.
     workdir_dir: Path | None = None
     healthcheck: Healthcheck | None = None
-    # Paths handed from the agent's sandbox to a separate verifier (the task's, then the step's).
-    artifacts: tuple[str, ...] = ()
+    # Taken from the agent's sandbox after the step's agent (the task's, then the step's), handed to a separate
+    # verifier; and the hooks run before they are taken (the task's, then the step's).
+    artifacts: tuple[Artifact, ...] = ()
+    collect: tuple[CollectHook, ...] = ()
     # The verifier's own environment when the step's verifier is separate (None: the agent's sandbox).
     verifier_task: Task | None = field(default=None, compare=False)
     # Whether tests are uploaded into that verifier sandbox (False: its image, built from tests/, holds them).
@@ -162,8 +201,10 @@ class Task:
     sidecars: tuple[Sidecar, ...] = ()
     # `main`'s compose volumes (per sandbox, shared with the sidecars that mount the same name).
     volume_mounts: tuple[VolumeMount, ...] = ()
-    # Top-level `artifacts`: paths handed from the agent's sandbox to a separate verifier.
-    artifacts: tuple[str, ...] = ()
+    # Top-level `artifacts`: taken from the agent's sandbox (and its sidecars) after the agent, handed to a
+    # separate verifier; `[[verifier.collect]]`: the hooks run before they are taken.
+    artifacts: tuple[Artifact, ...] = ()
+    collect: tuple[CollectHook, ...] = ()
     # A multi-step task's steps, in order (empty: a single-step task).
     steps: tuple[Step, ...] = ()
     reward_strategy: str = "mean"

@@ -15,8 +15,8 @@ Multi-step tasks (`[[steps]]`, each step in `steps/<name>/` with its own
 `instruction.md`, optional `tests/` layered over the task's, `solution/solve.sh`
 and `workdir/`), a separate verifier environment (`[verifier] environment_mode
 = "separate"` or a `[verifier.environment]` table, also per step) and the
-`artifacts` it is handed are read as Harbor defines them (see `Step` and
-`verifier_task`). GPU tasks (`gpus`, `gpu_types`) load and are placed only on
+`artifacts` (with `[[verifier.collect]]` hooks, read by task_fields.py) are read as
+Harbor defines them (see `Step` and `verifier_task`). GPU tasks (`gpus`, `gpu_types`) load and are placed only on
 nodes with GPUs; Harbor's sidecars (`environment/docker-compose.yaml`, read by
 sidecars.py) start beside the sandbox, and `[[environment.mcp_servers]]` are
 told to the agent (`RL360_MCP_SERVERS`). `placement_problem` (steps.py) refuses,
@@ -68,10 +68,10 @@ from rl360cli.sandbox.task import (
     REWARD_STRATEGIES,
     Healthcheck,
     PrebuiltFrom,
-    McpServer,
     Step,
     Task,
 )
+from rl360cli.sandbox.task_fields import FieldRefused, read_artifacts, read_collect_hooks, read_mcp_servers
 
 # The prompt is the instruction: Harbor's run to a few KB; anything near this is a mistake, not a task.
 MAX_INSTRUCTION_BYTES = 1 << 20
@@ -102,7 +102,7 @@ def load_task(path: Path | str) -> Task:
         raise TaskError(f"task {label}: task.toml cannot be read ({e})", "check the file's permissions") from None
     try:
         return _build(path, data)
-    except _Refused as e:
+    except (_Refused, FieldRefused) as e:
         raise TaskError(f"task {label}: {e.problem}", e.fix) from None
 
 
@@ -176,7 +176,7 @@ def _build(path: Path, data: dict) -> Task:
     if environment["docker_image"] and env_dir.is_dir() and not (env_dir / "Dockerfile").exists() \
             and find_compose(env_dir) is None and any(env_dir.iterdir()):
         environment["environment_upload"] = env_dir.absolute()  # Harbor's rule for a prebuilt image's files
-    mcp_servers = _mcp_servers(env_table)
+    mcp_servers = read_mcp_servers(env_table)
     sidecars: tuple[Sidecar, ...] = ()
     volume_mounts: tuple[VolumeMount, ...] = ()
     compose = find_compose(path / "environment")
@@ -221,7 +221,8 @@ def _build(path: Path, data: dict) -> Task:
         mcp_servers=mcp_servers,
         sidecars=sidecars,
         volume_mounts=volume_mounts,
-        artifacts=_artifacts(data, "artifacts"),
+        artifacts=read_artifacts(data, "artifacts", services=_names(sidecars)),
+        collect=read_collect_hooks(verifier, "[[verifier.collect]]", services=_names(sidecars)),
         reward_strategy=_reward_strategy(data),
     )
     if multi_step:
@@ -373,9 +374,6 @@ def _steps(path: Path, task: Task, raw: Any, agent: dict, verifier: dict, env_ta
         folder = path / "steps" / name
         step_agent = _table(entry, "agent", where=where)
         step_verifier = _table(entry, "verifier", where=where)
-        if step_verifier.get("collect"):
-            raise _Refused(f"{where} [[steps.verifier.collect]] hooks are not supported",
-                           "write the files the verifier needs from the agent's sandbox as `artifacts`")
         tests_dirs = tuple(d for d in (path / "tests", folder / "tests") if d.is_dir())
         if not any((d / "test.sh").is_file() for d in tests_dirs):
             raise _Refused(f"{where} has no test.sh (neither steps/{name}/tests/test.sh nor tests/test.sh)",
@@ -400,7 +398,9 @@ def _steps(path: Path, task: Task, raw: Any, agent: dict, verifier: dict, env_ta
             solution_dir=folder / "solution" if (folder / "solution" / "solve.sh").is_file() else None,
             workdir_dir=folder / "workdir" if (folder / "workdir").is_dir() else None,
             healthcheck=healthcheck,
-            artifacts=task.artifacts + _artifacts(entry, f"{where} artifacts"),
+            artifacts=task.artifacts + read_artifacts(entry, f"{where} artifacts", services=_names(task.sidecars)),
+            collect=task.collect + read_collect_hooks(step_verifier, f"{where} [[steps.verifier.collect]]",
+                                                      services=_names(task.sidecars)),
             verifier_task=verifier_task, verifier_uploads_tests=uploads,
         ))
     return tuple(steps)
@@ -431,38 +431,8 @@ def _reward_strategy(data: dict) -> str:
     return strategy
 
 
-def _artifacts(table: dict, where: str) -> tuple[str, ...]:
-    """`artifacts`: absolute paths, as strings or `{source = ...}` tables (a sidecar's `service` is refused)."""
-    value = table.get("artifacts", [])
-    if not isinstance(value, list):
-        raise _Refused(f"{where} must be a list of paths (got {type(value).__name__})")
-    out = []
-    for item in value:
-        if isinstance(item, dict):
-            if item.get("service"):
-                raise _Refused(f"{where}: artifacts of a sidecar service ({item['service']!r}) are not supported")
-            item = item.get("source")
-        if not isinstance(item, str) or not item.startswith("/") or ".." in item.split("/"):
-            raise _Refused(f"{where} entries must be absolute paths without '..' (got {item!r})")
-        out.append(item.rstrip("/") or "/")
-    return tuple(out)
-
-
-def _mcp_servers(env: dict) -> tuple[McpServer, ...]:
-    value = env.get("mcp_servers") or []
-    if not isinstance(value, list) or not all(isinstance(s, dict) for s in value):
-        raise _Refused("[[environment.mcp_servers]] must be an array of tables")
-    out = []
-    for server in value:
-        name = server.get("name")
-        if not isinstance(name, str) or not name.strip():
-            raise _Refused("[[environment.mcp_servers]] entries need a name")
-        args = server.get("args") or []
-        out.append(McpServer(name=name, transport=str(server.get("transport", "stdio")),
-                             url=server.get("url") if isinstance(server.get("url"), str) else None,
-                             command=server.get("command") if isinstance(server.get("command"), str) else None,
-                             args=tuple(str(a) for a in args) if isinstance(args, list) else ()))
-    return tuple(out)
+def _names(sidecars: tuple[Sidecar, ...]) -> frozenset[str]:
+    return frozenset(s.name for s in sidecars)
 
 
 def _refuse_links_out(path: Path) -> None:
@@ -502,11 +472,6 @@ def _refuse_unsupported(path: Path, data: dict, env: dict, agent: dict, verifier
                        "use Linux tasks")
     if env.get("tpu"):
         raise _Refused("TPU tasks need TPU nodes, which rl360 does not provide", "use CPU or GPU tasks")
-    if verifier.get("collect"):
-        # Harbor runs these in a service after the agent, before the artifacts are handed to a separate
-        # verifier: ignored, that verifier would score what was never collected.
-        raise _Refused("[[verifier.collect]] hooks are not supported",
-                       "write the files the verifier needs from the agent's sandbox as `artifacts`")
     if not isinstance(env.get("allow_internet", True), bool):
         raise _Refused(f"[environment] allow_internet must be true or false (got {env['allow_internet']!r})")
     for where, table in (("[agent]", agent), ("[verifier]", verifier)):

@@ -82,7 +82,8 @@ def test_harbor_multi_step_fields_are_read_as_harbor_defines_them(harbor_tasks):
     assert implement.verifier_env == {"EXPECTED_NAME": "Harbor", "EXPECTED_GREETING": "Hello, Harbor!"}
     assert implement.healthcheck is not None and implement.healthcheck.command == "test -x /app/greet.sh"
     # Step artifacts are appended to the task's.
-    assert document.artifacts == ("/app/greet.sh", "/app/README.md") and scaffold.artifacts == ("/app/greet.sh",)
+    assert [a.source for a in document.artifacts] == ["/app/greet.sh", "/app/README.md"]
+    assert [a.source for a in scaffold.artifacts] == ["/app/greet.sh"]
     simple = harbor_tasks["hello-multi-step-simple"]
     assert [(s.agent_timeout_s, s.verifier_timeout_s) for s in simple.steps] == [(30.0, 30.0), (30.0, 30.0)]
 
@@ -90,7 +91,7 @@ def test_harbor_multi_step_fields_are_read_as_harbor_defines_them(harbor_tasks):
 def test_harbor_separate_verifier_environments_resolve_as_harbor_does(harbor_tasks):
     single = harbor_tasks["separate-verifier-environment"]
     assert single.verifier_task is not None and not single.steps
-    assert single.artifacts == ("/tmp/configured-artifact.txt",)
+    assert [a.source for a in single.artifacts] == ["/tmp/configured-artifact.txt"]
     assert (single.verifier_task.memory_mb, single.verifier_task.network) == (2048, False)
     # No tests/Dockerfile in the fixture: rl360 falls back to the agent's image and uploads the tests.
     assert single.verifier_uploads_tests and single.verifier_task.docker_image == single.docker_image == "ubuntu:24.04"
@@ -98,7 +99,7 @@ def test_harbor_separate_verifier_environments_resolve_as_harbor_does(harbor_tas
     shared, separate = mixed.steps
     assert shared.verifier_task is None  # environment_mode = "shared" on the step
     assert separate.verifier_task is not None and separate.verifier_task.workdir == "/workspace"
-    assert separate.artifacts == ("/tmp/task-configured.txt", "/tmp/step-two-configured.txt")
+    assert [a.source for a in separate.artifacts] == ["/tmp/task-configured.txt", "/tmp/step-two-configured.txt"]
 
 
 def test_gpu_and_mcp_tasks_load_and_are_refused_only_at_placement(harbor_tasks):
@@ -119,7 +120,7 @@ def test_gpu_and_mcp_tasks_load_and_are_refused_only_at_placement(harbor_tasks):
     ("[[steps]]\nname = '../up'\n", {}, "needs a name of letters"),
     ("[[steps]]\nname = 'a'\nmin_reward = 'high'\n", {"steps/a/instruction.md": "x"}, "min_reward must be a number"),
     ('multi_step_reward_strategy = "max"\n', {}, 'must be "mean" or "final"'),
-    ('artifacts = ["relative/path"]\n', {}, "absolute paths"),
+    ('artifacts = ["/app/../etc/shadow"]\n', {}, "must not contain '..'"),  # a relative path is below /
     ('[verifier]\nenvironment_mode = "shared"\n[verifier.environment]\ncpus = 1\n', {}, "cannot have a"),
     ('[verifier]\nenvironment_mode = "elsewhere"\n', {}, 'must be "shared" or "separate"'),
     ("[environment]\ngpus = 1.5\n", {}, "gpus must be a non-negative integer"),

@@ -163,7 +163,9 @@ def test_an_allowlist_task_wants_the_network_and_names_its_hosts(tmp_path):
     ("schema_version = 2.0\n", "schema version 2.0 is not a string"),  # Harbor's model refuses a number too
     ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n', "[agent] network allowlists are not"),
     ('[environment.tpu]\ntype = "v5e"\ntopology = "2x2"\n', "TPU tasks need TPU nodes"),
-    ('[[verifier.collect]]\ncommand = "pg_dump > /logs/artifacts/db.sql"\n', "[[verifier.collect]] hooks are not"),
+    # Harbor runs collect hooks; one naming a service the task does not have is refused (test_collect.py).
+    ('[[verifier.collect]]\ncommand = "pg_dump > /logs/artifacts/db.sql"\nservice = "db"\n',
+     "service 'db' is not one of the task's sidecars"),
     ('[environment]\nnetwork_mode = "allowlist"\n', "needs allowed_hosts, a list of host names"),
     ('[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["https://pypi.org"]\n', "not a URL"),
     ('[environment]\nallowed_hosts = ["pypi.org"]\n', 'allowed_hosts needs network_mode = "allowlist"'),

@@ -72,6 +72,7 @@ log = logging.getLogger(__name__)
 class DockerProvider(SandboxProvider):
     name = "docker"
     supports_sidecars = True
+    supports_service_ops = True  # docker exec and docker cp in a sidecar: Harbor's collect hooks and artifacts
 
     def __init__(self, nodes: Sequence[NodeSpec], *, config: SandboxConfig, run_id: str = "",
                  registry: RegistrySpec | None = None, share: tuple[int, int] = (0, 1),

@@ -395,6 +395,18 @@ class DockerSandbox(Sandbox):
             raise await self._lost(e) from None
         await asyncio.to_thread(_untar_to, data, Path(local_path))
 
+    async def service_exec(self, service: str, command: str, *, timeout_s: float,
+                           user: str | None = None) -> ExecResult:
+        if self.sidecars is None:
+            raise SandboxError(Event.PROVIDER_FAILED, f"the sandbox has no sidecar {service!r}", node=self.node)
+        return await self.sidecars.exec_in(service, command, timeout_s=timeout_s, user=user)
+
+    async def service_download(self, service: str, remote_path: str, local_path: Path | str) -> None:
+        if self.sidecars is None:
+            raise SandboxError(Event.PROVIDER_FAILED, f"the sandbox has no sidecar {service!r}", node=self.node)
+        data = await self.sidecars.archive_of(service, remote_path)
+        await asyncio.to_thread(_untar_to, data, Path(local_path))
+
     async def read_file(self, remote_path: str, *, max_bytes: int = 1 << 20) -> bytes | None:
         owner, node = self.owner, self.node
         try:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 
@@ -40,12 +41,15 @@ from rl360cli.egress.client import EgressReport, EgressUnavailable
 from rl360cli.sandbox.docker.build_net import HOLDER_IMAGE
 from rl360cli.sandbox.docker.container import cpu_limit_nanos
 from rl360cli.sandbox.docker.owner import SandboxOwner
+from rl360cli.sandbox.provider import ExecResult
 from rl360cli.sandbox.sidecars import MAIN, Sidecar, VolumeMount, image_task, volume_names, wait_healthy
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 
 SIDECAR_LABEL = "rl360.sidecar"
 # What a sidecar's entrypoint may need: write its files as their owners, drop to its own user.
 SIDECAR_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID", "KILL")
+# What a collect hook's output keeps (its tail): it is recorded, never read by the verifier.
+_OUTPUT_CHARS = 4000
 
 
 class DockerSidecars:
@@ -205,6 +209,50 @@ class DockerSidecars:
             return None
         logs = await self.owner.call(api.logs, cid, tail=5)
         return f"exit {state.get('ExitCode')} ({' '.join(logs.decode(errors='replace').split())[-200:] or 'no output'})"
+
+    # ------------------------------------------------------------------ Harbor's collection pass
+
+    def _container(self, service: str) -> str:
+        cid = self.containers.get(service)
+        if cid is None:
+            raise SandboxError(Event.PROVIDER_FAILED, f"the sandbox has no sidecar {service!r}", node=self.node)
+        return cid
+
+    async def exec_in(self, service: str, command: str, *, timeout_s: float, user: str | None) -> ExecResult:
+        """Run `command` with sh in the sidecar, as compose exec does (its own user and folder, no env of the
+        sandbox's). Past `timeout_s` it is reported timed out; the command itself ends with the sidecar."""
+        cid, started = self._container(service), time.monotonic()
+
+        def run() -> tuple[int | None, bytes]:
+            exec_id = self.owner.api(self.node).exec_create(cid, ["/bin/sh", "-c", command], user=user or "")["Id"]
+            output = self.owner.api(self.node, stream=True).exec_start(exec_id)
+            return self.owner.api(self.node).exec_inspect(exec_id).get("ExitCode"), output
+
+        try:
+            code, output = await asyncio.wait_for(self.owner.call(run), timeout_s)
+        except TimeoutError:
+            return ExecResult(exit_code=None, output="", timed_out=True, duration_s=time.monotonic() - started)
+        except docker.errors.APIError as e:
+            raise SandboxError(Event.PROVIDER_FAILED, f"sidecar {service}: {e}", node=self.node) from None
+        text = output.decode(errors="replace")
+        return ExecResult(exit_code=code, output=text[-_OUTPUT_CHARS:], duration_s=time.monotonic() - started,
+                          truncated_chars=max(0, len(text) - _OUTPUT_CHARS))
+
+    async def archive_of(self, service: str, remote_path: str) -> bytes:
+        """The tar archive docker gives of `remote_path` in the sidecar; `SandboxError` "no such" when absent."""
+        cid = self._container(service)
+
+        def get() -> bytes:
+            stream, _ = self.owner.api(self.node).get_archive(cid, remote_path)
+            return b"".join(stream)
+
+        try:
+            return await self.owner.call(get)
+        except docker.errors.NotFound:
+            raise SandboxError(Event.PROVIDER_FAILED, f"no such file {remote_path} in sidecar {service}",
+                               node=self.node) from None
+        except docker.errors.APIError as e:
+            raise SandboxError(Event.PROVIDER_FAILED, f"sidecar {service}: {e}", node=self.node) from None
 
     def info(self) -> dict:
         holders = {f"{name}.holder": cid for name, cid in self.holders.items()}
