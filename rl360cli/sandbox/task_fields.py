@@ -61,16 +61,18 @@ def _artifact(item: Any, where: str, services: set[str] | frozenset[str]) -> Art
     if isinstance(item, str):
         item = {"source": item}
     if not isinstance(item, dict):
-        raise FieldRefused(f"{where} entries must be paths or tables (got {item!r:.60})")
+        raise FieldRefused(f"{where} entries must be paths or tables (got {item!r:.60})",
+                           'write "/app/out.txt" or {source = "/app/out.txt"}')
     source = item.get("source")
     if not isinstance(source, str) or not source.strip():
         raise FieldRefused(f"{where} entries need a source path (got {source!r:.60})",
                            'write {source = "/path/in/the/sandbox"}')
     if ".." in PurePosixPath(source).parts:
-        raise FieldRefused(f"{where}: source {source!r} must not contain '..'", "name the path itself")
+        raise FieldRefused(f"{where}: source {source!r:.80} must not contain '..'", "name the path itself")
     service = _service(item.get("service"), f"{where} {source!r}", services, optional=True)
     if service != MAIN_SERVICE and not source.startswith("/"):
-        raise FieldRefused(f"{where}: source {source!r} taken from service {service!r} must be an absolute path")
+        raise FieldRefused(f"{where}: source {source!r:.80} taken from service {service!r} must be an absolute path",
+                           "write the path in the sidecar from / (source = \"/var/lib/db/dump.sql\")")
     exclude = item.get("exclude", [])
     if not isinstance(exclude, list) or not all(isinstance(p, str) for p in exclude):
         raise FieldRefused(f"{where} {source!r}: exclude must be a list of patterns (got {exclude!r:.60})",
@@ -89,10 +91,11 @@ def _destination(value: Any, where: str) -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise FieldRefused(f"{where}: destination must be a relative path (got {value!r:.60})")
+        raise FieldRefused(f"{where}: destination must be a relative path (got {value!r:.60})",
+                           'write destination = "logs/app.log" (it is placed under the artifacts folder)')
     path = PurePosixPath(value)
     if "\\" in value or path.is_absolute() or not path.parts or ".." in path.parts:
-        raise FieldRefused(f"{where}: destination {value!r} must be a relative path with '/' separators and "
+        raise FieldRefused(f"{where}: destination {value!r:.80} must be a relative path with '/' separators and "
                            "no '..'", 'write destination = "logs/app.log" (it is placed under the artifacts folder)')
     if value.rstrip("/") == "manifest.json":
         raise FieldRefused(f"{where}: destination 'manifest.json' is the collection's own record",
@@ -130,10 +133,12 @@ def read_collect_hooks(verifier: dict, where: str, *,
         timeout = hook.get("timeout_sec", 60.0)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout) \
                 or timeout <= 0:
-            raise FieldRefused(f"{where} timeout_sec must be a positive number of seconds (got {timeout!r:.60})")
+            raise FieldRefused(f"{where} timeout_sec must be a positive number of seconds (got {timeout!r:.60})",
+                               "write timeout_sec = 60 (Harbor's default)")
         user = hook.get("user")
         if user is not None and (isinstance(user, bool) or not isinstance(user, str | int)):
-            raise FieldRefused(f"{where} user must be a user name or uid (got {user!r:.60})")
+            raise FieldRefused(f"{where} user must be a user name or uid (got {user!r:.60})",
+                               'write user = "postgres" or user = 999, or drop it (the service\'s own user)')
         hooks.append(CollectHook(command=command, service=_service(hook.get("service", MAIN_SERVICE), f"{where}",
                                                                     services),
                                  timeout_s=float(timeout), user=None if user is None else str(user)))
@@ -145,24 +150,26 @@ def read_mcp_servers(environment: dict) -> tuple[McpServer, ...]:
     url or command and args, headers."""
     value = environment.get("mcp_servers") or []
     if not isinstance(value, list) or not all(isinstance(s, dict) for s in value):
-        raise FieldRefused("[[environment.mcp_servers]] must be an array of tables")
+        raise FieldRefused("[[environment.mcp_servers]] must be an array of tables",
+                           'write [[environment.mcp_servers]] with name = "..." and url = "..." per server')
     return tuple(_mcp_server(server) for server in value)
 
 
 def _mcp_server(server: dict) -> McpServer:
     name = server.get("name")
     if not isinstance(name, str) or not name.strip():
-        raise FieldRefused("[[environment.mcp_servers]] entries need a name")
-    where = f"MCP server {name!r}"
+        raise FieldRefused("[[environment.mcp_servers]] entries need a name", 'add name = "tools"')
+    where = f"MCP server {name!r:.60}"
     transport = server.get("transport", "sse")
     transport = "streamable-http" if transport == "http" else transport
     if transport not in MCP_TRANSPORTS:
-        raise FieldRefused(f"{where}: transport {transport!r:.40} is not one of {', '.join(MCP_TRANSPORTS)}")
+        raise FieldRefused(f"{where}: transport {transport!r:.40} is not one of {', '.join(MCP_TRANSPORTS)}",
+                           'write transport = "streamable-http" (or "http", "sse", "stdio")')
     url, command = server.get("url"), server.get("command")
     if transport != "stdio" and not (isinstance(url, str) and url):
         raise FieldRefused(f"{where}: transport {transport!r} needs a url", 'add url = "http://<service>:<port>/mcp"')
     if transport == "stdio" and not (isinstance(command, str) and command):
-        raise FieldRefused(f"{where}: transport 'stdio' needs a command")
+        raise FieldRefused(f"{where}: transport 'stdio' needs a command", 'add command = "the-server" (and args)')
     args = server.get("args") or []
     headers = _headers(server.get("headers") or {}, where)
     if transport == "stdio" and headers:
@@ -179,9 +186,10 @@ def _headers(value: Any, where: str) -> tuple[tuple[str, str], ...]:
                                                                             '"Bearer ${TOKEN}"}')
     for header, text in value.items():
         if not _HEADER_NAME.fullmatch(header):
-            raise FieldRefused(f"{where}: {header!r:.60} is not an HTTP header name")
+            raise FieldRefused(f"{where}: {header!r:.60} is not an HTTP header name",
+                               "use letters, digits and - (X-Api-Key)")
         if "\r" in text or "\n" in text:
-            raise FieldRefused(f"{where}: header {header!r} must not hold a newline")
+            raise FieldRefused(f"{where}: header {header!r} must not hold a newline", "write it on one line")
         if "${" in _TEMPLATE.sub(" ", text) or any("${" in (m.group(2) or "") for m in _TEMPLATE.finditer(text)):
             raise FieldRefused(f"{where}: header {header!r} holds a malformed ${{VAR}} reference",
                                "write ${NAME} or ${NAME:-default}")

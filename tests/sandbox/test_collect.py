@@ -15,6 +15,8 @@ import json
 import os
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rl360cli.outcome import Outcome
 from rl360cli.sandbox.attempt import noop_agent, run_attempt
@@ -284,3 +286,45 @@ def test_sidecar_collection_is_refused_at_placement_where_the_provider_cannot_re
     assert problem == ("task side runs collect hooks in, or takes artifacts from, its sidecars (db), which the "
                        "process provider cannot reach: run it with the docker provider")
     assert placement_problem(task, nodes, "docker", sidecars=True, service_ops=True) is None
+
+
+# ----------------------------------------------------------------------------- fuzzed entries
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x7f"), max_size=12)
+_SCALAR = st.one_of(_TEXT, st.sampled_from(["/app/x", "main", "db", "x.txt", "/", "..", "Authorization",
+                                            "Bearer ${T}", "${T:-d}", "stdio", "http", "*.log"]),
+                    st.integers(-3, 3), st.floats(-1e3, 1e3, allow_nan=False), st.booleans())
+_KEYS = st.sampled_from(["source", "destination", "exclude", "service", "command", "timeout_sec", "user", "name",
+                         "transport", "url", "args", "headers", "Authorization", "X-A"])
+_VALUE = st.recursive(_SCALAR, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                       st.dictionaries(_KEYS, inner, max_size=4)), max_leaves=8)
+
+
+def toml_value(value) -> str:
+    """`value` as an inline TOML value (strings as JSON strings, which TOML's basic strings read alike)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(map(toml_value, value)) + "]"
+    return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(artifacts=_VALUE, collect=_VALUE, servers=_VALUE)
+def test_any_artifacts_collect_and_mcp_entries_load_or_are_refused_in_one_line(tmp_path_factory, artifacts, collect,
+                                                                               servers):
+    folder = write_task(tmp_path_factory.mktemp("fz"), "fz", toml=(
+        f"artifacts = {toml_value(artifacts)}\n[verifier]\ncollect = {toml_value(collect)}\n"
+        f"[environment]\nmcp_servers = {toml_value(servers)}\n"))
+    try:
+        task = load_task(folder)
+    except TaskError as e:
+        assert "\n" not in str(e) and str(e).startswith("task fz: ") and e.fix, str(e)
+        return
+    assert all(a.source.startswith("/") and ".." not in a.source.split("/") for a in task.artifacts)
+    assert all(h.command.strip() and h.timeout_s > 0 for h in task.collect)
