@@ -328,3 +328,38 @@ def test_any_artifacts_collect_and_mcp_entries_load_or_are_refused_in_one_line(t
         return
     assert all(a.source.startswith("/") and ".." not in a.source.split("/") for a in task.artifacts)
     assert all(h.command.strip() and h.timeout_s > 0 for h in task.collect)
+
+
+SHARED_COMPOSE = f"""
+volumes:
+  evidence: {{}}
+services:
+  main:
+    volumes: ["evidence:/evidence:ro"]
+    depends_on:
+      db: {{condition: service_healthy}}
+  db:
+    image: {PYTHON}
+    command: ["sh", "-c", "echo 7 > /tmp/rows && exec sleep 3600"]
+    volumes: ["evidence:/evidence"]
+    healthcheck: {{test: ["CMD", "test", "-s", "/tmp/rows"], interval: 0.2s, retries: 100}}
+"""
+
+
+def test_a_sidecars_hook_runs_before_a_shared_verifier(docker_provider, tmp_path):
+    """Harbor's shared mode runs the sidecars' hooks too: the dump lands in a volume the agent reads only."""
+    task = load_task(write_task(tmp_path, "shared-hook", toml="""
+        [[verifier.collect]]
+        service = "db"
+        command = "cp /tmp/rows /evidence/rows"
+        """, test_sh=reward_if('[ "$(cat /evidence/rows)" = 7 ]'),
+        files={"environment/docker-compose.yaml": SHARED_COMPOSE}))
+    seen = []
+
+    async def agent(sandbox):
+        seen.append((await sandbox.exec("cat /evidence/rows || echo none", timeout_s=30)).output.strip())
+
+    result = run(run_attempt(docker_provider(), task, agent, attempt_id="shared-hook"))
+    assert (result.outcome, result.reward) == (Outcome.OK, 1.0), (result.detail, result.verifier_output)
+    assert seen[0].endswith("none")  # not there while the agent ran: the hook made it after
+    assert result.collect_hooks == ({"service": "db", "command": "cp /tmp/rows /evidence/rows", "exit_code": 0},)
