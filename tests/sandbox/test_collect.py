@@ -363,3 +363,20 @@ def test_a_sidecars_hook_runs_before_a_shared_verifier(docker_provider, tmp_path
     assert (result.outcome, result.reward) == (Outcome.OK, 1.0), (result.detail, result.verifier_output)
     assert seen == ["none"]  # not there while the agent ran: the hook made it after
     assert result.collect_hooks == ({"service": "db", "command": "cp /tmp/rows /evidence/rows", "exit_code": 0},)
+
+
+def test_a_sidecar_hook_past_its_timeout_is_recorded_and_the_attempt_goes_on(docker_provider, tmp_path):
+    task = load_task(write_task(tmp_path, "slow-hook", toml="""
+        [[verifier.collect]]
+        service = "db"
+        command = "sleep 600"
+        timeout_sec = 1
+
+        [[verifier.collect]]
+        service = "db"
+        command = "cp /tmp/rows /evidence/rows"
+        """, test_sh=reward_if('[ "$(cat /evidence/rows)" = 7 ]'),
+        files={"environment/docker-compose.yaml": SHARED_COMPOSE}))
+    result = run(run_attempt(docker_provider(), task, noop_agent, attempt_id="slow-hook"))
+    assert (result.outcome, result.reward) == (Outcome.OK, 1.0), (result.detail, result.verifier_output)
+    assert [h["exit_code"] for h in result.collect_hooks] == [None, 0]  # timed out, then the next hook ran

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import shlex
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -220,11 +222,15 @@ class DockerSidecars:
 
     async def exec_in(self, service: str, command: str, *, timeout_s: float, user: str | None) -> ExecResult:
         """Run `command` with sh in the sidecar, as compose exec does (its own user and folder, no env of the
-        sandbox's). Past `timeout_s` it is reported timed out; the command itself ends with the sidecar."""
+        sandbox's). Past `timeout_s` it is reported timed out; where the image has `timeout` it is killed a
+        second later (so it frees the provider's thread that waits on it), else it ends with the sidecar."""
         cid, started = self._container(service), time.monotonic()
+        quoted = shlex.quote(command)
+        bounded = (f"if command -v timeout >/dev/null 2>&1; then exec timeout -s KILL {math.ceil(timeout_s) + 1} "
+                   f"/bin/sh -c {quoted}; else exec /bin/sh -c {quoted}; fi")
 
         def run() -> tuple[int | None, bytes]:
-            exec_id = self.owner.api(self.node).exec_create(cid, ["/bin/sh", "-c", command], user=user or "")["Id"]
+            exec_id = self.owner.api(self.node).exec_create(cid, ["/bin/sh", "-c", bounded], user=user or "")["Id"]
             output = self.owner.api(self.node, stream=True).exec_start(exec_id)
             return self.owner.api(self.node).exec_inspect(exec_id).get("ExitCode"), output
 
