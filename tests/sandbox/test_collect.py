@@ -18,13 +18,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rl360cli.agent.config import AgentConfig, RolloutConfig
+from rl360cli.agent.session import SessionSpec
 from rl360cli.outcome import Outcome
 from rl360cli.sandbox.attempt import noop_agent, run_attempt
 from rl360cli.sandbox.provider import NodeCapacity
 from rl360cli.sandbox.sidecars import MCP_ENV
 from rl360cli.sandbox.steps import placement_problem
 from rl360cli.sandbox.task_loader import TaskError, load_task
+from tests.agent.sessions import builtin_session
+from tests.agent.test_conversation import CHATML, byte_tokenizer
 from tests.sandbox.conftest import PYTHON, run, write_task
+from tests.sandbox.test_harbor_format import ScriptedStepsEngineStandIn
 
 
 def reward_if(condition: str) -> str:
@@ -380,3 +385,23 @@ def test_a_sidecar_hook_past_its_timeout_is_recorded_and_the_attempt_goes_on(doc
     result = run(run_attempt(docker_provider(), task, noop_agent, attempt_id="slow-hook"))
     assert (result.outcome, result.reward) == (Outcome.OK, 1.0), (result.detail, result.verifier_output)
     assert [h["exit_code"] for h in result.collect_hooks] == [None, 0]  # timed out, then the next hook ran
+
+
+# ----------------------------------------------------------------------------- what a trajectory keeps
+
+
+def test_a_sessions_trajectory_keeps_the_manifest_and_the_hooks(process_provider, tmp_path):
+    """Where Harbor keeps a trial's artifacts in its folder, an RL session keeps what was taken (the manifest)
+    and how each hook ended, in its trajectory's metadata."""
+    task = load_task(write_task(tmp_path, "sep", toml=SEPARATE, test_sh=SEPARATE_TEST))
+    tokenizer = byte_tokenizer(CHATML)
+    engine = ScriptedStepsEngineStandIn(tokenizer, [f"```bash\n{MAKE_OUTPUTS}\n```", "Done."])
+    spec = SessionSpec(task_id=task.id, group_id="g", sample_index=0, attempt_id="session-collect")
+    session = builtin_session(spec, task, tokenizer=tokenizer, client=engine, provider=process_provider(),
+                              rollout=RolloutConfig(max_turns=3, max_new_tokens=256),
+                              agent=AgentConfig(done_words=("done.",)), exec_timeout_s=10)
+    [trajectory] = run(session)
+    assert trajectory.outcome == Outcome.OK and trajectory.reward == 1.0, trajectory.metadata.get("detail")
+    assert {e["source"]: e["status"] for e in trajectory.metadata["artifacts"]} == {
+        "/logs/artifacts": "ok", "/app/out": "ok", "/app/report.txt": "ok", "/app/never-made.txt": "failed"}
+    assert [h["exit_code"] for h in trajectory.metadata["collect_hooks"]] == [0]
