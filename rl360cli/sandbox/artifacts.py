@@ -26,6 +26,7 @@ Test: tests/sandbox/test_collect.py (process provider; sidecars on the dev Docke
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import tarfile
 import uuid
@@ -42,6 +43,8 @@ from rl360cli.sandbox.taxonomy import Event, SandboxError
 ARTIFACTS_DIR = "/logs/artifacts"
 MANIFEST = "manifest.json"
 _PACKED = "rl360-packed"
+# A `main` hook's own timeout ends it; the exec around it has this much longer (`_run_hook` says why).
+_HOOK_GRACE_S = 5.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,9 +88,8 @@ async def collect_pass(sandbox: Sandbox, artifacts: Iterable[Artifact], hooks: I
 
     async def one_service(service: str) -> None:
         for hook in (h for h in hooks if h.service == service):
-            result = await _exec(sandbox, service, hook.command, timeout_s=hook.timeout_s, user=hook.user)
             ran.append({"service": service, "command": hook.command,
-                        "exit_code": None if result.timed_out else result.exit_code})
+                        "exit_code": await _run_hook(sandbox, hook)})
         for artifact in (a for a in entries if a.service == service and download):
             target = host_path(folder, artifact)
             entry = {"source": artifact.source, "destination": target.relative_to(folder).as_posix(),
@@ -121,6 +123,26 @@ async def deliver(target: Sandbox, collected: Collected) -> None:
 
 
 # ----------------------------------------------------------------------------- one artifact
+
+
+async def _run_hook(sandbox: Sandbox, hook: CollectHook) -> int | None:
+    """Run one hook; its exit code, None when it ran past its `timeout_sec`.
+
+    In `main`, the hook itself is bounded by the image's `timeout` (exit 124) inside a longer exec: a sandbox's
+    exec past its limit ends every process of the sandbox (docker), and Harbor's hook timeout ends only the
+    hook: a server the agent left for a shared verifier must outlive a slow hook."""
+    if hook.service != MAIN_SERVICE:
+        result = await sandbox.service_exec(hook.service, hook.command, timeout_s=hook.timeout_s, user=hook.user)
+        return None if result.timed_out else result.exit_code
+    quoted, limit = shlex.quote(hook.command), math.ceil(hook.timeout_s)
+    shell = '"$(command -v bash || echo sh)"'
+    bounded = (f"if command -v timeout >/dev/null 2>&1; then exec timeout -k 1 {limit} {shell} -c {quoted}; "
+               f"else exec {shell} -c {quoted}; fi")
+    result = await sandbox.exec(bounded, timeout_s=hook.timeout_s + _HOOK_GRACE_S, user=hook.user)
+    # GNU timeout exits 124, busybox's 143 (TERM), either 137 once -k kills it.
+    if result.timed_out or (result.exit_code in (124, 137, 143) and result.duration_s >= hook.timeout_s):
+        return None
+    return result.exit_code
 
 
 async def _exec(sandbox: Sandbox, service: str, command: str, *, timeout_s: float, user: str | None) -> ExecResult:

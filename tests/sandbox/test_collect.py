@@ -28,7 +28,7 @@ from rl360cli.sandbox.steps import placement_problem
 from rl360cli.sandbox.task_loader import TaskError, load_task
 from tests.agent.sessions import builtin_session
 from tests.agent.test_conversation import CHATML, byte_tokenizer
-from tests.sandbox.conftest import PYTHON, run, write_task
+from tests.sandbox.conftest import BUSYBOX, PYTHON, run, write_task
 from tests.sandbox.test_harbor_format import ScriptedStepsEngineStandIn
 
 
@@ -405,3 +405,17 @@ def test_a_sessions_trajectory_keeps_the_manifest_and_the_hooks(process_provider
     assert {e["source"]: e["status"] for e in trajectory.metadata["artifacts"]} == {
         "/logs/artifacts": "ok", "/app/out": "ok", "/app/report.txt": "ok", "/app/never-made.txt": "failed"}
     assert [h["exit_code"] for h in trajectory.metadata["collect_hooks"]] == [0]
+
+
+def test_a_main_hook_past_its_timeout_leaves_the_agents_server_to_the_verifier(docker_provider, tmp_path):
+    """Harbor's hook timeout ends the hook only; a docker exec past its limit here ends the sandbox's every
+    process, so the hook is bounded by its own `timeout` inside a longer exec."""
+    serve = "mkdir -p /tmp/www && echo served > /tmp/www/index.html && httpd -p 127.0.0.1:8080 -h /tmp/www"
+    task = load_task(write_task(tmp_path, "slow-main-hook", image=BUSYBOX, toml="""
+        [[verifier.collect]]
+        command = "sleep 600"
+        timeout_sec = 1
+        """, test_sh=reward_if("wget -qO- http://127.0.0.1:8080/index.html | grep -q served")))
+    result = run(run_attempt(docker_provider(), task, agent_running(serve), attempt_id="slow-main-hook"))
+    assert (result.outcome, result.reward) == (Outcome.OK, 1.0), (result.detail, result.verifier_output)
+    assert [h["exit_code"] for h in result.collect_hooks] == [None]
