@@ -479,6 +479,7 @@ def run(args) -> None:
 # ------------------------------------------------------------------------------------------------ the table
 
 NOTES = ROOT / "bench" / "results" / "terminal_bench_2_notes.json"
+NO_PY313 = ROOT / "bench" / "results" / "terminal_bench_2_no_py313.jsonl"  # bench/bench_tb2_no_py313.py's rows
 DENIED = re.compile(r"rl360 egress: (\S+) is not on the profile's \[egress\] allow list")
 
 
@@ -637,6 +638,7 @@ def table(rows: dict[str, dict], all_tasks: list[str], root: Path | None = None)
            "way were closed mid-run and the two rows they had failed run again: the CPythons' headers "
            "(feal-differential-cryptanalysis's verifier builds a C extension) and uv 0.8.14 "
            "(financial-document-processor).", "",
+           *no_py313_paragraph(rows),
            "Columns: *oracle* and *no-op*, the rewards the task's verifier gave them (`-`: not run, the image did "
            "not build); *verifier on the oracle*, its pytest summary; *cause*, one line for a failure: what the "
            "row observed (a host the egress proxy refused, a build step, a timeout), then what the oracle's "
@@ -663,6 +665,51 @@ def table(rows: dict[str, dict], all_tasks: list[str], root: Path | None = None)
         out.append(f"| {task} | {bases} | {oracle} | {noop} | {verifier.replace('|', chr(92) + '|')} "
                    f"| {r['status']} | {secs} | {cause} |")
     return "\n".join(out) + "\n"
+
+
+def no_py313_paragraph(rows: dict[str, dict]) -> list[str]:
+    """What bench/bench_tb2_no_py313.py's rows show (ubuntu:24.04 tasks on a stand-in without CPython 3.13, uv
+    downloading the managed-Python stand-in's), beside each task's row above."""
+    mine: dict[str, dict] = {}
+    if NO_PY313.exists():
+        for line in NO_PY313.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                mine[row["task"]] = row
+    if not mine:
+        return []
+    passed = [t for t, r in sorted(mine.items()) if r["status"] == "passed"]
+    other = [t for t in sorted(mine) if t not in passed]
+    # The oracle's bytes from github.com (the stand-in, behind the mirror): the list is ~600 B, the archive 39 MB.
+    downloaded = [t for t in passed if (mine[t].get("oracle_github_bytes") or 0) >= 1_000_000]
+    listed_only = [t for t in passed if t not in downloaded]
+
+    def why(t: str) -> str:
+        return f"{t} ({mine[t].get('cause') or mine[t]['status']})"
+
+    def timed(t: str) -> str:
+        here, there = mine[t].get("seconds"), (rows.get(t) or {}).get("seconds")
+        return f"{t} ({here:.0f} s" + (f", {there:.0f} s above)" if there is not None else ")")
+
+    return ["**Without CPython 3.13 in the base.** The stand-ins above carry CPython 3.13, which the real bases "
+            "(but python:3.13's) lack. The dev profile also has a STAND-IN for uv's managed-Python downloads "
+            "(`rl360cli/egress/python_standin.py`, docs/dev-cluster.md): uv 0.9.x checks each download against a "
+            "sha256 compiled into it (`crates/uv-python/src/downloads.rs`:795 and :1275-1283 at uv 0.9.5), so other "
+            "bytes under github.com's URL cannot pass, and it reads another list only from a local file "
+            "(`UV_PYTHON_DOWNLOADS_JSON_URL`, downloads.rs:888-891); so the uv installer's stand-in fetches that "
+            "stand-in's list (this machine's CPython 3.13.0 repacked as python-build-standalone's `install_only` "
+            "archive, with its sha256) and names it in its `env` file, and uv downloads the archive from github.com's "
+            "release URL, which the egress proxy's mirror answers. `bench/bench_tb2_no_py313.py` checked ubuntu:24.04 "
+            "tasks again on node n3 with that base's stand-in built without 3.13 (`NO_PY313=1`) and both stand-ins "
+            f"(rows in `bench/results/{NO_PY313.name}`): **{len(passed)} of {len(mine)} passed**"
+            + (f": {', '.join(timed(t) for t in passed)}" if passed else "")
+            + (f"; not passed: {', '.join(why(t) for t in other)}" if other else "")
+            + f". In {len(downloaded)} of the {len(passed)} passed the oracle's sandbox got the stand-in's CPython "
+            "archive from github.com's URL through the proxy (its egress report)"
+            + (f"; in {', '.join(listed_only)} only the list (the verifier asked uv for a Python the image has)"
+               if listed_only else "")
+            + ". The base stand-ins of the table keep their CPython 3.13 until a run of the whole dataset goes "
+            "without it.", ""]
 
 
 def write_doc(text: str) -> None:

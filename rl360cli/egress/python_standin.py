@@ -11,7 +11,8 @@ knows each managed CPython's URL and sha256 from a list compiled into the binary
 downloads.rs:795 in 0.9.5) and refuses an archive whose sha256 differs (`HashMismatch`, downloads.rs:1275-1283), so
 other bytes under the real URL cannot work. `UV_PYTHON_DOWNLOADS_JSON_URL` replaces that list with another, whose
 entries carry their own URL and sha256, but only from a local file: an http(s) URL is refused
-(`RemoteJSONNotSupported`, downloads.rs:888-891). So this serves, under the mirror key
+(`RemoteJSONNotSupported`, downloads.rs:888-891; uv 0.9.10 and later take an http(s) URL too, astral-sh/uv#16542,
+but not the versions here). So this serves, under the mirror key
 `https://github.com/astral-sh/python-build-standalone/releases/download/` (cluster/dev-docker.toml's
 `[egress.mirrors]` maps it here; the egress proxy ends TLS for github.com, under its CA that the sandboxes trust):
 
@@ -25,10 +26,11 @@ entries carry their own URL and sha256, but only from a local file: an http(s) U
 
 The list reaches the sandbox through the installer's stand-in (rl360cli/egress/uv_standin.py, `--python-downloads`):
 its script fetches the list next to uv and its `env` file sets `UV_PYTHON_DOWNLOADS_JSON_URL`, so a verifier that
-runs `curl -LsSf https://astral.sh/uv/<v>/install.sh | sh; source $HOME/.local/bin/env; uvx -p 3.13 ...` (80 of
+runs `curl -LsSf https://astral.sh/uv/<v>/install.sh | sh; source $HOME/.local/bin/env; uvx -p 3.13 ...` (79 of
 Terminal-Bench 2.0's 89) gets this machine's CPython 3.13 from here instead of python-build-standalone's from
-github.com. A uv that did not come from that installer (an image's own, `COPY --from=ghcr.io/astral-sh/uv`) still
-asks github.com, and is refused.
+github.com. A uv that did not come from that installer (an image's own, `COPY --from=ghcr.io/astral-sh/uv`) gets
+no list and asks github.com when it needs a CPython (refused); TB2's one such `uvx -p 3.13`, reshard-c4-data's,
+runs on python:3.13, which has one.
 
 What it does not do: python-build-standalone's builds (those link OpenSSL, SQLite, libffi, ... statically and run
 on any glibc Linux; this one needs the image to have the shared libraries its extension modules link to:
