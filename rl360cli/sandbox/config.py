@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rl360cli.configload import check_at_least, check_non_negative, check_positive, check_range
+from rl360cli.configload import check_at_least, check_non_negative, check_one_of, check_positive, check_range
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -159,7 +159,8 @@ class SandboxConfig:
     # runs (a server, a database, a supervisor the tests query) and ends once test.sh has exited, before
     # the reward is read. true (a hardening for task sets none of whose tasks leave a service behind): it
     # is killed before the verifier, so no leftover process can rewrite the reward while the tests run
-    # (docs/sandboxes.md, "The attempt"). A process sandbox keeps nothing between commands either way.
+    # (docs/sandboxes.md, "The attempt"). A process sandbox keeps nothing between commands unless
+    # process_namespace = "sandbox", whose keeper follows the same two rules.
     end_agent_before_verifier: bool = False
     # Harbor's `--force-build`: a task whose `docker_image` has the Dockerfile it was built from beside it
     # (environment/Dockerfile) is built from that Dockerfile, once per node, under the same content-hash tag
@@ -180,6 +181,13 @@ class SandboxConfig:
     # per sandbox).
     process_root: str = ""
     process_uid_base: int = 200000
+    # Process provider: what a command's namespaces (pid, mount, network, IPC) belong to. "command": each
+    # command gets its own, which end with it, so nothing it leaves running outlives it. "sandbox": one keeper
+    # process per sandbox (as root, with bubblewrap; elsewhere "command" is used, with a warning) whose
+    # namespaces every command joins, so what an agent's command leaves running lives until the sandbox stops,
+    # as in a container (Harbor's rule: alive while the verifier runs); it saves a bubblewrap start per
+    # command (rl360cli/sandbox/process/keeper.py, docs/sandboxes.md).
+    process_namespace: Literal["command", "sandbox"] = "command"
     simulated: SimulatedSandboxConfig = field(default_factory=SimulatedSandboxConfig)
     warm_pool: WarmPoolConfig = field(default_factory=WarmPoolConfig)
     daytona: DaytonaSandboxConfig = field(default_factory=DaytonaSandboxConfig)
@@ -195,3 +203,5 @@ class SandboxConfig:
         check_non_negative(self, "reap_grace_s")
         check_range(self, 0, 1, "inject_failure_rate", high_open=True)
         check_at_least(self, 1000, "process_uid_base", fix="sandboxes must not share a system user's uid")
+        check_one_of(self, ("command", "sandbox"), "process_namespace",
+                     fix='"command": namespaces per command (the default); "sandbox": one keeper per sandbox')

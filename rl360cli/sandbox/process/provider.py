@@ -25,6 +25,11 @@ start (~4 ms) per command. When rl360 runs as root, each live sandbox runs
 as its own uid (from [sandbox] process_uid_base), so the process limit is
 per sandbox and no sandbox can read another's files or root's.
 
+With `[sandbox] process_namespace = "sandbox"` (as root, with bubblewrap) the namespaces are the
+sandbox's instead of each command's: one keeper per sandbox, started with it, runs every command of it
+(process/keeper.py), so what a command leaves running lives until the sandbox stops, as in a container;
+a command sent while another runs gets a bubblewrap of its own, as above.
+
 Without bubblewrap (not installed) rl360 warns once and runs commands in a
 process group with the same rlimits but no isolation; the task's absolute
 paths (/app, /tests, /logs) are then not available, so only tasks written
@@ -64,6 +69,8 @@ from rl360cli.errors import Rl360Error
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.network import Abilities, Access, Network, decide
 from rl360cli.sandbox.process.isolation import DEFAULT_PATH, RESERVED, Isolation, chown_tree, filled_pipe, rlimit_args
+from rl360cli.sandbox.process.keeper import KEEPER_PATH, Keeper, KeeperGone, keeper_binary, prelude
+from rl360cli.sandbox.process.seccomp import deny_ptrace_and_sigcont_program
 from rl360cli.sandbox.process.outbound import attach_outbound
 from rl360cli.sandbox.process.image import ProcessImages
 from rl360cli.sandbox.process.sidecars import ProcessSidecars, make_volumes, mount_points, volume_binds
@@ -73,6 +80,7 @@ from rl360cli.sandbox.taxonomy import Event, SandboxError
 
 log = logging.getLogger(__name__)
 _warned_no_egress = False
+_warned_no_keeper = False
 # What a process sandbox's record calls each way out (rl360cli/sandbox/network.py decides which it gets).
 NETWORK_NAMES = {Access.NONE: "none", Access.SIDECARS: "none", Access.PROXY: "egress", Access.OPEN: "slirp4netns"}
 
@@ -164,6 +172,11 @@ class ProcessProvider(SandboxProvider):
         self.isolation = Isolation()
         if self.isolation.as_root and self.isolation.bwrap:
             _check_traversable(self.root)
+        # [sandbox] process_namespace = "sandbox": one keeper per sandbox (process/keeper.py). Its filter also
+        # refuses SIGCONT, and its commands must run as a uid that cannot read the keeper: root only.
+        self.keeper_seccomp = deny_ptrace_and_sigcont_program()
+        self.keeps_namespaces = config.process_namespace == "sandbox" and self._can_keep()
+        self._keeper_sh: Path | None = None
         # The uid locks are machine-wide (not per root), so providers with different roots never share a uid.
         self.uids = UidPool(config.process_uid_base, 4096, Path(tempfile.gettempdir()) / "rl360-sandbox-uids") \
             if self.isolation.as_root else None
@@ -179,6 +192,24 @@ class ProcessProvider(SandboxProvider):
         # Folders a crashed run left in .trash are deleted now, in the background.
         if (self.root / ".trash").is_dir():
             self._deleting.add(self._file_pool.submit(shutil.rmtree, self.root / ".trash", True))
+
+    def _can_keep(self) -> bool:
+        iso = self.isolation
+        if iso.as_root and iso.bwrap and self.keeper_seccomp is not None:
+            return True
+        global _warned_no_keeper
+        if not _warned_no_keeper:
+            _warned_no_keeper = True
+            log.warning('[sandbox] process_namespace = "sandbox" needs root, bubblewrap and an x86_64 or aarch64 '
+                        "machine: each command gets namespaces of its own instead")
+        return False
+
+    @property
+    def keeper_sh(self) -> Path:
+        """The keeper's program (process/keeper.py), made at first use."""
+        if self._keeper_sh is None:
+            self._keeper_sh = keeper_binary(self.root)
+        return self._keeper_sh
 
     async def files(self, fn, *args, **kwargs):
         """Run a blocking file operation on the provider's own threads (inline once the provider is closed)."""
@@ -310,6 +341,12 @@ class ProcessProvider(SandboxProvider):
                                  trust_env=trust_env)
         if decided.door:  # its agent's way to its own session, opened by the agent's harness
             sandbox.door_route, sandbox.door_id = self.egress, sid
+        if self.keeps_namespaces:
+            try:
+                await sandbox.start_keeper()
+            except BaseException:
+                await asyncio.shield(sandbox.stop())
+                raise
         return sandbox
 
     async def detach(self, sandbox: Sandbox) -> dict[str, Any]:
@@ -350,6 +387,10 @@ class ProcessSandbox(Sandbox):
         self._procs: set[asyncio.subprocess.Process] = set()
         self._stopped = False
         self.keeper: dict[str, Any] | None = None
+        # [sandbox] process_namespace = "sandbox": the process whose namespaces the commands join, and the
+        # sandbox's top-level folders when it started (a new one, made by an upload, needs a new keeper).
+        self._kept: Keeper | None = None
+        self._kept_entries: tuple[str, ...] = ()
 
     def info(self) -> dict[str, Any]:
         out = {"node": NODE, "provider": "process", "task": self.task.id, "attempt": self.attempt_id,
@@ -399,6 +440,10 @@ class ProcessSandbox(Sandbox):
         if not self.fs.is_dir():
             raise SandboxError(Event.SANDBOX_KILLED, f"sandbox folder {self.fs} was removed from outside",
                                node=NODE)
+        if self.owner.keeps_namespaces:
+            kept = await self._exec_kept(command, timeout_s=timeout_s, env=env)
+            if kept is not None:
+                return kept
         iso = self.owner.isolation
         limits = self._limits(timeout_s)
         # With sidecars the command joins the sandbox's own namespace, whose NAT (if any) is attached already.
@@ -468,18 +513,124 @@ class ProcessSandbox(Sandbox):
         duration = time.monotonic() - started
         if set_up is None:
             set_up = _read_info(info_r) if info_r is not None else True
-        output, cut = buffer.text()
         if not set_up and not timed_out:
+            output, _ = buffer.text()
             raise SandboxError(Event.PROVIDER_FAILED, f"bubblewrap could not set up sandbox {self.id}: "
                                f"{output.strip()[-300:]}", node=NODE)
-        code = None if timed_out else proc.returncode
-        limit = buffer.first_limit()
-        if code == 128 + signal.SIGXCPU or code == -signal.SIGXCPU:
-            limit = "cpu_time"
-        elif code == 128 + signal.SIGXFSZ or code == -signal.SIGXFSZ:
-            limit = limit or "file_size"
-        return ExecResult(exit_code=code, output=output, timed_out=timed_out, oom_killed=limit == "memory",
-                          duration_s=duration, limit=None if timed_out else limit, truncated_chars=cut)
+        return _result(None if timed_out else proc.returncode, buffer, timed_out=timed_out, duration_s=duration)
+
+    # ------------------------------------------------------------------ the keeper
+
+    def _entries(self) -> tuple[str, ...]:
+        return tuple(sorted(entry for entry in os.listdir(self.fs) if entry not in RESERVED))
+
+    async def start_keeper(self) -> None:
+        """Start the sandbox's keeper (process/keeper.py): the provider's argv around it, the filter that also
+        refuses SIGCONT, no CPU limit of its own (each command gets its own)."""
+        iso = self.owner.isolation
+        limits = self._limits(10**7)
+        shared = self.sidecars is not None
+        networked = self.network == "slirp4netns" and not shared
+        entries = self._entries()
+        ro_binds: tuple = ((str(self.owner.keeper_sh), KEEPER_PATH),)
+        netns = None
+        if shared:
+            netns, ro_binds = self.sidecars.netns, ro_binds + tuple(self.sidecars.ro_binds())
+        info_r, info_w = os.pipe()
+        block_r, block_w = os.pipe() if networked else (None, None)
+        seccomp_r = filled_pipe(self.owner.keeper_seccomp)
+        argv = iso.argv(self.fs, "true", workdir=self.task.workdir, limits=limits, uid=self.uid, info_fd=info_w,
+                        block_fd=block_r, seccomp_fd=seccomp_r, init=False, netns=netns, ro_binds=ro_binds,
+                        binds=volume_binds(self.folder, self.task.volume_mounts))
+        try:
+            keeper = await Keeper.start(argv, env=self._env(None), kwargs=iso.spawn_kwargs(self.uid, limits),
+                                        pass_fds=tuple(fd for fd in (info_w, block_r, seccomp_r) if fd is not None),
+                                        info_r=info_r, block_w=block_w, slirp=iso.slirp if networked else None,
+                                        files=self.owner.files)
+        except SandboxError as e:
+            raise SandboxError(e.event, f"sandbox {self.id}: {e.detail}", node=NODE) from None
+        try:
+            await keeper.ready(self.config.start_timeout_s)
+        except (KeeperGone, TimeoutError) as e:
+            await asyncio.shield(keeper.end(self.owner.files))
+            raise SandboxError(Event.START_FAILED, f"the keeper of sandbox {self.id} did not start: "
+                               f"{keeper.words.strip()[-300:] or e}", node=NODE) from None
+        self._kept, self._kept_entries = keeper, entries
+
+    async def _exec_kept(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None) -> ExecResult | None:
+        """Run `command` through the sandbox's keeper; None when it must run on its own instead: another
+        command is in flight there, a name of `env` is no shell name, or a new top-level folder appeared
+        while processes of the sandbox live (a new keeper, which sees it, would end them)."""
+        keeper = self._kept
+        if keeper is not None and keeper.gone and not keeper.ended:
+            raise SandboxError(Event.SANDBOX_KILLED, f"the keeper of sandbox {self.id} (pid {keeper.pid}) ended: "
+                               f"{keeper.words.strip()[-300:] or 'killed from outside'}", node=NODE)
+        if keeper is not None and keeper.busy:
+            return None
+        base = self._env(None)
+        extra = {name: value for name, value in self._env(env).items() if base.get(name) != value}
+        script = prelude(cpu_s=max(1, math.ceil(timeout_s)) + 1, env=extra)
+        if script is None:
+            return None
+        if keeper is not None and not keeper.gone and self._entries() != self._kept_entries:
+            if not keeper.quiet:
+                return None
+            await keeper.end(self.owner.files)
+        for attempt in range(2):
+            if self._kept is None or self._kept.gone:  # ended by rl360 (a timeout, a new folder): a new one
+                await self.start_keeper()
+            keeper = self._kept
+            buffer = OutputBuffer(self.config.max_output_chars)
+            started = time.monotonic()
+            try:
+                status = await keeper.run(command, workdir=self.task.workdir, prelude=script, timeout_s=timeout_s,
+                                          buffer=buffer, files=self.owner.files)
+            except KeeperGone:
+                if "Cannot fork" in keeper.words and attempt == 0:
+                    # Every pid was held by what the sandbox left running: the keeper ended, and with it all
+                    # it kept; the command never ran, so it runs once in a new keeper (docker's init kills them).
+                    await keeper.end(self.owner.files)
+                    continue
+                await keeper.end(self.owner.files)
+                keeper.ended = False  # not rl360's doing: the sandbox is lost
+                raise SandboxError(Event.SANDBOX_KILLED, f"the keeper of sandbox {self.id} (pid {keeper.pid}) "
+                                   f"ended: {keeper.words.strip()[-300:] or 'killed from outside'}",
+                                   node=NODE) from None
+            duration = time.monotonic() - started
+            if status == "setup":
+                output, _ = buffer.text()
+                raise SandboxError(Event.PROVIDER_FAILED, f"sandbox {self.id} has no workdir {self.task.workdir} "
+                                   f"any more: {output.strip()[-300:]}", node=NODE)
+            code = None if status is None else int(status)
+            return _result(code, buffer, timed_out=status is None, duration_s=duration)
+        raise AssertionError("unreachable")
+
+    def _still(self):
+        """Around a host-side operation on the sandbox's files: its processes stopped meanwhile (keeper.py)."""
+        if self._kept is None:
+            return contextlib.nullcontext()
+        return self._kept.still(self.owner.files)
+
+    async def end_agent_processes(self) -> None:
+        """Kill what the sandbox's commands left running (only a keeper's namespace keeps anything)."""
+        keeper = self._kept
+        if keeper is None or keeper.gone or keeper.quiet:
+            return
+        if keeper.busy:  # a command is in flight there: everything ends, the next command gets a new keeper
+            await keeper.end(self.owner.files)
+            return
+        try:
+            await keeper.kill_others(60, self.owner.files)
+        except KeeperGone:
+            await keeper.end(self.owner.files)
+
+    async def prepare_verifier(self) -> None:
+        """Empty /tests and /logs/verifier; what the agent left running stays alive for the verifier, as Harbor
+        leaves it, unless [sandbox] end_agent_before_verifier (the docker provider's rules)."""
+        if self.config.end_agent_before_verifier:
+            await self.end_agent_processes()
+        await self.reset_dir("/logs/verifier")
+        await self.reset_dir("/tests")
 
     # ------------------------------------------------------------------ files
 
@@ -509,14 +660,42 @@ class ProcessSandbox(Sandbox):
                 if self.uid is not None:
                     os.chown(current, self.uid, self.uid)
 
+    # Each runs as root on folders the sandbox's uid owns: with nothing of the sandbox running (`_still`).
+
     async def upload(self, local_path: Path | str, remote_path: str) -> None:
+        async with self._still():
+            await self._upload(local_path, remote_path)
+
+    async def download(self, remote_path: str, local_path: Path | str) -> None:
+        async with self._still():
+            await self._download(remote_path, local_path)
+
+    async def read_file(self, remote_path: str, *, max_bytes: int = 1 << 20) -> bytes | None:
+        async with self._still():
+            return await self._read_file(remote_path, max_bytes=max_bytes)
+
+    async def reset_dir(self, remote_path: str) -> None:
+        async with self._still():
+            await self._reset_dir(remote_path)
+
+    def _clear(self, host: Path, *, keep: bool) -> None:
+        """Remove what is at `host`; a top-level folder under a keeper is emptied instead: the keeper's mount
+        namespace bound that folder when it started, and a new one of the same name would not be seen there."""
+        if keep and self._kept is not None and host.parent == self.fs and host.is_dir() and not host.is_symlink():
+            for entry in list(host.iterdir()):
+                _remove(entry)
+            os.chmod(host, 0o755)
+        else:
+            _remove(host)
+
+    async def _upload(self, local_path: Path | str, remote_path: str) -> None:
         local = Path(local_path)
         host = self._host_path(remote_path)
         try:
             self._make_parents(host)
-            _remove(host)
+            self._clear(host, keep=local.is_dir())
             if local.is_dir():
-                await self.owner.files(shutil.copytree, local, host, symlinks=True)
+                await self.owner.files(shutil.copytree, local, host, symlinks=True, dirs_exist_ok=True)
             else:
                 shutil.copy2(local, host)
             if self.uid is not None:
@@ -528,7 +707,7 @@ class ProcessSandbox(Sandbox):
             raise SandboxError(Event.PROVIDER_FAILED, f"upload of {local} to {remote_path} failed: {e}",
                                node=NODE) from None
 
-    async def download(self, remote_path: str, local_path: Path | str) -> None:
+    async def _download(self, remote_path: str, local_path: Path | str) -> None:
         host = self._host_path(remote_path)
         if not self._inside(host) or host.is_symlink():
             raise SandboxError(Event.PROVIDER_FAILED, f"{remote_path} is a symbolic link; not followed", node=NODE)
@@ -545,7 +724,7 @@ class ProcessSandbox(Sandbox):
         except OSError as e:
             raise SandboxError(Event.PROVIDER_FAILED, f"download of {remote_path} failed: {e}", node=NODE) from None
 
-    async def read_file(self, remote_path: str, *, max_bytes: int = 1 << 20) -> bytes | None:
+    async def _read_file(self, remote_path: str, *, max_bytes: int = 1 << 20) -> bytes | None:
         host = self._host_path(remote_path)
         if not self._inside(host):
             return None
@@ -558,12 +737,12 @@ class ProcessSandbox(Sandbox):
                 return None
             raise SandboxError(Event.PROVIDER_FAILED, f"cannot read {remote_path}: {e}", node=NODE) from None
 
-    async def reset_dir(self, remote_path: str) -> None:
+    async def _reset_dir(self, remote_path: str) -> None:
         host = self._host_path(remote_path)
         try:
             self._make_parents(host)
-            _remove(host)
-            host.mkdir()
+            self._clear(host, keep=True)
+            host.mkdir(exist_ok=True)
             if self.uid is not None:
                 os.chown(host, self.uid, self.uid)
         except OSError as e:
@@ -591,6 +770,9 @@ class ProcessSandbox(Sandbox):
         if self.task.sidecars:  # they die with this process (die-with-parent): a fleet would lose them
             raise SandboxError(Event.START_FAILED, f"task {self.task.id} has sidecars: fleets of such tasks need "
                                "the docker provider", node=NODE)
+        if self._kept is not None:  # what it kept dies with this process (die-with-parent): ended now
+            await self._kept.end(self.owner.files)
+            self._kept = None
         await self._release_network()  # a fleet member only waits: its namespace would die with this process
         if self.network == "egress":  # nothing listens in it any more: its record says so
             self.network, self.network_denied = "none", True
@@ -618,6 +800,8 @@ class ProcessSandbox(Sandbox):
         if self._stopped and self.keeper is None:
             return
         self._stopped = True
+        if self._kept is not None:  # its namespace, everything in it, gone before the uid is free
+            await self._kept.end(self.owner.files)
         for proc in list(self._procs):
             await _kill(proc)
         await self._release_network()
@@ -638,6 +822,18 @@ def _check_traversable(root: Path) -> None:
             raise Rl360Error(f"process sandboxes cannot reach {root}: {folder} is not searchable by other users",
                              "set [sandbox] process_root to a folder under /tmp (the default is "
                              f"{default_root()})")
+
+
+def _result(code: int | None, buffer: OutputBuffer, *, timed_out: bool, duration_s: float) -> ExecResult:
+    """A command's result from its exit status (None: past its timeout) and its output."""
+    output, cut = buffer.text()
+    limit = buffer.first_limit()
+    if code == 128 + signal.SIGXCPU or code == -signal.SIGXCPU:
+        limit = "cpu_time"
+    elif code == 128 + signal.SIGXFSZ or code == -signal.SIGXFSZ:
+        limit = limit or "file_size"
+    return ExecResult(exit_code=code, output=output, timed_out=timed_out, oom_killed=limit == "memory",
+                      duration_s=duration_s, limit=None if timed_out else limit, truncated_chars=cut)
 
 
 async def _kill(proc: asyncio.subprocess.Process) -> None:

@@ -65,3 +65,54 @@ def deny_ptrace_program(machine: str | None = None) -> bytes | None:
     assert len(program) == deny_at, (len(program), deny_at)
     program.append(_op(_RET_K, _DENY))
     return b"".join(struct.pack("HBBI", *op) for op in program)
+
+
+# The system calls that send a signal, per audit arch: (number, index of the signal argument) for kill, tkill,
+# tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo, pidfd_send_signal.
+_SIGNALLERS = {
+    0xC000003E: ((62, 1), (200, 1), (234, 2), (129, 1), (297, 2), (424, 1)),  # x86_64
+    0x40000003: ((37, 1), (238, 1), (270, 2), (178, 1), (335, 2), (424, 1)),  # i386
+    0xC00000B7: ((129, 1), (130, 1), (131, 2), (138, 1), (240, 2), (424, 1)),  # aarch64
+    0x40000028: ((37, 1), (238, 1), (268, 2), (178, 1), (363, 2), (424, 1)),  # arm
+}
+_SIGCONT = 18  # the same number on x86 and arm
+_ARGS = 16  # offset of args[0] in struct seccomp_data (u64 each; the low half first on these little-endian machines)
+
+
+def deny_ptrace_and_sigcont_program(machine: str | None = None) -> bytes | None:
+    """`deny_ptrace_program`'s filter that also refuses sending SIGCONT (EPERM), for a sandbox whose processes
+    live between commands (process/keeper.py): rl360 stops them all while it works on the sandbox's files
+    from the host, and none of them may wake another meanwhile; only the host continues them."""
+    abis = _ABIS.get(machine or platform.machine())
+    if abis is None:
+        return None
+    # Assembled with labels: ("op", code, k, true-label or None, false-label or None), ("label", name).
+    code: list[tuple] = []
+    for i, (arch, numbers, refuse_x32) in enumerate(abis):
+        after = f"arch{i + 1}"
+        code += [("op", _LD_W_ABS, _ARCH, None, None), ("op", _JEQ_K, arch, None, after),
+                 ("op", _LD_W_ABS, _NR, None, None)]
+        if refuse_x32:
+            code.append(("op", _JGE_K, _X32_BIT, "deny", None))
+        code += [("op", _JEQ_K, n, "deny", None) for n in numbers]
+        for j, (number, arg) in enumerate(_SIGNALLERS.get(arch, ())):
+            skip = f"sig{i}.{j}"
+            code += [("op", _JEQ_K, number, None, skip), ("op", _LD_W_ABS, _ARGS + 8 * arg, None, None),
+                     ("op", _JEQ_K, _SIGCONT, "deny", "allow"), ("label", skip)]
+        code += [("op", _RET_K, _ALLOW, None, None), ("label", after)]
+    code += [("label", "allow"), ("op", _RET_K, _ALLOW, None, None),
+             ("label", "deny"), ("op", _RET_K, _DENY, None, None)]
+    where: dict[str, int] = {}
+    ops = []
+    for item in code:
+        if item[0] == "label":
+            where[item[1]] = len(ops)
+        else:
+            ops.append(item[1:])
+    program = []
+    for here, (op, k, true, false) in enumerate(ops):
+        jt = where[true] - here - 1 if true else 0
+        jf = where[false] - here - 1 if false else 0
+        assert 0 <= jt < 256 and 0 <= jf < 256, (here, jt, jf)
+        program.append(_op(op, k, jt, jf))
+    return b"".join(struct.pack("HBBI", *op) for op in program)
