@@ -3,7 +3,7 @@ per sandbox (`[sandbox] process_namespace = "command"` / `"sandbox"`, rl360cli/s
 
     sudo .venv/bin/python bench/bench_process_keeper.py [--sessions 60] [--rounds 3] [--concurrency 1]
 
-Each session is `run_attempt` on an arith-32 task with local-smoke's [sandbox] (0.05 CPUs, 256 MB) and an agent
+Each session is `run_attempt` on the first arith-32 task (the `echo` answers it) with local-smoke's [sandbox] (0.05 CPUs, 256 MB) and an agent
 that runs the one `echo` a local-smoke answer is: start, the agent's command, the tests' upload, the
 verifier, the reward, stop. The two modes take turns, `--rounds` times `--sessions` each (`--concurrency`
 at once). Prints, per mode, the CPU per session in this process and in the sandboxes' processes (reaped
@@ -55,7 +55,7 @@ async def sessions(provider: ProcessProvider, n: int, concurrency: int) -> tuple
     async def one(i: int):
         async with slots:
             began = time.monotonic()
-            result = await run_attempt(provider, tasks[i % len(tasks)], agent, attempt_id=f"bench-{i}",
+            result = await run_attempt(provider, tasks[0], agent, attempt_id=f"bench-{i}",
                                        labels={"rl360.run": provider.run_id})
             return result.reward, time.monotonic() - began
 
