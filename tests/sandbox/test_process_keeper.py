@@ -18,8 +18,15 @@ from rl360cli.sandbox.attempt import run_attempt
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.task_loader import load_task
 from rl360cli.sandbox.taxonomy import Event, SandboxError
+from tests.egress.conftest import proxy_of  # noqa: F401 - the real egress proxy of test_network's "allow" rows
 from tests.sandbox.conftest import run, write_task
-# The provider's own tests, collected here again with this module's `process_config` (the keeper's mode).
+# The provider's own tests and the process half of the sandbox layer's (security, network, sidecars, Harbor's
+# semantics), collected here again with this module's `process_config`: in the keeper's mode.
+from tests.sandbox.test_harbor_semantics import (  # noqa: F401
+    test_a_dockerfile_without_workdir_runs_in_app_on_the_process_provider,
+    test_a_steps_setup_sh_runs_before_its_agent,
+)
+from tests.sandbox.test_network import routes, test_the_process_provider_follows_the_table  # noqa: F401
 from tests.sandbox.test_process_provider import (  # noqa: F401
     test_a_missing_sandbox_folder_is_a_killed_sandbox,
     test_a_sandbox_has_the_paths_a_task_expects_and_nothing_of_the_host,
@@ -40,6 +47,10 @@ from tests.sandbox.test_security import (  # noqa: F401
     test_it_cannot_write_outside_its_folders,
     test_no_network_a_socket_to_127_0_0_1_does_not_connect,
     test_processes_that_hold_every_pid_past_the_agents_end_are_killed_before_the_verifier,
+)
+from tests.sandbox.test_sidecars import (  # noqa: F401
+    test_a_sidecar_that_never_gets_healthy_fails_the_start_with_its_reason,
+    test_process_sidecars_are_reached_by_name_private_and_stopped_with_the_sandbox,
 )
 
 pytestmark = [pytest.mark.timeout(180),

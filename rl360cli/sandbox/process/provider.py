@@ -35,7 +35,7 @@ process group with the same rlimits but no isolation; the task's absolute
 paths (/app, /tests, /logs) are then not available, so only tasks written
 with relative paths work. Install `bubblewrap`.
 
-Test: tests/sandbox/test_process_provider.py, tests/sandbox/test_security.py.
+Test: tests/sandbox/test_process_provider.py, tests/sandbox/test_security.py, tests/sandbox/test_process_keeper.py.
 """
 
 from __future__ import annotations

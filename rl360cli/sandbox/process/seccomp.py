@@ -5,9 +5,11 @@ may trace any other of its uid: the agent could attach to the verifier's python,
 own command, and rewrite what it computes. The filter answers `ptrace`, `process_vm_readv` and
 `process_vm_writev` with EPERM and lets every other system call through (the rest is left to the
 namespaces, the read-only root and the rlimits). It is classic BPF, built here, so nothing needs
-libseccomp; `bwrap --seccomp FD` reads it from a pipe.
+libseccomp; `bwrap --seccomp FD` reads it from a pipe. A sandbox with a keeper (process/keeper.py) gets
+`deny_ptrace_and_sigcont_program`, which also refuses sending SIGCONT.
 
-Test: tests/sandbox/test_security.py (a sandbox's PTRACE_ATTACH of its own sibling is refused).
+Test: tests/sandbox/test_security.py (a sandbox's PTRACE_ATTACH of its own sibling is refused),
+tests/sandbox/test_process_keeper.py (and SIGCONT, under a keeper).
 """
 
 from __future__ import annotations
