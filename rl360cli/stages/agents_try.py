@@ -160,8 +160,8 @@ def try_harness(ctx: Context, *, harness: str, task_path: Path, out_dir: Path | 
     policy = prepare_policy(recipe.model, tasks_dir=Path(recipe.tasks.path), out_dir=out / POLICY,
                             seed=recipe.policy_seed)
     began = time.monotonic()
-    proxy = (egress.for_one_command(ctx) if egress.applies(ctx) and recipe.sandbox.provider != "daytona"
-             else contextlib.nullcontext())
+    proxy = (egress.for_one_command(ctx, command="rl360 agents try")
+             if egress.applies(ctx) and recipe.sandbox.provider != "daytona" else contextlib.nullcontext())
     with _engine(ctx, policy, log=out / "engine.log") as url, proxy:
         ctx.say(f"{harness} on {task.id} ({recipe.sandbox.provider} sandbox)")
         log_lines: list[str] = []

@@ -19,13 +19,15 @@ namespaces, as root there, by the pid a node-local daemon (a unix:// socket) or 
 A proxy belongs to the cluster, not to a run: recorded like every component (`start_component`, through
 rl360cli/state/transitions.py), kept across runs, stopped by `rl360 down`. Idempotent: a proxy that runs is left
 alone, unless the profile's `[egress]` changed since it started (it reads the table once, at start; its record
-keeps a digest of it): then it is started again with the new one, except while another run's sandboxes may use it
-(that run keeps what it started with, and the command says so). Ready once it has written its ready file (beside
-its log, in the run root every node sees) after its control socket listens: a node's socket is out of this
-machine's reach. `route(ctx)` is what providers are given. A command
-that needs the proxy only while it runs (`rl360 tasks check`, local backend only: its sandboxes are this machine's)
-uses `for_one_command`: it stops the proxy at its end when it started it, and leaves one that `rl360 up` (or
-another command) started running.
+keeps a digest of it): then it is started again with the new one, except while another run or another command
+that runs may use it: that is refused in one line (restarting it cut the first command's apt-get in an image build).
+Ready once it has written its ready file (beside its log, in the run root every node sees) after its control socket
+listens: a node's socket is out of this machine's reach. `route(ctx)` is what providers are given. A command that
+needs the proxy only while it runs (`rl360 tasks check`, `rl360 agents try`; local backend only: its sandboxes are
+this machine's) uses `for_one_command`: it holds the proxy (its pid and start time in the proxy's record, so a dead
+holder counts for nothing), and the last live holder to leave stops a proxy that was started for commands, unless a
+run is under way; one `rl360 up` started or took is left running. Commands start, join, leave and stop it one at a
+time (an flock beside the state file).
 
 Test: tests/egress/test_egress_stage.py; tests/slurm/test_slurm_egress.py (a proxy per rollout node of the dev
 Slurm cluster, a sandbox on one going out through it).
@@ -35,18 +37,22 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from rl360cli import procinfo
 from rl360cli.backends.base import ComponentSpec
 from rl360cli.egress.client import EGRESS_COMPONENT, EGRESS_KIND, NODE_FIELD, EgressRoute, on_node_path
 from rl360cli.egress.config import EgressConfig
 from rl360cli.errors import Rl360Error
 from rl360cli.stages.base import Action, Context, component_is_live, log_path, python_argv, start_components
 from rl360cli.state import queries, transitions
+from rl360cli.state.schema import HolderRecord, now_iso
 
 NAME = "egress"
 READY_TIMEOUT_S = 60.0
@@ -148,30 +154,50 @@ def plan(ctx: Context) -> list[Action]:
 
 def apply(ctx: Context) -> list[dict]:
     """Start each proxy that does not run (on Slurm, once the rollout tier holds its nodes); return their records
-    once each listens on its control socket."""
+    once each listens on its control socket. They are the cluster's from now on: kept until `rl360 down`, whichever
+    command that holds them leaves."""
     if not ctx.backend.on_this_machine and not _nodes(ctx)[1]:
         raise Rl360Error("the egress proxies run on the rollout tier's nodes, and it holds none",
                          "provision the tiers first (`rl360 provision` or `rl360 up`)")
-    _stop_if_settings_changed(ctx)
-    return start_components(ctx, component_specs(ctx), ready_timeout_s=READY_TIMEOUT_S)
+    specs = component_specs(ctx)
+    with _one_command_at_a_time(ctx):
+        _stop_if_settings_changed(ctx)
+        records = start_components(ctx, specs, ready_timeout_s=READY_TIMEOUT_S)
+        transitions.keep_for_cluster(ctx.state, [spec.id for spec in specs])
+    return records
 
 
-def _stop_if_settings_changed(ctx: Context) -> None:
-    """Stop the running proxies that were started with another `[egress]` (`apply` starts them again with this
-    one); not while another run is under way, whose sandboxes may be attached to them."""
+@contextlib.contextmanager
+def _one_command_at_a_time(ctx: Context) -> Iterator[None]:
+    """Commands start, join, leave and stop the proxies one at a time (an flock beside the state file): a command
+    that finds the proxy live never meets it stopped by one that saw itself as its last holder a moment before."""
+    lock = ctx.state.path.with_name("egress.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _stop_if_settings_changed(ctx: Context) -> bool:
+    """Stop the running proxies that were started with another `[egress]` (the caller starts them again with this
+    one); True if it did. Refused while another run is under way or another command that runs holds them: their
+    sandboxes may be attached to them, an apt-get in their build going through."""
     digest = settings_digest(ctx.profile.egress)
     doc = ctx.state.read()
     changed = {cid: rec for cid, rec in queries.components_of_kind(doc, EGRESS_KIND).items()
                if (rec.get("env") or {}).get(SETTINGS_ENV) != digest and component_is_live(ctx, cid)}
     if not changed:
-        return
-    others = sorted(run for run in queries.active_runs(doc) if run != ctx.run_id)
-    if others:
-        ctx.say(f"egress: the profile's [egress] changed since the proxies started; they keep the old settings while "
-                f"run {others[0]} is under way (`rl360 down`, or start again once it ends)")
-        return
+        return False
+    users = [f"run {run}" for run in sorted(queries.active_runs(doc)) if run != ctx.run_id]
+    users += [f"`{h['command']}` (pid {h['pid']})" for rec in changed.values() for h in queries.live_holders(rec)]
+    if users:
+        raise Rl360Error(f"the egress proxy runs with another [egress] than {ctx.profile_path.name}'s, for "
+                         f"{users[0]}, which still uses it",
+                         f"wait for it to end, give this command its own state file (RL360_STATE=/other/"
+                         f"state.json), or the same [egress]")
     ctx.say("egress: the profile's [egress] changed since the proxies started; starting them again with it")
     _stop(ctx, changed, reason="[egress] changed")
+    return True
 
 
 def stop(ctx: Context) -> None:
@@ -188,21 +214,29 @@ def _stop(ctx: Context, records: dict[str, dict], **detail) -> None:
 
 
 @contextlib.contextmanager
-def for_one_command(ctx: Context) -> Iterator[None]:
-    """The machine's proxy while one command runs: started unless it runs, stopped at the end only if started
-    here. Local backend only: the command's sandboxes are this machine's, and on Slurm no proxy runs here."""
+def for_one_command(ctx: Context, *, command: str) -> Iterator[None]:
+    """The machine's proxy while `command` runs: started unless it runs, and held (its pid in the proxy's record)
+    until the command ends. A proxy started for commands is stopped when the last live one that holds it leaves and
+    no run is under way; one `rl360 up` started or took is left running. Local backend only: the command's
+    sandboxes are this machine's, and on Slurm no proxy runs here."""
     if not ctx.backend.on_this_machine:
         raise Rl360Error('this command runs its sandboxes on this machine, and under [egress] mode = "allow" a Slurm '
                          "profile runs egress proxies on its rollout nodes only",
                          f"use a local profile with the same [egress] and [[nodes]], or set [egress] mode = "
                          f'"none" (or "open") in {ctx.profile_path}')
-    started_here = not component_is_live(ctx, EGRESS_COMPONENT)
-    apply(ctx)
+    pid = os.getpid()
+    holder: HolderRecord = {"pid": pid, "start_time": procinfo.start_time(pid), "command": command, "since": now_iso()}
+    with _one_command_at_a_time(ctx):
+        started = not component_is_live(ctx, EGRESS_COMPONENT) or _stop_if_settings_changed(ctx)
+        start_components(ctx, component_specs(ctx), ready_timeout_s=READY_TIMEOUT_S)
+        transitions.hold_component(ctx.state, EGRESS_COMPONENT, holder, started=started)
     try:
         yield
     finally:
-        if started_here:
-            stop(ctx)
+        with _one_command_at_a_time(ctx):
+            if (transitions.release_component(ctx.state, EGRESS_COMPONENT, holder)
+                    and not queries.active_runs(ctx.state.read())):
+                stop(ctx)
 
 
 def route(ctx: Context) -> EgressRoute:

@@ -124,7 +124,8 @@ def check(ctx: Context, loaded: LoadedTasks, *, provider: str, concurrency: int,
                            wave_interval_s=0.2, warm_pool=WarmPoolConfig(size=0), force_build=force_build)
     run_id = f"check-{time.strftime('%Y%m%d-%H%M%S')}"
     # The machine's egress proxy for the check's sandboxes and builds: one `rl360 up` started is left running.
-    proxy = egress.for_one_command(ctx) if egress.applies(ctx) and provider != "daytona" else contextlib.nullcontext()
+    proxy = (egress.for_one_command(ctx, command="rl360 tasks check")
+             if egress.applies(ctx) and provider != "daytona" else contextlib.nullcontext())
 
     async def run(sandboxes):
         try:

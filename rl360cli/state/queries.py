@@ -12,9 +12,10 @@ belongs to the document it was read from: read it, never change it.
 from collections.abc import Mapping
 from typing import TypeVar
 
-from rl360cli.state.schema import (COMPONENT_FINAL, RUN_ACTIVE, ComponentRecord, NodeImage, NodeRecord,
-                                   PrewarmRecord, ProfileRecord, RunRecord, RunStatus, SandboxRecord, StateDoc,
-                                   TierRecord)
+from rl360cli import procinfo
+from rl360cli.state.schema import (COMPONENT_FINAL, RUN_ACTIVE, ComponentRecord, HolderRecord, NodeImage,
+                                   NodeRecord, PrewarmRecord, ProfileRecord, RunRecord, RunStatus, SandboxRecord,
+                                   StateDoc, TierRecord)
 
 # ----------------------------------------------------------------------------- the cluster
 
@@ -98,6 +99,12 @@ def component(doc: StateDoc, cid: str) -> ComponentRecord | None:
 def components_of_kind(doc: StateDoc, kind: str) -> dict[str, ComponentRecord]:
     """Every component of `kind` ("egress": the sandboxes' egress proxies, one per node), live or not."""
     return {cid: rec for cid, rec in doc["components"].items() if rec["kind"] == kind}
+
+
+def live_holders(rec: ComponentRecord) -> list[HolderRecord]:
+    """The commands using component `rec` while they run (transitions.hold_component) whose process still runs:
+    one that died without leaving counts for nothing."""
+    return [h for h in rec.get("holders") or [] if procinfo.is_alive(h["pid"], h["start_time"])]
 
 
 def run_components(doc: StateDoc, run_id: str) -> dict[str, ComponentRecord]:

@@ -1,7 +1,7 @@
 """The state file's schema: statuses, one record type per section, and the shape check a read makes.
 
 `StateDoc` is the document, with one record type per section (`TierRecord`,
-`NodeRecord` with its `NodeImage`s, `ComponentRecord`, `RunRecord`,
+`NodeRecord` with its `NodeImage`s, `ComponentRecord` with its `HolderRecord`s, `RunRecord`,
 `SandboxRecord`, and `ProfileRecord`); each field says what it holds and, where
 only some writers set it, which transition sets it (rl360cli/state/transitions.py).
 Statuses are the enums `TierStatus`, `NodeStatus`, `ComponentStatus`,
@@ -221,6 +221,16 @@ class NodeRecord(TypedDict):
     prewarm: NotRequired[NodePrewarm]
 
 
+class HolderRecord(TypedDict):
+    """`components[id]["holders"][i]`: a command that uses the component while it runs (stages/egress.py
+    `for_one_command`, through transitions.hold_component)."""
+
+    pid: int
+    start_time: int | None  # the pid's start time, so a reused pid is never taken for it
+    command: str  # what it is, for people: "rl360 tasks check"
+    since: str
+
+
 class ComponentRecord(TypedDict):
     """`components[tier/name]`: one long-running process: the backend's launch record (pid or job step),
     completed by stages/base.py `start_component`, its status kept by `rl360 status`."""
@@ -276,6 +286,12 @@ class ComponentRecord(TypedDict):
     rejoin_requested_at: NotRequired[str | None]
     rejoin_error: NotRequired[str | None]
     restart: NotRequired[bool]  # to be restarted once its tier's replacement allocation holds its nodes
+    # The commands using it while they run (the machine's egress proxy: transitions.hold_component); a dead one
+    # counts for nothing.
+    holders: NotRequired[list[HolderRecord]]
+    # True: it was started for the commands that hold it, and the last of them to leave stops it. Absent or
+    # False: the cluster's (`rl360 up` started or took it), kept until `rl360 down`.
+    for_commands: NotRequired[bool]
 
 
 class RunRecord(TypedDict):

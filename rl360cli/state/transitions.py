@@ -19,8 +19,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rl360cli.outcome import InfraCause
-from rl360cli.state.schema import (COMPONENT_FINAL, RUN_ACTIVE, ComponentRecord, ComponentStatus, NodeRecord,
-                                   ProfileRecord, RunStatus, SandboxRecord, SandboxStatus, TierRecord, now_iso)
+from rl360cli.state.queries import live_holders
+from rl360cli.state.schema import (COMPONENT_FINAL, RUN_ACTIVE, ComponentRecord, ComponentStatus, HolderRecord,
+                                   NodeRecord, ProfileRecord, RunStatus, SandboxRecord, SandboxStatus, TierRecord,
+                                   now_iso)
 from rl360cli.state.store import StateFile
 
 # ----------------------------------------------------------------------------- runs
@@ -182,6 +184,44 @@ def request_rejoin(state: StateFile, cid: str) -> None:
 def record_rejoined(state: StateFile, cid: str, *, version: int | None, error: str | None = None) -> None:
     """The trainer answered a rejoin: engine `cid` serves `version` now, or (`error`) it could not take it."""
     _set_component(state, cid, rejoin_requested_at=None, served_version=version, rejoin_error=error)
+
+
+# ----------------------------------------------------------------------------- commands that hold a component
+
+
+def hold_component(state: StateFile, cid: str, holder: HolderRecord, *, started: bool) -> bool:
+    """Command `holder` uses component `cid` (the machine's egress proxy) until it leaves (`release_component`);
+    `started`: it started it, for the commands that hold it (the last to leave stops it). False when `cid` is
+    gone or ended."""
+    with state.update() as doc:
+        rec = doc["components"].get(cid)
+        if rec is None or rec["status"] in COMPONENT_FINAL:
+            return False
+        rec["holders"] = [*live_holders(rec), holder]
+        if started:
+            rec["for_commands"] = True
+        return True
+
+
+def release_component(state: StateFile, cid: str, holder: HolderRecord) -> bool:
+    """Command `holder` no longer uses component `cid`. True when `cid` was started for the commands that hold
+    it and no live one is left: the caller stops it."""
+    with state.update() as doc:
+        rec = doc["components"].get(cid)
+        if rec is None:
+            return False
+        rec["holders"] = [h for h in live_holders(rec) if (h["pid"], h["start_time"]) !=
+                          (holder["pid"], holder["start_time"])]
+        return bool(rec.get("for_commands")) and not rec["holders"]
+
+
+def keep_for_cluster(state: StateFile, cids: Iterable[str]) -> None:
+    """`rl360 up` uses these components: the cluster's from now on, kept until `rl360 down` whichever command
+    that holds them leaves."""
+    with state.update() as doc:
+        for cid in cids:
+            if (rec := doc["components"].get(cid)) is not None:
+                rec["for_commands"] = False
 
 
 # ----------------------------------------------------------------------------- what `rl360 status` observes

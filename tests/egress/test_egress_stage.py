@@ -14,6 +14,7 @@ import pytest
 from rl360cli import procinfo
 from rl360cli.commands import common
 from rl360cli.egress.client import on_node_path
+from rl360cli.errors import Rl360Error
 from rl360cli.stages import egress
 from tests.conftest import REPO, need
 from tests.egress.conftest import FILES, proxy_pids
@@ -93,7 +94,8 @@ def test_a_proxy_that_runs_is_left_running_by_tasks_check_and_down_stops_it(cli,
 
 def test_a_changed_egress_table_starts_the_proxy_again_unless_a_run_is_under_way(state_path, tmp_path, monkeypatch):
     """A proxy reads [egress] once, at its start: `rl360 up` after an edit starts it again with the new table
-    (it kept the old allow list until `rl360 down`); while another run is under way it is left as it is."""
+    (it kept the old allow list until `rl360 down`); while another run is under way that is refused in one line and
+    the proxy is left as it is (a command holding it: tests/egress/test_egress_holders.py)."""
     need(os.geteuid() == 0, "the egress proxy enters sandboxes' network namespaces: run as root")
     from rl360cli.state.store import StateFile
 
@@ -114,7 +116,10 @@ def test_a_changed_egress_table_starts_the_proxy_again_unless_a_run_is_under_way
         assert second["env"][egress.SETTINGS_ENV] != first["env"][egress.SETTINGS_ENV]
         with StateFile(state_path).update() as doc:  # another run's sandboxes may be attached to it
             doc["runs"]["other"] = {"name": "other", "status": "running", "step": 1}
-        assert proxy_after_apply("files.pythonhosted.org")["pid"] == second["pid"]
+        with pytest.raises(Rl360Error, match="another \\[egress\\] than profile.toml's, for run other, which still"):
+            proxy_after_apply("files.pythonhosted.org")
+        record = json.loads(state_path.read_text())["components"]["rollout/egress"]
+        assert record["pid"] == second["pid"] and procinfo.is_alive(second["pid"], second["start_time"])
     finally:
         egress.stop(common.context(profile=tmp_path / "profile.toml", quiet=True))
     assert not proxies_of(state_path)

@@ -58,6 +58,8 @@ def full_doc(home: Path) -> dict:
         "srun_log": str(home / "srun.log"), "env": {"A": "1"}, "requested_node": "local", "launched_at": 1.0,
         "restarts": 2, "restarted_at": STAMP, "restart_reason": "died", "served_version": 3,
         "rejoin_requested_at": STAMP, "rejoin_error": "no group", "restart": True,
+        "holders": [{"pid": NOT_A_PID, "start_time": 1, "command": "rl360 tasks check", "since": STAMP}],
+        "for_commands": True,
     }
     trainer = {**component, "name": "trainer", "kind": "trainer", "tier": "training", "stage": "train"}
     router = {**component, "name": "router", "kind": "router", "tier": "service", "run": None}
@@ -193,7 +195,8 @@ def test_the_template_holds_every_field_of_the_schema(tmp_path):
                schema.PendingAllocation: doc["tiers"]["rollout"]["pending"], schema.NodeRecord: doc["nodes"]["local"],
                schema.NodeImage: doc["nodes"]["local"]["images"]["python:3.11"],
                schema.NodePrewarm: doc["nodes"]["local"]["prewarm"],
-               schema.ComponentRecord: doc["components"]["rollout/engine-0"], schema.RunRecord: doc["runs"]["r1"],
+               schema.ComponentRecord: doc["components"]["rollout/engine-0"],
+               schema.HolderRecord: doc["components"]["rollout/engine-0"]["holders"][0], schema.RunRecord: doc["runs"]["r1"],
                schema.SandboxRecord: doc["sandboxes"]["fleet-1/a0"], schema.PrewarmRecord: doc["prewarm"],
                schema.PrewarmImage: doc["prewarm"]["images"]["py"]}
     for record_type, record in records.items():
