@@ -317,3 +317,24 @@ def test_a_new_top_level_folder_is_seen_by_the_next_command(process_provider, tm
             await sandbox.stop()
 
     assert run(go()).output == "solved\n"
+
+
+def test_ending_the_agents_processes_during_a_command_kills_it_as_docker_does(process_provider, tmp_path):
+    provider = process_provider()
+
+    async def go():
+        sandbox = await start(provider, plain_task(tmp_path))
+        try:
+            running = asyncio.ensure_future(sandbox.exec("sleep 300.4747", timeout_s=60))
+            while not host_pids("sleep 300.4747"):
+                await asyncio.sleep(0.01)
+            await sandbox.end_agent_processes()
+            killed = await running
+            after = await sandbox.exec("echo next", timeout_s=10)
+        finally:
+            await sandbox.stop()
+        return killed, after
+
+    killed, after = run(go())
+    assert killed.exit_code == 128 + signal.SIGKILL and not killed.timed_out
+    assert after.output == "next\n" and not host_pids("sleep 300.4747")

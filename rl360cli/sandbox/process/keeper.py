@@ -105,15 +105,18 @@ class KeeperGone(Exception):
     """The keeper ended without being asked to; its last words are the message."""
 
 
-def keeper_binary(root: Path) -> Path:
-    """`root/.rl360-keeper-sh`: a copy of the host's sh, root's, mode 0711 (others may execute it, not read
-    it), made once per root (atomically: providers of several runs may share a root)."""
-    path = root / ".rl360-keeper-sh"
+def keeper_binary(home: Path) -> Path:
+    """`home/.rl360-keeper-sh`: a copy of the host's sh, root's, mode 0711 (others may execute it, not read
+    it), made once per folder (atomically: providers of several runs may share one)."""
+    home.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        os.chmod(home, 0o711)
+    path = home / ".rl360-keeper-sh"
     with contextlib.suppress(FileNotFoundError):
         st = os.lstat(path)
         if st.st_uid == 0 and (st.st_mode & 0o7777) == 0o711 and os.path.isfile(path) and not path.is_symlink():
             return path
-    fd, tmp = tempfile.mkstemp(prefix=".rl360-keeper-", dir=root)
+    fd, tmp = tempfile.mkstemp(prefix=".rl360-keeper-", dir=home)
     try:
         with open(os.path.realpath("/bin/sh"), "rb") as source, os.fdopen(fd, "wb") as target:
             shutil.copyfileobj(source, target)
@@ -201,7 +204,6 @@ class Keeper:
                                    f"{said.strip()[-300:]}")
             return cls(proc, pid, requests=req_w, output=out_r, replies=rep_r, net=net)
         except BaseException:
-            _close(block_w)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await files(proc.wait)

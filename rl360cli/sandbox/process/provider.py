@@ -182,6 +182,8 @@ class ProcessProvider(SandboxProvider):
             if self.isolation.as_root else None
         # Image trees are built once and kept: on disk, also when the sandboxes' own folders are in RAM.
         image_home = disk_root() if self.root == RAM_ROOT else self.root
+        # The keeper's program (process/keeper.py) is executed from there too: /dev/shm may be mounted noexec.
+        self._keeper_home = image_home
         self.images = ProcessImages(image_home / ".images", self.isolation,
                                     build_uid=config.process_uid_base - 1 if self.isolation.as_root else None)
         self._owner = {"owner_pid": os.getpid(), "owner_start": procinfo.start_time(os.getpid())}
@@ -208,7 +210,7 @@ class ProcessProvider(SandboxProvider):
     def keeper_sh(self) -> Path:
         """The keeper's program (process/keeper.py), made at first use."""
         if self._keeper_sh is None:
-            self._keeper_sh = keeper_binary(self.root)
+            self._keeper_sh = keeper_binary(self._keeper_home)
         return self._keeper_sh
 
     async def files(self, fn, *args, **kwargs):
@@ -391,6 +393,7 @@ class ProcessSandbox(Sandbox):
         # sandbox's top-level folders when it started (a new one, made by an upload, needs a new keeper).
         self._kept: Keeper | None = None
         self._kept_entries: tuple[str, ...] = ()
+        self._kept_busy = False  # a command is on its way through the keeper
 
     def info(self) -> dict[str, Any]:
         out = {"node": NODE, "provider": "process", "task": self.task.id, "attempt": self.attempt_id,
@@ -565,8 +568,17 @@ class ProcessSandbox(Sandbox):
         if keeper is not None and keeper.gone and not keeper.ended:
             raise SandboxError(Event.SANDBOX_KILLED, f"the keeper of sandbox {self.id} (pid {keeper.pid}) ended: "
                                f"{keeper.words.strip()[-300:] or 'killed from outside'}", node=NODE)
-        if keeper is not None and keeper.busy:
+        if self._kept_busy:
             return None
+        self._kept_busy = True  # before the first await: a concurrent command takes a bubblewrap of its own
+        try:
+            return await self._exec_in_keeper(command, timeout_s=timeout_s, env=env)
+        finally:
+            self._kept_busy = False
+
+    async def _exec_in_keeper(self, command: str, *, timeout_s: float,
+                              env: Mapping[str, str] | None) -> ExecResult | None:
+        keeper = self._kept
         base = self._env(None)
         extra = {name: value for name, value in self._env(env).items() if base.get(name) != value}
         script = prelude(cpu_s=max(1, math.ceil(timeout_s)) + 1, env=extra)
@@ -586,6 +598,9 @@ class ProcessSandbox(Sandbox):
                 status = await keeper.run(command, workdir=self.task.workdir, prelude=script, timeout_s=timeout_s,
                                           buffer=buffer, files=self.owner.files)
             except KeeperGone:
+                if keeper.ended:  # rl360 ended it meanwhile (end_agent_processes, stop): killed, as in docker
+                    return _result(128 + signal.SIGKILL, buffer, timed_out=False,
+                                   duration_s=time.monotonic() - started)
                 if "Cannot fork" in keeper.words and attempt == 0:
                     # Every pid was held by what the sandbox left running: the keeper ended, and with it all
                     # it kept; the command never ran, so it runs once in a new keeper (docker's init kills them).
@@ -616,7 +631,7 @@ class ProcessSandbox(Sandbox):
         keeper = self._kept
         if keeper is None or keeper.gone or keeper.quiet:
             return
-        if keeper.busy:  # a command is in flight there: everything ends, the next command gets a new keeper
+        if keeper.busy or self._kept_busy:  # a command is in flight there: everything ends, the next gets a new keeper
             await keeper.end(self.owner.files)
             return
         try:
