@@ -30,6 +30,8 @@ from rl360cli.state.schema import StateDoc
 
 # A control call the proxy does not answer within this is a proxy that failed.
 CONTROL_TIMEOUT_S = 10.0
+# What `proxy_env` sets, and what sudo is told to keep (`system_config_command`).
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 
 
 class EgressUnavailable(Exception):
@@ -150,6 +152,21 @@ class EgressRoute:
         local = ",".join(["localhost", "127.0.0.1", "::1", "0.0.0.0", *no_proxy])
         return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
                 "NO_PROXY": local, "no_proxy": local}
+
+    def system_config_command(self) -> str:
+        """A root shell command that points a sandbox's tools at the proxy where the environment does not reach
+        them: `sudo` resets the environment (its env_reset drops *_PROXY), so `sudo apt-get` and `sudo pip`
+        found no way out (Terminal-Bench 2.0's rstan-to-pystan, mcmc-sampling-stan); sudo keeps them after
+        this, and apt reads its own proxy setting. In Harbor a sandbox has a network and no proxy: these make
+        the proxy what a network is to a tool run as root. Best effort, silent: an image without /etc/apt or
+        sudo is left as it is (the sudoers.d folder is made, as sudo's package would make it)."""
+        url = f"http://127.0.0.1:{self.port}"
+        keep = " ".join(PROXY_VARIABLES)
+        return ("{ mkdir -p /etc/sudoers.d"
+                f" && printf 'Defaults env_keep += \"{keep}\"\\n' > /etc/sudoers.d/rl360-egress"
+                " && chmod 0440 /etc/sudoers.d/rl360-egress;"
+                f" [ -d /etc/apt/apt.conf.d ] && printf 'Acquire::http::Proxy \"{url}\";\\n"
+                f"Acquire::https::Proxy \"{url}\";\\n' > /etc/apt/apt.conf.d/99rl360-egress; }} >/dev/null 2>&1")
 
     def door_env(self, key: str) -> dict[str, str]:
         """The environment that points an agent inside a sandbox at its session's door (OpenAI's and Anthropic's

@@ -270,3 +270,24 @@ def test_an_https_mirror_is_trusted_in_the_sandbox_and_other_https_stays_a_blind
         assert result.outcome == Outcome.OK and result.egress.denied == {"evil.example.test": 1}
         assert result.egress.bytes["astral.example.test"] == len(FILES["/uv/install.sh"])
         assert result.egress.bytes["files.example.test"] > len(FILES["/uv/install.sh"]) and not result.egress.failed
+
+
+def test_tools_run_as_root_without_the_environment_go_through_the_proxy(docker_provider, proxy_of, tmp_path):
+    """`sudo apt-get` in a task's solve.sh (Terminal-Bench 2.0's rstan-to-pystan, mcmc-sampling-stan): sudo resets
+    the environment, so the proxy variables are gone. A docker sandbox behind the proxy has sudo told to keep them
+    and apt its own proxy setting: apt with an empty environment asks the proxy, which refuses a host off the list
+    (the refusal is the proof it went there; nothing leaves this machine). The image has no sudo: its sudoers
+    drop-in is read back, not run."""
+    from rl360cli.sandbox.config import WarmPoolConfig
+
+    proxy = proxy_of("")
+    provider = docker_provider(egress=proxy.route, warm_pool=WarmPoolConfig(size=0))
+    result, (apt, sudoers) = attempt(
+        provider, network_task(tmp_path),
+        "env -i /usr/bin/apt-get -o Acquire::Retries=0 update 2>&1 | tail -3",
+        "stat -c '%a %U' /etc/sudoers.d/rl360-egress && cat /etc/sudoers.d/rl360-egress")
+    assert result.egress is not None and result.egress.denied.get("deb.debian.org", 0) >= 1, (apt.output,
+                                                                                           result.egress)
+    mode_owner, line = sudoers.output.strip().splitlines()
+    assert mode_owner == "440 root"
+    assert line == 'Defaults env_keep += "HTTP_PROXY HTTPS_PROXY NO_PROXY http_proxy https_proxy no_proxy"'

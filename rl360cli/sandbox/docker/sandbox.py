@@ -221,7 +221,10 @@ class DockerSandbox(Sandbox):
             return
         if entrypoint:
             await self._run_entrypoint(entrypoint)
-        snapshot = await self.exec(SNAPSHOT, timeout_s=30, user="root")
+        # Through the proxy, also for what runs as root without the environment (`sudo apt-get`): one exec with
+        # the snapshot, which then sees none of its processes.
+        configure = f"{owner.egress.system_config_command()}; " if self.spec.egress else ""
+        snapshot = await self.exec(configure + SNAPSHOT, timeout_s=30, user="root")
         if snapshot.exit_code != 0:
             raise own_command_failed(snapshot, f"cannot read what {self.id} holds", node=node)
         names, pids = parse_snapshot(snapshot.output)
