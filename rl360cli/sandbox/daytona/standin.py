@@ -56,7 +56,8 @@ from aiohttp import web
 
 from rl360cli.sandbox.config import SandboxConfig
 from rl360cli.sandbox.process.isolation import RESERVED
-from rl360cli.sandbox.process.provider import ProcessProvider, ProcessSandbox
+from rl360cli.sandbox.process.provider import ProcessProvider
+from rl360cli.sandbox.process.sandbox import ProcessSandbox
 from rl360cli.sandbox.task import Task
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 
