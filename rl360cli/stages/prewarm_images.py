@@ -43,9 +43,10 @@ from rl360cli.nodes.daemon import rollout_daemon_specs
 from rl360cli.nodes.runtime import connect
 from rl360cli.nodes.selector import select_nodes
 from rl360cli.stages.base import Action, Context
+from rl360cli.stages.prewarm_prune import PruneItem, kept_unlisted, prune_candidates, prune_images
 from rl360cli.state import queries
-from rl360cli.state.images import (FoundImage, ImagePull, NodeFacts, NodeScan, forget_images, record_prewarm,
-                                   record_pulls, record_scans, repo_name)
+from rl360cli.state.images import (FoundImage, ImagePull, NodeFacts, NodeScan, record_prewarm, record_pulls,
+                                   record_scans)
 from rl360cli.state.queries import node_images
 from rl360cli.state.recovery import prewarm_done
 from rl360cli.state.schema import RUN_FINAL, StateDoc, now_iso
@@ -81,19 +82,6 @@ class Cell:
     status: str  # warm | pulled | failed
     seconds: float = 0.0
     reason: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PruneItem:
-    node: str
-    reference: str
-    # The repository (`registry/repo`) and the digest the reference stands for on that node.
-    name: str
-    digest: str
-    why: str  # "no longer listed" | "superseded by sha256:..."
-    keep_reason: str | None = None  # set when it must stay (a running container uses it)
-    # Remove only if the node holds this digest by then (the new digest of a moved tag, pulled this run).
-    requires: str | None = None
 
 
 @dataclass(kw_only=True)
@@ -316,7 +304,7 @@ def prepare(ctx: Context, options: PrewarmOptions) -> Prepared:
                               warm_on=frozenset(warm_on)))
 
     listed = {str(r) for r in refs.values()}
-    other_usage, other_images = _kept_unlisted(nodes, doc, scans, listed, options.prune)
+    other_usage, other_images = kept_unlisted(nodes, doc, scans, listed, options.prune)
     pins = plan_pins(demands, nodes, where=where, other_usage=other_usage, other_images=other_images)
 
     warm, retag, failed_upfront, tasks = [], [], [], []
@@ -335,7 +323,7 @@ def prepare(ctx: Context, options: PrewarmOptions) -> Prepared:
             warm.append(Cell(node=node, image=name, status="warm"))
             if ref.tag and str(ref) not in held.tags:
                 retag.append((node, name, held.id))
-    prune = _prune_candidates(selected_names, runtimes, scans, doc, refs, digests, pins) if options.prune else []
+    prune = prune_candidates(selected_names, runtimes, scans, doc, refs, digests, pins) if options.prune else []
     return Prepared(images_path=images_path, images=image_list, refs=refs, pins=pins, nodes=nodes, selected=selected,
                     wave_size=wave_size, runtimes=runtimes, scans=scans, unreachable=unreachable, warm=warm,
                     retag=retag, failed_upfront=failed_upfront, tasks=tasks, prune=prune)
@@ -452,58 +440,6 @@ def _size(ctx: Context, spec, ref: ImageRef, digest: str, scans: dict, doc: Stat
         raise Rl360Error(e.problem, f"start the registry or fix [registry] address in {ctx.profile_path}") from None
 
 
-def _kept_unlisted(nodes, doc: StateDoc, scans: dict, listed: set[str], prune: bool):
-    """Disk taken on each node by images rl360 prewarmed earlier that are no longer listed (0 when pruning)."""
-    usage: dict[str, int] = {}
-    names: dict[str, list[str]] = {}
-    for node in nodes:
-        for ref, rec in node_images(doc, node.name).items():
-            if ref in listed or prune:
-                continue
-            if node.name in scans and not any(i.has_digest(repo_name(ref), rec["digest"])
-                                              for i in scans[node.name]):
-                continue  # gone from the node already
-            usage[node.name] = usage.get(node.name, 0) + int(rec.get("size") or 0)
-            names.setdefault(node.name, []).append(ref.rsplit("/", 1)[-1])
-    return usage, names
-
-
-def _prune_candidates(nodes: list[str], runtimes: dict, scans: dict, doc: StateDoc, refs: dict[str, ImageRef],
-                      digests: dict[str, str], pins: PinMap) -> list[PruneItem]:
-
-    listed = {str(r): name for name, r in refs.items()}
-    items = []
-    for node in nodes:
-        if node not in scans:
-            continue
-        try:
-            in_use = runtimes[node].running_image_ids()
-        except NodeError as e:
-            in_use, broken = set(), e.reason
-        else:
-            broken = None
-        for ref, rec in node_images(doc, node).items():
-            name = repo_name(ref)
-            candidates = []
-            new = digests.get(listed.get(ref, ""))
-            if ref not in listed:
-                candidates.append((ref, rec["digest"], "no longer listed", None))
-            elif rec["digest"] != new and node in pins.placements[listed[ref]].nodes:
-                # The tag moved: the old digest goes once this run has put the new one there.
-                candidates.append((f"{name}@{rec['digest']}", rec["digest"], f"superseded by {new[:19]}", new))
-            for old in rec.get("superseded") or []:
-                if old != new:
-                    candidates.append((f"{name}@{old}", old, f"superseded by {(new or rec['digest'])[:19]}", None))
-            for reference, digest, why, requires in candidates:
-                image = next((i for i in scans[node] if digest and f"{name}@{digest}" in i.digests), None)
-                if image is None:
-                    continue  # not on the node any more: nothing to remove
-                keep = broken or (f"a running container uses it ({image.id[:19]})" if image.id in in_use else None)
-                items.append(PruneItem(node=node, reference=reference, name=name, digest=digest, why=why,
-                                       keep_reason=keep, requires=requires))
-    return items
-
-
 # ----------------------------------------------------------------------------- apply
 
 
@@ -535,7 +471,7 @@ def _apply(ctx: Context, prepared: Prepared, options: PrewarmOptions, listener: 
                                  listener=state_listener)
     else:
         results = run_waves(waves, prepared.runtimes, retry=options.retry, listener=state_listener)
-    pruned = _prune(ctx, prepared) if options.prune else []
+    pruned = prune_images(ctx, prepared.prune, prepared.runtimes, stage=NAME) if options.prune else []
 
     cells = warm + prepared.failed_upfront + [
         Cell(node=r.task.node, image=r.task.image, status=r.outcome, seconds=r.seconds, reason=r.reason)
@@ -611,34 +547,6 @@ def node_address(node: NodeSpec) -> str:
     if node.docker_host.startswith("unix://"):
         return "127.0.0.1"
     return urlparse(node.docker_host).hostname or node.docker_host
-
-
-def _prune(ctx: Context, prepared: Prepared) -> list[dict]:
-    out = []
-    for item in prepared.prune:
-        outcome, reason = "removed", None
-        if item.keep_reason:
-            outcome, reason = "kept", item.keep_reason
-        else:
-            runtime = prepared.runtimes[item.node]
-            try:
-                images = runtime.images()
-                image_ids = {i.id for i in images if i.has_digest(item.name, item.digest)}
-                if item.requires and not any(i.has_digest(item.name, item.requires) for i in images):
-                    outcome, reason = "kept", f"the new digest {item.requires[:19]} is not on the node"
-                elif image_ids & runtime.running_image_ids():
-                    outcome, reason = "kept", "a running container uses it"
-                else:
-                    runtime.remove(item.reference)
-            except NodeError as e:
-                outcome, reason = "kept", e.reason
-        out.append({"node": item.node, "reference": item.reference, "digest": item.digest, "why": item.why,
-                    "outcome": outcome, "reason": reason})
-        ctx.event(NAME, "prune", f"{item.node}/{item.reference}", outcome, why=item.why, reason=reason)
-    removed = [p for p in out if p["outcome"] == "removed"]
-    if removed:
-        forget_images(ctx.state, [(p["node"], p["reference"], p["digest"]) for p in removed])
-    return out
 
 
 class _StateListener:
