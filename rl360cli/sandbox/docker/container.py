@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rl360cli.sandbox.config import SandboxConfig
+from rl360cli.sandbox.task import MAIN_SERVICE
 
 # The container's init (PID 1, so `kill -9 -1` from a command spares it) never forks, so that processes
 # holding every pid of the limit cannot end it (a shell that cannot fork exits: a model failure would be
@@ -81,6 +82,10 @@ class ContainerSpec:
     mounts: tuple[tuple[str, str, bool], ...] = ()
 
 
+# Every sandbox container's hostname (`hostname` in it, resolvable in it).
+HOSTNAME = "sandbox"
+
+
 def cpu_limit_nanos(cpus: float, node_cpus: int) -> int:
     """A container's CPU limit in billionths of a CPU: the task's `cpus`, at most the node's own (0: unknown).
     A daemon refuses a limit above its CPUs ("Range of CPUs is from 0.01 to 2.00"), and such a limit
@@ -95,12 +100,17 @@ def create_kwargs(spec: ContainerSpec, config: SandboxConfig, *, node_cpus: int 
     import docker.types
 
     host = {
-        "nano_cpus": cpu_limit_nanos(spec.cpus, node_cpus), "mem_limit": f"{spec.memory_mb}m", "memswap_limit": f"{spec.memory_mb}m",
+        "nano_cpus": cpu_limit_nanos(spec.cpus, node_cpus),
+        "mem_limit": f"{spec.memory_mb}m", "memswap_limit": f"{spec.memory_mb}m",
         "pids_limit": config.pids_limit, "network_mode": spec.network, "security_opt": ["no-new-privileges"],
         "cap_drop": ["ALL"], "cap_add": list(capabilities(spec)), "read_only": bool(spec.volumes),
         "ulimits": [docker.types.Ulimit(name="fsize", soft=spec.file_bytes, hard=spec.file_bytes),
                     docker.types.Ulimit(name="nofile", soft=config.max_open_files, hard=config.max_open_files)],
     }
+    if spec.network == "none":
+        # Docker maps a container's hostname only to its address on a network: with none, nothing resolves it,
+        # and gloo (torch.distributed on one machine: Terminal-Bench 2.0's torch-tensor-parallelism) waited on it.
+        host["extra_hosts"] = {HOSTNAME: "127.0.0.1"}
     if spec.mounts:
         host["mounts"] = [docker.types.Mount(target, source, type="volume", read_only=read_only)
                           for source, target, read_only in spec.mounts]
@@ -135,8 +145,11 @@ def read_only_volumes(task, workdir: str | None = None) -> tuple[str, ...] | Non
     volumes = tuple(p for p in paths
                     if not any(within(p, other) for other in (*paths, *TMPFS_PATHS) if other != p))
     # In a volume, not a tmpfs: the daemon's archive calls (which hand artifacts on) see only the volumes.
-    artifacts = [*task.artifacts, *(a for step in task.steps for a in step.artifacts)]
-    if any(not any(within(posixpath.normpath(a), v) for v in volumes) for a in artifacts):
+    # (A sidecar's artifacts are its own; a relative source is read from /, as `docker cp` reads it.)
+    artifacts = [posixpath.normpath(posixpath.join("/", a.source))
+                 for a in (*task.artifacts, *(a for step in task.steps for a in step.artifacts))
+                 if a.service == MAIN_SERVICE]
+    if any(not any(within(a, v) for v in volumes) for a in artifacts):
         return None
     return volumes
 

@@ -49,7 +49,7 @@ from rl360cli.images.config import RegistrySpec
 from rl360cli.nodes.config import need_docker_nodes
 from rl360cli.nodes.docker_runtime import docker_client
 from rl360cli.sandbox.config import SandboxConfig
-from rl360cli.sandbox.docker.container import (INIT, POOL_ATTEMPT, TMPFS_PATHS, ContainerSpec, container_name,
+from rl360cli.sandbox.docker.container import (HOSTNAME, INIT, POOL_ATTEMPT, TMPFS_PATHS, ContainerSpec, container_name,
                                                create_kwargs, read_only_volumes, tmpfs_mounts)
 from rl360cli.sandbox.docker.errors import as_sandbox_error, node_lost, one_line
 from rl360cli.sandbox.docker.images import NodeImages
@@ -388,7 +388,7 @@ class DockerProvider(SandboxProvider):
         container = api.create_container(
             spec.image, entrypoint=["/bin/sh", "-c"], command=[INIT], stdin_open=True, user="0", labels=labels,
             working_dir=spec.workdir, environment=dict(spec.env), host_config=host_config, name=name,
-            hostname="sandbox", volumes=list(spec.volumes) or None, networking_config=networking)
+            hostname=HOSTNAME, volumes=list(spec.volumes) or None, networking_config=networking)
         cid = container["Id"]
         try:
             api.start(cid)
