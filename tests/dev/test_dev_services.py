@@ -100,7 +100,10 @@ def test_memory_limit_oom_kills_with_137(docker_nodes):
     try:
         client.images.pull(ref)
         c = client.containers.run(
-            ref, ["dd", "if=/dev/zero", "of=/dev/null", "bs=200M", "count=1"],
+            # dd is killed, its shell lives on a moment: containerd reads the cgroup's OOM count while the cgroup
+            # still exists (a container whose only process died at once lost the event: OOMKilled stayed False
+            # for 10 s in CI, 2026-12-07).
+            ref, ["sh", "-c", "dd if=/dev/zero of=/dev/null bs=200M count=1; s=$?; sleep 2; exit $s"],
             mem_limit="32m", memswap_limit="32m", network_mode="none", detach=True)
         try:
             assert c.wait(timeout=60)["StatusCode"] == 137
