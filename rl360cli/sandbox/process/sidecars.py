@@ -50,6 +50,10 @@ from rl360cli.sandbox.sidecars import Sidecar, VolumeMount, hosts_file, image_ta
 from rl360cli.sandbox.taxonomy import Event, SandboxError
 
 NODE = "local"
+# How long a network namespace's holder may take to set its loopback up: setting one up can wait on the kernel's
+# lock while it cleans up ended ones (one per command of a bubblewrap-per-command sandbox): a likely cause of
+# one of six sandboxes missing a 10 s wait in CI on 2 busy cores (2026-12-07).
+HOLDER_WAIT_S = 60.0
 # A sidecar lives as long as its sandbox: its CPU-time limit is for runaways only.
 _LIFETIME_CPU_S = 10**7
 
@@ -116,9 +120,12 @@ class ProcessSidecars:
         finally:
             os.close(info_w)
         info = read_bwrap_info(info_r)
-        if not info or "child-pid" not in info or not _became(int(info["child-pid"]), "sleep"):
+        if not info or "child-pid" not in info:
             raise SandboxError(Event.START_FAILED, "bubblewrap could not make the sandbox's network namespace",
                                node=NODE)
+        if not _became(int(info["child-pid"]), "sleep"):
+            raise SandboxError(Event.START_FAILED, "the sandbox's network namespace did not come up (its loopback "
+                               f"was not set up in {HOLDER_WAIT_S:g} s)", node=NODE)
         self.holder_pid = int(info["child-pid"])
 
     async def _start_one(self, sidecar: Sidecar) -> None:
@@ -250,7 +257,7 @@ def volume_binds(folder: Path, mounts: tuple[VolumeMount, ...]) -> tuple[tuple[s
     return tuple((str(folder / "volumes" / m.volume), m.target, m.read_only) for m in mounts)
 
 
-def _became(pid: int, command: str, timeout_s: float = 10.0) -> bool:
+def _became(pid: int, command: str, timeout_s: float = HOLDER_WAIT_S) -> bool:
     """Wait until process `pid` runs `command`: bubblewrap reports its child's pid before the child has set up
     the namespace's loopback, and the egress proxy must find 127.0.0.1 there to listen on."""
     deadline = time.monotonic() + timeout_s
