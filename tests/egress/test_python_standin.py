@@ -19,12 +19,10 @@ import pytest
 from rl360cli.egress.python_standin import LIST, PUBLIC, TAG, PythonDownloadsStandIn, archive_name
 from rl360cli.egress.uv_standin import UvInstallerStandIn
 from rl360cli.outcome import Outcome
-from rl360cli.sandbox.task_loader import load_task
 from tests.conftest import need
 from tests.egress.conftest import free_port
-from tests.egress.test_egress_sandboxes import FETCH_TLS, attempt, network_task
-from tests.egress.test_uv_standin import made_wheel
-from tests.sandbox.conftest import PYTHON, write_task
+from tests.egress.test_egress_sandboxes import FETCH_TLS, attempt
+from tests.egress.test_uv_standin import made_wheel, tls_network_task
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -96,13 +94,7 @@ def test_uvx_in_a_sandbox_runs_the_stand_ins_cpython_behind_the_dev_profiles_mir
         # cluster/dev-docker.toml's two mirrors, to this test's stand-ins.
         proxy = proxy_of(f'[egress.mirrors]\n"https://astral.sh/uv/" = "{installer.url("/uv/")}"\n'
                          f'"{PUBLIC}" = "{pythons.url("/python-build-standalone/")}"\n')
-        if request.node.callspec.params["provider_of"] == "docker":
-            # The layout Debian's ca-certificates and openssl give an image (an empty bundle here).
-            task = load_task(write_task(tmp_path, "uvpy", image=None, dockerfile=(
-                f"FROM {PYTHON}\nRUN mkdir -p /etc/ssl/certs /usr/lib/ssl && touch /etc/ssl/certs/ca-certificates.crt"
-                " && ln -s /etc/ssl/certs/ca-certificates.crt /usr/lib/ssl/cert.pem\n")))
-        else:
-            task = network_task(tmp_path, "uvpy")
+        task = tls_network_task(request, tmp_path, "uvpy")
         fetch = FETCH_TLS.format(url="https://astral.sh/uv/0.9.5/install.sh", cadata="")
         result, (installed, used) = attempt(
             provider_of(proxy.route), task, f"({fetch}\n) | sh",

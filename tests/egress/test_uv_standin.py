@@ -20,6 +20,16 @@ from tests.sandbox.conftest import PYTHON, write_task
 pytestmark = pytest.mark.timeout(240)
 
 
+def tls_network_task(request, tmp_path, name: str):
+    """A task that wants the internet, for the parametrized provider: on docker its image has the CA bundle
+    layout Debian's ca-certificates and openssl give an image (an empty bundle here)."""
+    if request.node.callspec.params["provider_of"] == "docker":
+        return load_task(write_task(tmp_path, name, image=None, dockerfile=(
+            f"FROM {PYTHON}\nRUN mkdir -p /etc/ssl/certs /usr/lib/ssl && touch /etc/ssl/certs/ca-certificates.crt"
+            " && ln -s /etc/ssl/certs/ca-certificates.crt /usr/lib/ssl/cert.pem\n")))
+    return network_task(tmp_path, name)
+
+
 def made_wheel(folder):
     wheel = folder / "uv-0.0.1-py3-none-manylinux_2_17_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
@@ -31,13 +41,7 @@ def made_wheel(folder):
 def test_the_installer_stand_in_installs_uv_behind_an_https_mirror(request, provider_of, proxy_of, tmp_path):
     with UvInstallerStandIn(made_wheel(tmp_path), public="https://astral.example.test/uv/") as standin:
         proxy = proxy_of(f'[egress.mirrors]\n"https://astral.example.test/uv/" = "{standin.url("/uv/")}"\n')
-        if request.node.callspec.params["provider_of"] == "docker":
-            # The layout Debian's ca-certificates and openssl give an image (an empty bundle here).
-            task = load_task(write_task(tmp_path, "uv", image=None, dockerfile=(
-                f"FROM {PYTHON}\nRUN mkdir -p /etc/ssl/certs /usr/lib/ssl && touch /etc/ssl/certs/ca-certificates.crt"
-                " && ln -s /etc/ssl/certs/ca-certificates.crt /usr/lib/ssl/cert.pem\n")))
-        else:
-            task = network_task(tmp_path, "uv")
+        task = tls_network_task(request, tmp_path, "uv")
         fetch = FETCH_TLS.format(url="https://astral.example.test/uv/0.9.7/install.sh", cadata="")
         result, (installed, used) = attempt(
             provider_of(proxy.route), task, f"({fetch}\n) | sh",
