@@ -49,9 +49,9 @@ _HOOK_GRACE_S = 5.0
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Collected:
-    """What one collection pass took: each artifact with its copy in `folder`, the manifest, the hooks' ends."""
+    """What one collection pass took: each artifact with its copy (in the pass's folder), the manifest, the
+    hooks' ends."""
 
-    folder: Path
     taken: tuple[tuple[Artifact, Path], ...] = ()
     # One entry per artifact: source, destination (under the folder), type, status (ok, failed, skipped), service.
     manifest: tuple[dict[str, Any], ...] = field(default=(), compare=False)
@@ -111,7 +111,7 @@ async def collect_pass(sandbox: Sandbox, artifacts: Iterable[Artifact], hooks: I
     if manifest:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / MANIFEST).write_text(json.dumps(manifest, indent=2))
-    return Collected(folder=folder, taken=tuple(taken), manifest=tuple(manifest), hooks=tuple(ran))
+    return Collected(taken=tuple(taken), manifest=tuple(manifest), hooks=tuple(ran))
 
 
 async def deliver(target: Sandbox, collected: Collected) -> None:

@@ -458,9 +458,11 @@ async def _verify(sandbox: Sandbox, task: Task, observed: list[Observed], timing
                                  detail=f"[verifier.env] needs ${{{e.args[0]}}}, which is not set"))
         return {}, ""
     separate = of.verifier_task is not None and verifier is not None
-    with kept.folder_for(step) as folder:
-        collected = Collected(folder=folder)  # a shared verifier with no hook and nothing kept: nothing to do
-        if of.collect or separate or kept.folder is not None:
+    # A shared verifier with no hook and nothing kept: no pass, and no temporary folder (every RL attempt).
+    runs_pass = bool(of.collect) or separate or kept.folder is not None
+    with kept.folder_for(step) if runs_pass else contextlib.nullcontext() as folder:
+        collected = Collected()
+        if runs_pass:
             # Separate, on the last (or only) step: the agent is done with its sandbox, its processes end once
             # main's artifacts are taken (Harbor stops main there; an earlier step's live on for the next).
             # The verifier sees only what is handed to it. Shared: the copies are taken only where kept.
