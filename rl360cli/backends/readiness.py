@@ -26,6 +26,7 @@ from typing import Protocol
 
 from rl360cli.backends.base import Observation
 from rl360cli.state import queries, transitions
+from rl360cli.state.queries import Generation
 from rl360cli.state.schema import COMPONENT_FINAL, ComponentRecord, ComponentStatus
 from rl360cli.state.store import StateFile
 
@@ -47,6 +48,8 @@ class WaitEnd(StrEnum):
     """Its process ended first; marked `failed` with the backend's reason."""
     TIMED_OUT = "timed_out"
     """Not ready within the time given; marked `unknown`."""
+    SUPERSEDED = "superseded"
+    """Started again by someone else meanwhile (a tier's requeue); the record is theirs, left as it is."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,24 +76,34 @@ def answers(*, health_url: str | None = None, ready_file: str | None = None) -> 
 
 
 def wait_until_ready(backend: Observer, state: StateFile, cid: str, *, ready: Callable[[], bool], timeout_s: float,
-                     after_restart: bool = False, poll_s: float = 0.2) -> Waited:
+                     after_restart: bool = False, generation: Generation | None = None,
+                     poll_s: float = 0.2) -> Waited:
     """Wait for component `cid` (see the module docstring); `after_restart` words what it records for a
-    component that was started again."""
+    component that was started again. Given `generation` (`queries.generation` of the start it waits for), a
+    record started again by someone else meanwhile ends the wait, SUPERSEDED, and is left as it is."""
     deadline = time.monotonic() + timeout_s
     while True:
-        if ready():
-            transitions.mark_ready(state, cid)
-            return Waited(how=WaitEnd.READY)
         rec = queries.component(state.read(), cid)
         if rec is None or rec["status"] == ComponentStatus.STOPPED:
             return Waited(how=WaitEnd.STOPPED)
+        if generation is not None and queries.generation(rec) != generation:
+            return Waited(how=WaitEnd.SUPERSEDED)
+        # Each mark below records only while the record is still this start's; when it is not, the next pass
+        # says why (stopped or superseded).
+        if ready():
+            if transitions.mark_ready(state, cid, of_generation=generation):
+                return Waited(how=WaitEnd.READY)
+            continue
         seen = backend.observe({cid: rec})[cid]
         if seen.status in COMPONENT_FINAL:
-            transitions.mark_failed(state, cid, exit_code=seen.exit_code,
-                                    reason=f"restart failed: {seen.reason}" if after_restart else seen.reason)
-            return Waited(how=WaitEnd.ENDED, reason=seen.reason, log_path=rec["log_path"])
+            if transitions.mark_failed(state, cid, exit_code=seen.exit_code, of_generation=generation,
+                                       reason=f"restart failed: {seen.reason}" if after_restart else seen.reason):
+                return Waited(how=WaitEnd.ENDED, reason=seen.reason, log_path=rec["log_path"])
+            continue
         if time.monotonic() > deadline:
-            transitions.mark_unknown(state, cid, reason=f"not healthy {timeout_s:g}s after a restart" if after_restart
-                                     else f"not ready after {timeout_s:g}s")
-            return Waited(how=WaitEnd.TIMED_OUT, log_path=rec["log_path"])
+            if transitions.mark_unknown(state, cid, of_generation=generation,
+                                        reason=f"not healthy {timeout_s:g}s after a restart" if after_restart
+                                        else f"not ready after {timeout_s:g}s"):
+                return Waited(how=WaitEnd.TIMED_OUT, log_path=rec["log_path"])
+            continue
         time.sleep(poll_s)

@@ -20,7 +20,7 @@ A dead engine:
      leaves it out of its weight syncs from then on (rl360cli/run/rejoin.py reads the record);
   2. is taken out of the router (`DELETE /workers/{id}`), so the router's own health check cannot put it back
      into rotation while it still holds policy v0;
-  3. is started again from its recorded launch (restarts.py `relaunch_component`: the same argv, env, ports and
+  3. is started again from its recorded launch (restarts.py `start_again`: the same argv, env, ports and
      node, through the backend's `launch`), same URL;
   4. is taken back into the weight-update group at the trainer's version: the control plane asks for it in
      the engine's record, the trainer does it (it holds the weights: rl360cli/run/rejoin.py) and records the
@@ -34,9 +34,12 @@ it stays failed and the run goes on without it (the engines left serve on).
 A component whose node was lost is the backend's to start again (Slurm requeues its tier and starts it
 on the node that replaced the lost one: backends/slurm_requeue.py): while its record is marked `restart`,
 its node is lost, or its tier is requeueing, the watcher only takes it out of the router and counts no
-restart of its own. Once it was started again by someone else (its `started_at` changed), the watcher adopts
-it: its new URL, a `ready_timeout_s` grace to come up, then the rejoin and the router as after a restart of
-its own. A restart that fails waits 2, 4, 8 ... seconds before the next.
+restart of its own. Once it was started again by someone else (its record's generation changed), the watcher
+adopts it: its new URL, a `ready_timeout_s` grace to come up, then the rejoin and the router as after a
+restart of its own. The watcher's own marks and restart are compare-and-set on the generation it read: the
+node may be found lost only after its restart began, and the requeue's start then stands (the restart is
+abandoned, its process stopped), never the other way round. A restart that fails waits 2, 4, 8 ... seconds
+before the next.
 
 A watcher never restarts anything of a run that is no longer running, nor a component `rl360 down` stopped.
 The record keeps `restarts`, `restarted_at`, `restart_reason` and `served_version`; `rl360 status` shows
@@ -70,8 +73,9 @@ from rl360cli.inference.health import ROUTER_WORKER_TIMEOUT_S, probe, router_for
 from rl360cli.inference.router import wait_router_workers, with_worker_urls
 from rl360cli.outcome import InfraCause
 from rl360cli.run.backends import backend_for
-from rl360cli.run.restarts import Launcher, relaunch_component
+from rl360cli.run.restarts import Launcher, RestartedElsewhere, start_again, wait_restarted
 from rl360cli.state import queries, transitions
+from rl360cli.state.queries import Generation
 from rl360cli.state.schema import COMPONENT_FINAL, RUN_ACTIVE, ComponentRecord, ComponentStatus, StateDoc, TierStatus
 from rl360cli.state.store import StateFile
 
@@ -111,8 +115,9 @@ class Watched:
     needs_rejoin: bool = False
     given_up: bool = False
     restarts: int = 0
-    # The `started_at` of the process it watches: another one means someone else started it again.
-    started_at: str | None = None
+    # Which start of its record it watches (`queries.generation`): another one means someone else started
+    # it again.
+    generation: Generation | None = None
     # Its node was lost: the backend starts it again (it was taken out of the router and the syncs).
     moving: bool = False
     # Until then a starting process's unanswered probes do not count (monotonic seconds; adopted ones).
@@ -222,7 +227,7 @@ class HealthWatcher:
             if kind is None or (kind == "engine" and rec["kind"] == "engine-simulated"):
                 continue  # simulated engines share processes: one restart would be many
             self._watched[cid] = Watched(cid=cid, kind=kind, url=rec["url"].rstrip("/"),
-                                         restarts=int(rec.get("restarts") or 0), started_at=rec.get("started_at"))
+                                         restarts=int(rec.get("restarts") or 0), generation=queries.generation(rec))
 
     def _run_is_active(self) -> bool:
         run = queries.run(self.state.read(), self.run_id)
@@ -252,7 +257,7 @@ class HealthWatcher:
             if why_moving is not None:
                 self._moving(watched, why_moving)
                 continue
-            if rec.get("started_at") != watched.started_at:
+            if queries.generation(rec) != watched.generation:
                 self._adopt(watched, rec)
                 continue  # probed at its old URL this round
             if rec["status"] in COMPONENT_FINAL or (obs is not None and obs.status in COMPONENT_FINAL):
@@ -264,7 +269,7 @@ class HealthWatcher:
                 watched.failures = 0
                 healthy.add(cid)
                 if rec["status"] == ComponentStatus.STARTING:
-                    transitions.mark_ready(self.state, cid)
+                    transitions.mark_ready(self.state, cid, of_generation=watched.generation)
                 continue
             if time.monotonic() < watched.grace_until:
                 continue  # started again by the backend a moment ago: still loading
@@ -295,7 +300,7 @@ class HealthWatcher:
                 self.forget(watched.url)
             self._leave_router(watched)
         watched.url = (rec.get("url") or watched.url).rstrip("/")
-        watched.started_at = rec.get("started_at")
+        watched.generation = queries.generation(rec)
         watched.moving = False
         watched.failures = 0
         watched.needs_rejoin = True
@@ -312,11 +317,14 @@ class HealthWatcher:
         if watched.restarts >= self.policy.max_restarts:
             watched.given_up = True
             self._note(watched.cid, f"dead ({why}); {watched.restarts} restarts already, left failed")
-            transitions.mark_failed(self.state, watched.cid,
+            transitions.mark_failed(self.state, watched.cid, of_generation=watched.generation,
                                     reason=f"{why}; not restarted: max_restarts {self.policy.max_restarts} reached")
             return []
+        # Compare-and-set from here on: a record started again since this round read it (the tier's requeue
+        # after a node loss) is not this watcher's to mark or restart; the next round adopts it.
+        if not transitions.mark_failed(self.state, watched.cid, reason=why, of_generation=watched.generation):
+            return []
         self._note(watched.cid, f"dead ({why}): restarting")
-        transitions.mark_failed(self.state, watched.cid, reason=why)
         events.record(self.state, stage="serve", action="health", subject=watched.cid, outcome="dead", reason=why)
         if watched.kind == "engine":
             if self.forget is not None:
@@ -325,14 +333,16 @@ class HealthWatcher:
         argv = self._router_argv(watched) if watched.kind == "router" else None
         watched.restarts += 1
         try:
-            relaunch_component(self.backend, self.state, watched.cid, reason=why, argv=argv,
-                               ready_timeout_s=self.policy.ready_timeout_s, while_run_active=True)
+            record = start_again(self.backend, self.state, watched.cid, reason=why, argv=argv, while_run_active=True)
+            watched.generation = queries.generation(record)  # its own start, not one to adopt
+            wait_restarted(self.backend, self.state, watched.cid, record, timeout_s=self.policy.ready_timeout_s)
+        except RestartedElsewhere as e:
+            self._note(watched.cid, f"restart abandoned: {e.problem}")
+            return []
         except Rl360Error as e:
             watched.next_restart_at = time.monotonic() + 2.0 ** watched.restarts
             self._note(watched.cid, f"restart failed: {e}")
             return []
-        finally:  # its own restart, not one to adopt
-            watched.started_at = (queries.component(self.state.read(), watched.cid) or {}).get("started_at")
         watched.failures = 0
         if watched.kind == "router":
             return self._router_back(watched)

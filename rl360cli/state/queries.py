@@ -96,6 +96,16 @@ def component(doc: StateDoc, cid: str) -> ComponentRecord | None:
     return doc["components"].get(cid)
 
 
+Generation = tuple[str | None, int]
+
+
+def generation(rec: ComponentRecord) -> Generation:
+    """Which start of component `rec` its record describes: a restart (by the control plane, the tier's
+    requeue or by hand) writes a new one. A writer that acts on what it read compares it under the state lock,
+    so that it never writes over a newer start (`transitions`' `of_generation`)."""
+    return rec.get("started_at"), int(rec.get("restarts") or 0)
+
+
 def components_of_kind(doc: StateDoc, kind: str) -> dict[str, ComponentRecord]:
     """Every component of `kind` ("egress": the sandboxes' egress proxies, one per node), live or not."""
     return {cid: rec for cid, rec in doc["components"].items() if rec["kind"] == kind}

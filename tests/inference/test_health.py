@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ from rl360cli.inference.client import EngineClient, EngineError
 from rl360cli.inference.health import probe, served_version
 from rl360cli.run.control import HealthPolicy, HealthWatcher
 from rl360cli.inference.router import with_worker_urls
+from rl360cli.state import transitions
 from rl360cli.state.schema import now_iso
 from rl360cli.state.store import StateFile
 from tests.conftest import REPO
@@ -266,6 +268,71 @@ def test_a_component_whose_node_was_lost_is_left_to_its_backend_then_adopted(clu
     assert cluster.rejoined == [new["url"]] and cluster.record(cid)["served_version"] == 7
     assert cluster.record(cid)["status"] == "running" and cluster.record(cid)["pid"] == new["pid"]
     assert watcher.check_once() == []  # in sync: nothing more to do
+
+
+class RequeueRacesTheRestart:
+    """The local backend, with a tier's requeue that starts the engine again "on another node" (another port,
+    recorded as backends/slurm_requeue.py `_restart_components` records it: `record_restart`, no generation)
+    at the worst moment for the watcher's own restart: as it launches (`launch`: before the watcher records
+    its start) or while it waits for it (`observe`: after). The watcher's own start fails, as a step on the
+    lost node does."""
+
+    def __init__(self, cluster: Cluster, cid: str, moment: str):
+        self.cluster, self.cid, self.moment = cluster, cid, moment
+        self.own: list[dict] = []
+        self.requeued: dict | None = None
+
+    def launch(self, spec: ComponentSpec, log_path: str) -> dict:
+        launched = self.cluster.backend.launch(replace(spec, argv=(sys.executable, "-c", "raise SystemExit(3)")),
+                                               log_path)
+        self.own.append(launched)
+        if self.moment == "launch":
+            self._requeue()
+        return launched
+
+    def observe(self, records):
+        if self.moment == "wait" and self.own and self.requeued is None:
+            self._requeue()
+        return self.cluster.backend.observe(records)
+
+    def stop(self, records, *, grace_s: float) -> None:
+        self.cluster.backend.stop(records, grace_s=grace_s)
+
+    def _requeue(self) -> None:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        spec = ComponentSpec(name="engine-0", tier="rollout", stage="serve", kind="engine-local",
+                             argv=standin_argv(port), env={"PYTHONPATH": str(REPO)}, ports={"http": port}, run=RUN,
+                             url=url, health_url=url + "/health")
+        launched = self.cluster.backend.launch(spec, str(self.cluster.folder / "requeued.log"))
+        self.requeued = transitions.record_restart(self.cluster.state, self.cid, launched, command=spec.argv,
+                                                   env=spec.env, url=url, health_url=spec.health_url,
+                                                   reason="node_lost")
+
+
+@pytest.mark.parametrize("moment", ["launch", "wait"])
+def test_a_requeue_that_overtakes_the_watchers_restart_stands(cluster, moment):
+    # The node-loss run's lost update (docs/development.md): the watcher found the engine hung and began its
+    # restart on the old node; the tier's requeue started it on the new node meanwhile. The watcher's write must
+    # not replace the requeue's record, nor its failure (on the lost node) be marked on the requeue's start:
+    # its restart is abandoned, and it adopts the requeue's engine.
+    cid = cluster.start("engine-0")
+    backend = RequeueRacesTheRestart(cluster, cid, moment)
+    watcher = HealthWatcher(state=cluster.state, run_id=RUN, backend=backend, rejoin=cluster.rejoin, policy=FAST,
+                            forget=cluster.forgotten.append, log=lambda message: None)
+    os.kill(cluster.record(cid)["pid"], signal.SIGKILL)
+
+    wait_until(lambda: watcher.check_once() == [cid])
+    requeued = backend.requeued
+    assert requeued is not None and len(backend.own) == 1
+    assert any(c == cid and what.startswith("restart abandoned") for _, c, what in watcher.history)
+    rec = cluster.record(cid)
+    assert rec["pid"] == requeued["pid"] and rec["url"] == requeued["url"] and rec["restart_reason"] == "node_lost"
+    assert rec["status"] == "running" and rec["served_version"] == 7
+    assert cluster.rejoined == [requeued["url"]]
+    own = json.loads(Path(backend.own[0]["status_path"]).read_text())["pid"]
+    assert not procinfo.is_alive(own)
+    assert watcher.check_once() == []
 
 
 def test_a_restart_that_fails_waits_longer_each_time(cluster):
