@@ -39,6 +39,10 @@ def check(
                                                                     "environment/Dockerfile beside it instead of "
                                                                     "pulling the image (Harbor's --force-build).")
                            ] = False,
+    artifacts: Annotated[Path | None, typer.Option("--artifacts", help="Keep each attempt's artifacts (the task's "
+                                                                        "`artifacts` and /logs/artifacts) in "
+                                                                        "DIR/<task>/<attempt>/, with Harbor's "
+                                                                        "manifest.json.", show_default=False)] = None,
     profile: ProfileOpt = None,
     json_out: JsonFlag = False,
 ) -> None:
@@ -49,7 +53,8 @@ def check(
     tasks_check.check_options(provider=provider, concurrency=concurrency)
     loaded = tasks_check.load_tasks(paths, include=include or ())
     report = tasks_check.check(context(profile=profile, quiet=json_out), loaded, provider=provider,
-                               concurrency=concurrency, probe=probe, force_build=force_build)
+                               concurrency=concurrency, probe=probe, force_build=force_build,
+                               artifacts_dir=artifacts.resolve() if artifacts else None)
     if json_out:
         print_json(report.to_dict())
     else:

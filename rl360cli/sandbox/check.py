@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,19 +109,23 @@ class CheckRow:
 
 
 async def check_tasks(provider, tasks: Sequence[Task], *, run_id: str, concurrency: int = 4,
-                      probe: bool = False) -> list[CheckRow]:
+                      probe: bool = False, artifacts_dir: Path | None = None) -> list[CheckRow]:
     """Oracle and no-op attempts of every task (at most `concurrency` tasks at once), in the tasks' order;
-    with `probe`, then the probes of a task whose oracle passed."""
+    with `probe`, then the probes of a task whose oracle passed. `artifacts_dir`: each attempt's artifacts are
+    kept in `<artifacts_dir>/<task>/<attempt>/` (oracle, noop, probe-...), as Harbor keeps a trial's."""
     gate = asyncio.Semaphore(concurrency)
     labels = {"rl360.run": run_id, "rl360.check": "true"}
 
     async def attempt(task: Task, agent, kind: str) -> AttemptResult:
+        kept = {"artifacts_dir": artifacts_dir / task.id / kind} if artifacts_dir is not None else {}
         run = getattr(provider, "run_attempt", None)
         if run is not None:
             # Through the admission controller: a lost node is retried elsewhere (these agents can start over).
-            return await run(task, agent, attempt_id=f"{run_id}-{task.id}-{kind}", labels=labels, rerun_agent=True)
+            return await run(task, agent, attempt_id=f"{run_id}-{task.id}-{kind}", labels=labels, rerun_agent=True,
+                             **kept)
 
-        return await run_attempt(provider, task, agent, attempt_id=f"{run_id}-{task.id}-{kind}", labels=labels)
+        return await run_attempt(provider, task, agent, attempt_id=f"{run_id}-{task.id}-{kind}", labels=labels,
+                                 **kept)
 
     async def one(task: Task) -> CheckRow:
         async with gate:

@@ -104,10 +104,11 @@ def load_tasks(paths: Sequence[Path], *, include: Sequence[str]) -> LoadedTasks:
 
 
 def check(ctx: Context, loaded: LoadedTasks, *, provider: str, concurrency: int, probe: bool = False,
-          force_build: bool = False) -> TasksCheck:
+          force_build: bool = False, artifacts_dir: Path | None = None) -> TasksCheck:
     """Check every task of `loaded` in sandboxes of `provider` on the profile's nodes, `concurrency` at once; with
     `probe`, each passing task's verifier is probed too (sandbox/probes.py); with `force_build`, a `docker_image`
-    with its Dockerfile beside it is built from it, not pulled (Harbor's `--force-build`, `[sandbox] force_build`)."""
+    with its Dockerfile beside it is built from it, not pulled (Harbor's `--force-build`, `[sandbox] force_build`);
+    with `artifacts_dir`, each attempt's artifacts are kept below it (`<task>/<attempt>/`, Harbor's layout)."""
     check_options(provider=provider, concurrency=concurrency)
     if provider == "docker" and not ctx.profile.nodes:
         if ctx.profile.sandbox.docker_host:
@@ -129,7 +130,8 @@ def check(ctx: Context, loaded: LoadedTasks, *, provider: str, concurrency: int,
 
     async def run(sandboxes):
         try:
-            return await check_tasks(sandboxes, tasks, run_id=run_id, concurrency=concurrency, probe=probe)
+            return await check_tasks(sandboxes, tasks, run_id=run_id, concurrency=concurrency, probe=probe,
+                                     artifacts_dir=artifacts_dir)
         finally:
             await sandboxes.close()
 

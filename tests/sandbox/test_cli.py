@@ -77,6 +77,20 @@ def test_tasks_check_fails_a_bad_task_set_and_says_why(cli, bwrap, env, tmp_path
     assert table.returncode == 1 and "oracle reward 0 < 1" in table.stdout and "1/2 tasks pass" in table.stdout
 
 
+def test_tasks_check_keeps_each_attempts_artifacts_where_asked(cli, bwrap, env, tmp_path):
+    # Harbor keeps a trial's artifacts in its folder; `--artifacts DIR` keeps each attempt's below DIR.
+    write_task(tmp_path / "set", "report", toml='artifacts = ["/app/report.txt"]\n',
+               test_sh="[ -f /app/report.txt ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n",
+               solve_sh="echo done > /app/report.txt\n")
+    kept = tmp_path / "kept"
+    proc = cli("tasks", "check", str(tmp_path / "set"), "--artifacts", str(kept), "--json", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (kept / "report" / "oracle" / "app" / "report.txt").read_text() == "done\n"
+    status = {kind: {e["source"]: e["status"] for e in json.loads((kept / "report" / kind / "manifest.json").read_text())}
+              for kind in ("oracle", "noop")}
+    assert status["oracle"]["/app/report.txt"] == "ok" and status["noop"]["/app/report.txt"] == "failed"
+
+
 @pytest.mark.parametrize("args, message", [
     (("tasks", "check", "/nonexistent/tasks"), "error: task set /nonexistent/tasks: no such folder"),
     (("tasks", "check", str(EXAMPLES), "--provider", "podman"), "error: --provider 'podman' is not known"),
