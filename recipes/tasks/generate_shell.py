@@ -1,10 +1,11 @@
-"""Write the shell task sets of recipes/smollm2-agent.toml: shell-train (the training pool, 207 tasks) and
+"""Write the shell task sets of recipes/smollm2-agent.toml: shell-train (the training pool, 261 tasks) and
 shell-heldout (the held-out pool, 18 tasks), Harbor tasks a 135M instruct model can do in one or two
 bash tool calls: write a word to a file, create a file, append a line, copy, rename or upper-case a file,
 make a directory, write or fix a one-line Python script.
 
 shell-heldout has 2 easy tasks of each of the 9 kinds. shell-train has every kind at every hint level
-(call, command, example, none: LEVELS, NONE) and three difficulties (`[metadata] difficulty`, tag
+(call, command, example, none: LEVELS, NONE; and template, TEMPLATE, a bridge that held-out tasks never show)
+and three difficulties (`[metadata] difficulty`, tag
 `difficulty-<d>`): easy, one short command (the first 45 tasks, as calibrated on 2026-12-06, and 2 of each
 kind with no hint); medium, one command with more to get right (a path, a flag, a third word, a number);
 hard, two steps joined by `&&` (VARIANTS). Medium and hard tasks are 2 of each kind, level and difficulty.
@@ -56,6 +57,9 @@ SEEDS = {"train": "shell-train-360", "heldout": "shell-heldout-360"}
 # with no hint, drawn after the first 45 from a seed of their own (so those 45 stay as calibrated).
 NUM_GROWN = 2
 GROWN_SEED = "shell-train-grown-360"
+# The bridge level's tasks (TEMPLATE), per kind and difficulty, after the growth, from a seed of their own.
+NUM_TEMPLATE = 2
+TEMPLATE_SEED = "shell-train-template-360"
 # Words of the programs that are the commands' own (and Python's), not a task's arguments: `overlaps` allows these.
 COMMAND_WORDS = frozenset({"echo", "printf", "print", "mkdir", "touch", "python", "range", "prnt", "sed", "cat",
                            "tmp", "for", "txt"})
@@ -298,6 +302,12 @@ def example_of(family) -> Task:
 LEVELS = ("call", "command", "example")
 # No hint at all: the instruction alone (training pool only, from the growth on).
 NONE = "none"
+# A bridge from the call to the command (training pool only): the command, and the call's shape with a
+# placeholder where the command goes. The policy learns to copy a shown call but, shown only the command, copies
+# "The command is: ..." back instead of calling the tool (docs/benchmarks.md, "SmolLM2 agent: learning past the
+# format"); filling a placeholder is the step between. Policy v0 passed 7 of 204 such attempts, 0 of the
+# command level's.
+TEMPLATE = "template"
 
 
 def instruction(task: Task, example: Task, level: str) -> str:
@@ -308,6 +318,10 @@ def instruction(task: Task, example: Task, level: str) -> str:
         return f"{task.instruction}\nCall the bash tool with exactly this:\n<tool_call>{call}</tool_call>\n"
     if level == "command":
         return f"{task.instruction}\nThe command is: {task.command}\n"
+    if level == TEMPLATE:
+        shape = json.dumps({"name": "bash", "arguments": {"command": "COMMAND"}}).replace('"COMMAND"', "COMMAND")
+        return (f"{task.instruction}\nThe command is: {task.command}\n"
+                f"Reply with <tool_call>{shape}</tool_call>, with COMMAND the command in double quotes.\n")
     return f"{task.instruction}\nExample: for \"{example.instruction}\" the command is: {example.command}\n"
 
 
@@ -327,7 +341,10 @@ def tasks(pool: str) -> list[Task]:
             # about equally often.
             chosen.append(replace(task, level=LEVELS[(f + taken) % len(LEVELS)]))
             taken += 1
-    return chosen + grown_tasks(chosen) if pool == "train" else chosen
+    if pool != "train":
+        return chosen
+    grown = grown_tasks(chosen)
+    return chosen + grown + template_tasks(chosen + grown)
 
 
 def grown_tasks(first: list[Task]) -> list[Task]:
@@ -348,6 +365,23 @@ def grown_tasks(first: list[Task]) -> list[Task]:
             seen |= {task.instruction, task.command}
             grown.append(replace(task, level=level))
     return grown
+
+
+def template_tasks(earlier: list[Task]) -> list[Task]:
+    """The bridge level's tasks: for each kind, `NUM_TEMPLATE` at each difficulty, none asking or running what
+    another training task does."""
+    rng = random.Random(TEMPLATE_SEED)
+    seen = {t.instruction for t in earlier} | {t.command for t in earlier}
+    made = []
+    for family in FAMILIES:
+        for make in (family, VARIANTS[family]["medium"], VARIANTS[family]["hard"]):
+            for _ in range(NUM_TEMPLATE):
+                task = make(rng, TRAIN_WORDS, TRAIN_STEMS)
+                while task.instruction in seen or task.command in seen:
+                    task = make(rng, TRAIN_WORDS, TRAIN_STEMS)
+                seen |= {task.instruction, task.command}
+                made.append(replace(task, level=TEMPLATE))
+    return made
 
 
 TASK_TOML = """\

@@ -36,7 +36,7 @@ def _programs(folder: Path) -> dict[str, str]:
 
 def test_the_pools_share_no_task_program_or_word():
     train, held = _programs(POOLS["train"]), _programs(POOLS["heldout"])
-    assert len(train) == 207 and len(held) == 18
+    assert len(train) == 261 and len(held) == 18
     assert not set(train) & set(held)
     assert not set(train.values()) & set(held.values())
     # No word or file name of one pool's programs is in the other's (the commands' own words aside).
@@ -67,7 +67,7 @@ def test_the_training_pool_has_every_kind_at_every_hint_level_and_difficulty():
                 (task / "instruction.md").read_text(), task.name
     kinds = {key[0] for key in found}
     assert len(kinds) == 9
-    wanted = {(k, f"hint-{level}", d) for k in kinds for level in ("call", "command", "example", "none")
+    wanted = {(k, f"hint-{level}", d) for k in kinds for level in ("call", "command", "example", "none", "template")
               for d in ("easy", "medium", "hard")}
     assert set(found) == wanted
     # Several tasks of each harder (kind, level, difficulty): a pool has more than one to learn each from.

@@ -1,0 +1,4 @@
+#!/bin/bash
+# Oracle of rl360/copy-file-hard-08.
+cd /app
+mkdir out && cp memo.txt out/

@@ -1,0 +1,4 @@
+#!/bin/bash
+# Oracle of rl360/copy-file-medium-08.
+cd /app
+cp result.txt entry/

@@ -1,0 +1,4 @@
+#!/bin/bash
+# Oracle of rl360/two-words-medium-08.
+cd /app
+echo 'tiger forest rocket' > animal.txt
