@@ -14,8 +14,9 @@ reward rises by at least 0.25 from its start, and held-out pass@1 rises, within 
     .venv/bin/python bench/bench_smollm2_agent.py --seeds 0 1 2       # one run a seed (~90 min each), then
                                                                       # the mean and spread over them
 
-With `--seeds`, each seed's rows are kept in bench/results/smollm2_agent_seed<N>.json as its run ends, a seed
-already kept is not run again (`--again` runs it), and the section "SmolLM2 agent, N seeds" gives per step
+With `--seeds`, each seed's rows are kept in bench/results/smollm2_agent_seed<N>_<settings>.json as its run ends
+(`<settings>`: a digest of the overrides but the seed, so that runs of other settings never mix), a seed already
+kept with the same settings is not run again (`--again` runs it), and the section "SmolLM2 agent, N seeds" gives per step
 the mean and the range of the reward, per held-out tag the mean before and after training with the range, and
 the issue-49 goal: held-out `hint-command` pass@1 up by at least 0.25 (mean over the seeds), `hint-call` kept.
 
@@ -26,6 +27,7 @@ mean of three steps in a row after them, less the start (tests/loop/test_learnin
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -166,8 +168,16 @@ def by_kind(evaluated: list[dict]) -> list[str]:
     return lines
 
 
+def kept_path(seed: int, sets: list[str]) -> Path:
+    """Where seed `seed`'s result with overrides `sets` is kept: named by a digest of the overrides (paths
+    relative to the repository, so that another clone finds it)."""
+    settings = sorted(s.replace(f"{REPO}/", "") for s in sets if not s.startswith("run.seed="))
+    digest = hashlib.sha256("\n".join(settings).encode()).hexdigest()[:8]
+    return RESULTS / f"smollm2_agent_seed{seed}_{digest}.json"
+
+
 def seed_result(seed: int, rows: list[dict], *, wall_s: float, returncode: int) -> dict:
-    """What one seed's run leaves for the seeds' section (kept as bench/results/smollm2_agent_seed<N>.json)."""
+    """What one seed's run leaves for the seeds' section (kept at `kept_path`)."""
     return {"seed": seed, "rows": rows, "wall_s": round(wall_s, 1), "returncode": returncode,
             "load_15m": round(os.getloadavg()[2], 1), "measured": time.strftime("%Y-%m-%d")}
 
@@ -299,7 +309,7 @@ def main() -> int:
                         poll_s=args.poll_s)[1]
     results = []
     for seed in args.seeds:
-        kept = RESULTS / f"smollm2_agent_seed{seed}.json"
+        kept = kept_path(seed, sets)
         if kept.exists() and not args.again:
             results.append(json.loads(kept.read_text()))
             continue
