@@ -18,7 +18,6 @@ from rl360cli.backends.base import ComponentSpec, Observation
 from rl360cli.backends.readiness import WaitEnd, answers, wait_until_ready
 from rl360cli.errors import Rl360Error
 from rl360cli.state import queries, transitions
-from rl360cli.state.queries import Generation
 from rl360cli.state.schema import ComponentRecord, ComponentStatus
 from rl360cli.state.store import StateFile
 

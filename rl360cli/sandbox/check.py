@@ -22,8 +22,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rl360cli.errors import Rl360Error
