@@ -84,11 +84,19 @@ class StepGauges:
         return figures
 
     def _ask_actors(self) -> list[dict]:
+        """Each live actor's figures. One that died or is being started again (its process killed, its node
+        lost: Ray restarts it) has none to give: its interval's figures are lost, and the step goes on."""
         import ray
+        from ray.exceptions import ActorUnavailableError, RayActorError
 
-        if not self.actors:
-            return []
-        return ray.get([actor.take_gauges.remote() for actor in self.actors])
+        asked = [actor.take_gauges.remote() for actor in self.actors]
+        figures = []
+        for ref in asked:
+            try:
+                figures.append(ray.get(ref))
+            except (RayActorError, ActorUnavailableError):
+                continue
+        return figures
 
     def _router_requests(self) -> float | None:
         if self.router_metrics_url is None:

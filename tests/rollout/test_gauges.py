@@ -189,6 +189,9 @@ def test_the_actors_figures_match_what_happened(served):
         _, late = ray.get(actors[0].run_group.remote("arith-05", "late", 4))
         fallback = blind.take()
         ray.get([actor.close.remote() for actor in actors])
+        # An actor that died (or that Ray is starting again: the same refusal) gives no figures; the take goes on.
+        ray.kill(actors[1])
+        without = gauges.take()
     finally:
         ray.shutdown()
 
@@ -223,4 +226,6 @@ def test_the_actors_figures_match_what_happened(served):
     assert again["router_requests_per_s"] == 0 and again["admission_wait_p99_s"] is None
     late_turns = sum(len(Trajectory.from_bytes(blob).metadata["turns"]) for blob in late)
     assert fallback["router_rps_source"] == "actors" and fallback["sessions_done"] == 4
+    # Actor 0's figures alone (the late group was the blind take's): half the pull cap, nothing since.
+    assert without["sessions_done"] == 0 and 0 < without["pull_cap"] < figures["pull_cap"], without
     assert round(fallback["router_requests_per_s"] * fallback["gauge_interval_s"]) == late_turns
