@@ -352,35 +352,32 @@ def grown_tasks(first: list[Task]) -> list[Task]:
     hint level (call, command, example, none) at each harder difficulty, none asking or running what another
     training task does."""
     rng = random.Random(GROWN_SEED)
-    seen = {t.instruction for t in first} | {t.command for t in first}
-    grown = []
-    for family in FAMILIES:
-        wanted = [(family, NONE)] * NUM_GROWN + [(VARIANTS[family][difficulty], level)
-                                                 for difficulty in ("medium", "hard")
-                                                 for level in (*LEVELS, NONE) for _ in range(NUM_GROWN)]
-        for make, level in wanted:
-            task = make(rng, TRAIN_WORDS, TRAIN_STEMS)
-            while task.instruction in seen or task.command in seen:
-                task = make(rng, TRAIN_WORDS, TRAIN_STEMS)
-            seen |= {task.instruction, task.command}
-            grown.append(replace(task, level=level))
-    return grown
+    wanted = [(make, level) for family in FAMILIES
+              for make, level in [(family, NONE)] * NUM_GROWN + [(VARIANTS[family][difficulty], level)
+                                                                 for difficulty in ("medium", "hard")
+                                                                 for level in (*LEVELS, NONE)
+                                                                 for _ in range(NUM_GROWN)]]
+    return _new_tasks(wanted, rng, first)
 
 
 def template_tasks(earlier: list[Task]) -> list[Task]:
     """The bridge level's tasks: for each kind, `NUM_TEMPLATE` at each difficulty, none asking or running what
     another training task does."""
-    rng = random.Random(TEMPLATE_SEED)
+    wanted = [(make, TEMPLATE) for family in FAMILIES
+              for make in (family, VARIANTS[family]["medium"], VARIANTS[family]["hard"]) for _ in range(NUM_TEMPLATE)]
+    return _new_tasks(wanted, random.Random(TEMPLATE_SEED), earlier)
+
+
+def _new_tasks(wanted: list[tuple], rng: random.Random, earlier: list[Task]) -> list[Task]:
+    """One task of each (maker, level) in `wanted`, drawn again until it asks and runs what no task before did."""
     seen = {t.instruction for t in earlier} | {t.command for t in earlier}
     made = []
-    for family in FAMILIES:
-        for make in (family, VARIANTS[family]["medium"], VARIANTS[family]["hard"]):
-            for _ in range(NUM_TEMPLATE):
-                task = make(rng, TRAIN_WORDS, TRAIN_STEMS)
-                while task.instruction in seen or task.command in seen:
-                    task = make(rng, TRAIN_WORDS, TRAIN_STEMS)
-                seen |= {task.instruction, task.command}
-                made.append(replace(task, level=TEMPLATE))
+    for make, level in wanted:
+        task = make(rng, TRAIN_WORDS, TRAIN_STEMS)
+        while task.instruction in seen or task.command in seen:
+            task = make(rng, TRAIN_WORDS, TRAIN_STEMS)
+        seen |= {task.instruction, task.command}
+        made.append(replace(task, level=level))
     return made
 
 
