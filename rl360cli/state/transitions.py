@@ -21,8 +21,8 @@ from typing import Any
 from rl360cli.outcome import InfraCause
 from rl360cli.state.queries import Generation, generation, live_holders
 from rl360cli.state.schema import (COMPONENT_FINAL, RUN_ACTIVE, ComponentRecord, ComponentStatus, HolderRecord,
-                                   NodeRecord, ProfileRecord, RunStatus, SandboxRecord, SandboxStatus, TierRecord,
-                                   now_iso)
+                                   NodeRecord, ProfileRecord, RunStatus, SandboxRecord, SandboxStatus, StateDoc,
+                                   TierRecord, now_iso)
 from rl360cli.state.store import StateFile
 
 # ----------------------------------------------------------------------------- runs
@@ -110,7 +110,7 @@ def record_component(state: StateFile, cid: str, record: ComponentRecord) -> Non
 
 def mark_ready(state: StateFile, cid: str, *, of_generation: Generation | None = None) -> bool:
     """Component `cid` answers its health URL (or wrote its ready file): `running`."""
-    return _set_component(state, cid, of_generation, status=ComponentStatus.RUNNING)
+    return _set_component(state, cid, of_generation=of_generation, status=ComponentStatus.RUNNING)
 
 
 def mark_failed(state: StateFile, cid: str, *, reason: str | None, exit_code: int | None = None,
@@ -120,33 +120,43 @@ def mark_failed(state: StateFile, cid: str, *, reason: str | None, exit_code: in
     fields: dict[str, Any] = {"status": ComponentStatus.FAILED, "reason": reason, "cause": None}
     if exit_code is not None:
         fields["exit_code"] = exit_code
-    return _set_component(state, cid, of_generation, **fields)
+    return _set_component(state, cid, of_generation=of_generation, **fields)
 
 
 def mark_unknown(state: StateFile, cid: str, *, reason: str, of_generation: Generation | None = None) -> bool:
     """Component `cid`'s fate cannot be told now (not healthy in time): `unknown`, looked at again later."""
-    return _set_component(state, cid, of_generation, status=ComponentStatus.UNKNOWN, reason=reason, cause=None)
+    return _set_component(state, cid, of_generation=of_generation, status=ComponentStatus.UNKNOWN, reason=reason,
+                          cause=None)
 
 
 def mark_restart_failed(state: StateFile, cid: str, *, reason: str) -> bool:
     """Its tier's recovery could not start component `cid` again: `failed`, and no longer to be restarted."""
-    return _set_component(state, cid, None, status=ComponentStatus.FAILED, restart=False, reason=reason, cause=None)
+    return _set_component(state, cid, status=ComponentStatus.FAILED, restart=False, reason=reason, cause=None)
 
 
 def record_served_version(state: StateFile, cid: str, *, version: int) -> bool:
     """Engine `cid`, back in the weight-update group, serves policy `version`."""
-    return _set_component(state, cid, None, served_version=version)
+    return _set_component(state, cid, served_version=version)
 
 
-def _set_component(state: StateFile, cid: str, of_generation: Generation | None, **fields: Any) -> bool:
+def _set_component(state: StateFile, cid: str, *, of_generation: Generation | None = None, **fields: Any) -> bool:
     with state.update() as doc:
-        rec = doc["components"].get(cid)
-        if rec is None or rec["status"] == ComponentStatus.STOPPED:
-            return False
-        if of_generation is not None and generation(rec) != of_generation:
+        rec = _writable(doc, cid, of_generation)
+        if rec is None:
             return False
         rec.update(fields)
         return True
+
+
+def _writable(doc: StateDoc, cid: str, of_generation: Generation | None) -> ComponentRecord | None:
+    """Component `cid`'s record where a write may land: there, not stopped by `rl360 down`, and (given
+    `of_generation`) still the start its writer read."""
+    rec = doc["components"].get(cid)
+    if rec is None or rec["status"] == ComponentStatus.STOPPED:
+        return None
+    if of_generation is not None and generation(rec) != of_generation:
+        return None
+    return rec
 
 
 def mark_components_stopped(state: StateFile, cids: Iterable[str]) -> None:
@@ -167,10 +177,8 @@ def record_restart(state: StateFile, cid: str, launched: Mapping[str, Any], *, c
     marks runs stopped before it stops anything), or — `of_generation` — someone else started it again since
     the caller read it (a tier's requeue, racing the control plane); the caller then stops what it started."""
     with state.update() as doc:
-        current = doc["components"].get(cid)
-        if current is None or current["status"] == ComponentStatus.STOPPED:
-            return None
-        if of_generation is not None and generation(current) != of_generation:
+        current = _writable(doc, cid, of_generation)
+        if current is None:
             return None
         run = doc["runs"].get(current["run"] or "")
         if while_run_active and (run is None or run["status"] not in RUN_ACTIVE):
@@ -188,12 +196,12 @@ def record_restart(state: StateFile, cid: str, launched: Mapping[str, Any], *, c
 
 def request_rejoin(state: StateFile, cid: str) -> None:
     """The control plane asks the trainer to take restarted engine `cid` back into the weight-update group."""
-    _set_component(state, cid, None, rejoin_requested_at=now_iso(), rejoin_error=None, served_version=None)
+    _set_component(state, cid, rejoin_requested_at=now_iso(), rejoin_error=None, served_version=None)
 
 
 def record_rejoined(state: StateFile, cid: str, *, version: int | None, error: str | None = None) -> None:
     """The trainer answered a rejoin: engine `cid` serves `version` now, or (`error`) it could not take it."""
-    _set_component(state, cid, None, rejoin_requested_at=None, served_version=version, rejoin_error=error)
+    _set_component(state, cid, rejoin_requested_at=None, served_version=version, rejoin_error=error)
 
 
 # ----------------------------------------------------------------------------- commands that hold a component
