@@ -26,8 +26,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def ctx(state_path) -> Context:
-    return Context(state=StateFile(state_path), profile=load_profile(REPO / "cluster/local.toml"),
-                   profile_path=REPO / "cluster/local.toml", run_id="r1")
+    c = Context(state=StateFile(state_path), profile=load_profile(REPO / "cluster/local.toml"),
+                profile_path=REPO / "cluster/local.toml", run_id="r1")
+    yield c
+    # What a test started and left running (a ready `sleep 300`, one not ready in time) ends with it; records a
+    # test wrote by hand name no process.
+    LocalBackend(c.profile).stop({cid: rec for cid, rec in queries.components(c.state.read()).items()
+                                  if rec.get("pid")}, grace_s=2.0)
 
 
 def spec(name: str, script: str, ready_file: Path) -> ComponentSpec:
